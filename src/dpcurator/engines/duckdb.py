@@ -350,9 +350,6 @@ class _Compiler:
     def v(self, spec: ValueSpec) -> str:
         return f"__v{self.values.index(spec)}"
 
-    def s(self, spec: ValueSpec) -> str:
-        return f"__s{self.values.index(spec)}"
-
     def keys_list(self) -> str:
         return ", ".join(self.k)
 
@@ -444,37 +441,53 @@ class _Compiler:
         args = ", ".join(["$dp_key", "__u", *self.k, x, f"__o{i}"])
         return f"CASE WHEN {x} IS NULL THEN NULL ELSE {{'h': hash({args}), 'x': {x}}} END"
 
-    def _present(self, column: str) -> str:
-        return f"__c{self.columns.index(column)}"
-
     def _count_of(self, column: str) -> str:
         for spec in self.values:
             if spec.column == column:
                 return f"count({self.v(spec)})"
         return f"count({self.x(column)})"
 
+    def _per_pair(self, measure: MeasureSpec) -> str:
+        """The unit's contribution in one partition after the row cap, as a BIGINT aggregate
+        expression over the pair's rows (every measure but ``units``, which is constant).
+
+        Computing it inside the pair aggregation keeps the pairs table narrow (BIGINTs only:
+        the raw per-pair sum, a HUGEINT over any number of rows, never leaves it)."""
+        r = self.q.rows_cap
+        if measure.kind == "rows":
+            return f"LEAST(count(*), {r}) * {measure.weight}"
+        assert measure.value is not None
+        if measure.kind == "present":
+            return f"LEAST({self._count_of(measure.value.column)}, {r}) * {measure.weight}"
+        v = self.v(measure.value)
+        if self.sample:
+            picked = f"min_by({v}, {self._order(measure.value.column)}, {r})"
+            return f"COALESCE(CAST(list_sum({picked}) AS BIGINT), 0)"
+        c = self._count_of(measure.value.column)
+        # rescale rows: s * min(c, r) / c, truncated toward zero; |s| <= c M when c <= r.
+        return (f"CASE WHEN {c} <= {r} THEN COALESCE(CAST(sum({v}) AS BIGINT), 0) "
+                f"ELSE CAST((sum({v}) * {r}) // {c} AS BIGINT) END")
+
+    def _amount(self, index: int) -> str:
+        """Measure ``index``'s per-pair amount, as a column of ``pairs`` (or a constant)."""
+        measure = self.q.measures[index]
+        return str(measure.weight) if measure.kind == "units" else f"__a{index}"
+
     def pairs_cte(self) -> str:
         q, r = self.q, self.q.rows_cap
         group = ", ".join(["__u", *self.k])
         select = ["__u", *self.k]
-        select.append(f"LEAST(count(*), {r}) AS __n" if self.sample else "count(*) AS __n")
-        for column in self.columns:
-            count = self._count_of(column)
-            select.append(f"LEAST({count}, {r}) AS {self._present(column)}" if self.sample
-                          else f"{count} AS {self._present(column)}")
-        for spec in self.values:
-            if self.sample:
-                select.append(f"list_sum(min_by({self.v(spec)}, {self._order(spec.column)}, "
-                              f"{r})) AS {self.s(spec)}")
-            else:
-                select.append(f"sum({self.v(spec)}) AS {self.s(spec)}")
+        select += [f"{self._per_pair(m)} AS __a{j}" for j, m in enumerate(q.measures)
+                   if m.kind != "units"]
         for i, h in enumerate(q.histograms):
             select.append(f"min_by(__b{i}, {self._order(h.column)}, {r}) AS __h{i}")
         if q.partitions_mode == "sample":
             select.append(f"hash($dp_key, {', '.join(['__u', *self.k])}) AS __hp")
-        note = f" over at most {r} sampled rows" if self.sample else ""
-        return (f"pairs AS (\n  -- one row per (unit, partition): its row count and sums{note}"
-                f"\n  SELECT {', '.join(select)}\n  FROM {self.source} GROUP BY {group}\n)")
+        note = f" over at most {r} sampled rows" if self.sample else f" (rows weighted by " \
+            f"min(1, {r}/n))"
+        return (f"pairs AS (\n  -- one row per (unit, partition): its contribution to each "
+                f"measure{note}\n  SELECT {', '.join(select)}\n  FROM {self.source} "
+                f"GROUP BY {group}\n)")
 
     # stage 3 -----------------------------------------------------------------------------
 
@@ -487,26 +500,8 @@ class _Compiler:
                 f"partitions\n  SELECT __u, min(__hp, {k + 1}) AS __top FROM pairs "
                 "GROUP BY __u\n)")
 
-    def _per_pair(self, measure: MeasureSpec) -> str:
-        """The unit's contribution in one partition after the row cap (BIGINT)."""
-        r = self.q.rows_cap
-        if measure.kind == "units":
-            return f"{measure.weight}"
-        if measure.kind == "rows":
-            return f"LEAST(__n, {r}) * {measure.weight}"
-        assert measure.value is not None
-        if measure.kind == "present":
-            return f"LEAST({self._present(measure.value.column)}, {r}) * {measure.weight}"
-        s = self.s(measure.value)
-        if self.sample:
-            return f"COALESCE(CAST({s} AS BIGINT), 0)"
-        c = self._present(measure.value.column)
-        # rescale rows: s * min(c, r) / c, truncated toward zero; |s| <= c M when c <= r.
-        return (f"CASE WHEN {c} <= {r} THEN COALESCE(CAST({s} AS BIGINT), 0) "
-                f"ELSE CAST(({s} * {r}) // {c} AS BIGINT) END")
-
-    def _contribution(self, measure: MeasureSpec) -> str:
-        amount = self._per_pair(measure)
+    def _contribution(self, index: int) -> str:
+        amount = self._amount(index)
         if self.q.partitions_mode != "rescale":
             return amount
         k = self.q.partitions_cap
@@ -516,7 +511,7 @@ class _Compiler:
         q = self.q
         k = q.partitions_cap
         select = list(self.k)
-        select += [f"{self._contribution(m)} AS __m{j}" for j, m in enumerate(q.measures)]
+        select += [f"{self._contribution(j)} AS __m{j}" for j in range(len(q.measures))]
         select += [f"__h{i}" for i in range(len(q.histograms))]
         if not select:
             select.append("1 AS __one")
