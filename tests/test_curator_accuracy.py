@@ -8,7 +8,9 @@ upper quantile of Binomial(N, delta). The seeds make runs reproducible, not the 
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+import pytest
 from scipy.stats import binom
 
 import dpcurator as dp
@@ -66,3 +68,105 @@ def test_escargots_created_by_one_person_is_released_with_probability_at_most_de
     # One unit backs Escargots: kept with probability pi(1) = delta (k = 1) in each run.
     assert escargots <= binom.isf(1e-7, runs, delta)
     assert pizza == runs  # 200 units: kept with probability 1
+
+
+# -- quantiles --------------------------------------------------------------------------------
+
+BINS = 1024
+
+
+def true_quantile_bins(values: npt.NDArray[np.float64], q: float, lo: float, hi: float
+                       ) -> tuple[int, int]:
+    """The bins of x_(a) and x_(b), a = floor(q (n - 1)), b = ceil(q (n - 1)), of the clamped
+    values, binned as the engine does: min(1023, floor((x - lo) * (1024 / (hi - lo))))."""
+    clamped = np.clip(values, lo, hi)
+    bins = np.minimum(BINS - 1, np.floor((clamped - lo) * (BINS / (hi - lo)))).astype(int)
+    ordered = np.sort(bins)
+    h = q * (len(values) - 1)
+    return int(ordered[int(np.floor(h))]), int(ordered[int(np.ceil(h))])
+
+
+def quantile_frame(rng: np.random.Generator) -> tuple[pd.DataFrame, list[str]]:
+    """Partitions from 1 to 3,000 rows; uniform, skewed (lognormal, partly above the bounds)
+    and tied (rounded) values; one row per unit, so the bounded data is the data."""
+    sizes = [1, 2, 3, 5, 8, 13, 20, 30, 50, 80, 120, 200, 300, 500, 800, 1200, 2000, 3000,
+             7, 40, 150, 600, 1500, 60]
+    parts = []
+    for i, size in enumerate(sizes):
+        kind = i % 3
+        if kind == 0:
+            x = rng.uniform(0, 10, size)
+        elif kind == 1:
+            x = rng.lognormal(0.0, 1.0, size)  # skewed; about 1% above hi = 10 (clamped)
+        else:
+            x = np.round(rng.exponential(2.0, size))  # heavy ties
+        parts.append(pd.DataFrame({"g": f"p{i}", "x": x}))
+    frame = pd.concat(parts, ignore_index=True)
+    frame["uid"] = np.arange(len(frame))
+    return frame, [f"p{i}" for i in range(len(sizes))]
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_quantile_intervals_cover_the_true_quantile_at_their_level(noise: str) -> None:
+    """MEDIAN, the 0.9 and the 0.1 quantile at 95% and 80%, pure DP (discrete Laplace tree) and
+    zCDP (discrete Gaussian tree). Covering means: the interval contains the whole bins of
+    x_(a) and x_(b) (the Release docstring's definition), hence the sample quantile (checked
+    too, against numpy's linear quantile = SQL QUANTILE_CONT). Each of the 6 counts is compared
+    with the 1e-8 lower quantile of Binomial(N, level): false failure < 6e-8 per noise kind."""
+    rng = np.random.default_rng(11)
+    frame, keys = quantile_frame(rng)
+    lo, hi = 0.0, 10.0
+    edges = np.linspace(lo, hi, BINS + 1)
+    quantiles = {"med": 0.5, "q9": 0.9, "q1": 0.1}
+    groups = {g: part["x"].to_numpy() for g, part in frame.groupby("g")}
+    truth = {(name, g): true_quantile_bins(groups[g], q, lo, hi)
+             for name, q in quantiles.items() for g in keys}
+    exact = {(name, g): float(np.quantile(np.clip(groups[g], lo, hi), q))
+             for name, q in quantiles.items() for g in keys}
+    budget = dp.PureDP(1e6) if noise == "laplace" else dp.ZCDP(1e6)
+    privacy = {"epsilon": 3.0} if noise == "laplace" else {"rho": 0.3}
+    curator = Curator(frame, privacy_unit="uid", budget=budget, cache=False,
+                      bounds={"x": (lo, hi)}, source=SeededRandom(3))
+    levels = (0.95, 0.8)
+    covered = {(name, level): 0 for name in quantiles for level in levels}
+    runs = 20
+    for _ in range(runs):
+        release = curator.sql(
+            "SELECT g, MEDIAN(x) AS med, QUANTILE_CONT(x, 0.9) AS q9, "
+            "PERCENTILE_CONT(0.1) WITHIN GROUP (ORDER BY x) AS q1 FROM data GROUP BY g",
+            keys=keys, **privacy)
+        assert [k[0] for k in release.keys] == keys
+        for level in levels:
+            for name in quantiles:
+                low, high = release.interval(name, level)
+                value = release.values[name]
+                assert np.all((low <= value) & (value <= high))
+                for i, g in enumerate(keys):
+                    a_bin, b_bin = truth[name, g]
+                    hit = bool(low[i] <= edges[a_bin] and edges[b_bin + 1] <= high[i])
+                    if hit:  # the bins hold the sample quantile (up to binning's rounding)
+                        assert low[i] - 1e-9 <= exact[name, g] <= high[i] + 1e-9
+                    covered[name, level] += hit
+    trials = runs * len(keys)
+    for (name, level), hits in covered.items():
+        assert hits >= binom.ppf(1e-8, trials, level), (name, level, hits / trials)
+
+
+def test_quantile_estimate_is_accurate_on_a_large_partition() -> None:
+    """200,000 rows, epsilon = 1 for two quantiles: the estimate and the true quantile both lie
+    in the (1 - 1e-7) interval (the truth fails w.p. < 1e-7), which is at most 8 bins wide:
+    the error is below 0.04 on a range of 10."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(4.0, 1.5, 200_000)
+    frame = pd.DataFrame({"uid": np.arange(len(x)), "x": x})
+    curator = Curator(frame, privacy_unit="uid", budget=dp.PureDP(1.0), bounds={"x": (0, 10)},
+                      source=SeededRandom(9))
+    release = curator.sql("SELECT MEDIAN(x) AS med, QUANTILE_CONT(x, 0.9) AS q9 FROM data",
+                          epsilon=1.0)
+    for name, q in (("med", 0.5), ("q9", 0.9)):
+        truth = float(np.quantile(np.clip(x, 0, 10), q))
+        low, high = release.interval(name, 1 - 1e-7)
+        estimate = float(release.values[name][0])
+        assert low[0] <= truth <= high[0], name
+        assert high[0] - low[0] <= 8 * 10 / BINS + 1e-12, (name, high[0] - low[0])
+        assert abs(estimate - truth) <= 0.04

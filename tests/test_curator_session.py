@@ -169,7 +169,8 @@ def test_all_aggregates_and_gaussian_and_zcdp() -> None:
     frame = release.to_pandas(intervals=True)
     assert set(frame.columns) >= {"n", "users", "s", "m", "v", "sd", "med", "med_low"}
     assert frame["m"].between(0, 100).all() and frame["med"].between(0, 100).all()
-    assert np.isnan(frame["med_low"]).all()
+    assert (frame["med_low"] <= frame["med"]).all() and (frame["med"] <= frame["med_high"]).all()
+    assert frame["med_low"].between(0, 100).all() and frame["med_high"].between(0, 100).all()
     z = curator(budget=dp.ZCDP(1.0))
     zr = z.sql("SELECT category, SUM(value) AS s FROM data GROUP BY category", rho=0.1,
                keys=["books", "food"])
@@ -195,3 +196,29 @@ def test_row_level_privacy_needs_the_loud_opt_in() -> None:
     c = Curator(table(), one_row_per_person=True, budget=dp.PureDP(1.0))
     assert c.privacy_unit is None
     assert isinstance(c.sql("SELECT COUNT(*) FROM data", epsilon=0.5), Release)
+
+
+def test_a_quantile_costs_its_share_and_its_tree_pays_for_every_partition() -> None:
+    """The tree's one mechanism spends the aggregate's whole share, with the sensitivity of all
+    11 levels in all k partitions (r rows each): L1 = 11 r k, L2 = r sqrt(11 k)."""
+    c = curator(budget=dp.PureDP(10.0), max_partitions=2, max_rows_per_partition=3)
+    sql = ("SELECT category, COUNT(*) AS n, MEDIAN(value) AS med FROM data GROUP BY category")
+    keys = ["books", "food"]
+    noise = c.explain(sql, epsilon=0.8, keys=keys)["noise"]["med"]
+    assert len(noise) == 1 and noise[0]["noise"] == "discrete Laplace"
+    assert noise[0]["sensitivity"] == 11 * 3 * 2
+    assert noise[0]["scale"] == pytest.approx(66 / 0.4)  # half of epsilon = 0.8
+    assert noise[0]["guarantee"].startswith("0.4-DP")
+    release = c.sql(sql, epsilon=0.8, keys=keys)
+    assert release.privacy == dp.PureDP(0.8)
+    assert c.spent.epsilon == pytest.approx(0.8, abs=1e-12)
+    z = curator(budget=dp.ZCDP(1.0), max_partitions=2, max_rows_per_partition=3)
+    zr = z.sql("SELECT category, MEDIAN(value) AS med FROM data GROUP BY category", rho=0.25,
+               keys=keys)
+    assert zr.privacy == dp.ZCDP(0.25)
+    (tree,) = zr.mechanisms["med"]
+    assert tree["noise"] == "discrete Gaussian" and tree["guarantee"].startswith("0.25-zCDP")
+    assert tree["sensitivity"] == pytest.approx(3 * np.sqrt(22), rel=1e-3)
+    assert tree["sigma"] == pytest.approx(3 * np.sqrt(22) / np.sqrt(0.5), rel=1e-3)
+    gaussian = curator().sql(sql, epsilon=1.0, delta=1e-6, noise="gaussian", keys=keys)
+    assert gaussian.privacy == dp.ApproxDP(1.0, 1e-6)

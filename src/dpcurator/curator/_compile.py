@@ -7,7 +7,8 @@ Small pure passes, in order:
 - ``compile_query``: split the privacy request, choose each measure's fixed-point grid from
   its noise scale, derive integer sensitivities, and build the mechanisms; nothing is read.
 
-Estimators (one per aggregate) turn noisy measures into released values and intervals.
+Estimators (one per aggregate) turn noisy measures into released values and intervals;
+a quantile's estimator is a ``QuantileTree`` (see ``_quantiles``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from dpcurator.query.plan import (
 
 from . import _privacy
 from ._privacy import PrivacyRequest
+from ._quantiles import BINS, QuantileTree
 
 __all__ = ["CompiledQuery", "Defaults", "compile_query", "resolve_plan"]
 
@@ -60,8 +62,6 @@ FloatArray = npt.NDArray[np.float64]
 
 CANONICAL_SCALE = 2**40  # every Laplace measure's noise scale, in its integer units
 MIN_RESOLUTION = 2**20  # one row's value spans at least this many integer units
-QUANTILE_BINS = 1024
-QUANTILE_Q_BITS = 20
 
 
 @dataclass(frozen=True)
@@ -168,13 +168,20 @@ class NoisyMeasure:
 
 @dataclass
 class Estimator:
-    """Turns an aggregate's noisy measures into values and (1 - alpha) intervals."""
+    """Turns an aggregate's noisy measures into values and (1 - alpha) intervals.
+
+    A quantile has no engine measures: its ``tree`` is released from the engine's histogram.
+    """
 
     aggregate: Aggregate
     measures: list[NoisyMeasure]
     postprocess: bool
-    histogram: HistogramSpec | None = None
-    quantile_epsilon: float = 0.0
+    tree: QuantileTree | None = None
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The noise of every measure (for ``explain`` and the release's ``mechanisms``)."""
+        described = [m.describe() for m in self.measures]
+        return described + ([self.tree.describe()] if self.tree is not None else [])
 
     def estimate(self, noisy: list[npt.NDArray[Any]]) -> FloatArray:
         agg = self.aggregate
@@ -379,18 +386,11 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
     histograms: list[HistogramSpec] = []
     hist_for: dict[int, HistogramSpec] = {}
     for index, agg in enumerate(plan.aggregates):
-        if kind == "laplace":
-            budget = allocation.pure[agg.name]
-        elif isinstance(agg, Quantile):
-            # The exponential mechanism is pure: eps-DP implies eps^2/2-zCDP (Bun and Steinke
-            # 2016, Proposition 1.4), so its rho share buys eps = sqrt(2 rho), rounded down.
-            budget = math.nextafter(math.sqrt(2 * allocation.rho[agg.name]), 0.0)
-        else:
-            budget = allocation.rho[agg.name]
+        budget = allocation.pure[agg.name] if kind == "laplace" else allocation.rho[agg.name]
         if isinstance(agg, Quantile):
             assert agg.bounds is not None and agg.column is not None
             hist_for[index] = HistogramSpec(f"h{index}", agg.column, agg.bounds.lo,
-                                            agg.bounds.hi, QUANTILE_BINS)
+                                            agg.bounds.hi, BINS)
             histograms.append(hist_for[index])
             per_aggregate.append((agg, [], budget))
         else:
@@ -405,26 +405,27 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
 
     estimators: list[Estimator] = []
     pure_epsilons: list[float] = []
-    quantile_epsilons: list[float] = []
     rhos: list[float] = []
     for index, (agg, measures, budget) in enumerate(per_aggregate):
+        mechanisms: list[DiscreteLaplace | DiscreteGaussian]
         if isinstance(agg, Quantile):
-            per_partition = budget / k
-            if per_partition * k > budget:
-                per_partition = math.nextafter(per_partition, 0.0)
-            estimators.append(Estimator(agg, [], postprocess, hist_for[index],
-                                        quantile_epsilon=per_partition))
-            quantile_epsilons.append(budget)
-            continue
-        noisy = [NoisyMeasure(spec, _new_mechanism(kind, used, spec, bounded, source),
-                              _unit_of(spec)) for spec, used in measures]
-        for m in noisy:
-            g = m.mechanism.guarantee
+            # The whole share pays for the tree of every partition (sensitivity over all k).
+            tree = QuantileTree.build(agg, hist_for[index], kind, budget, k, r, source)
+            estimators.append(Estimator(agg, [], postprocess, tree))
+            mechanisms = [tree.mechanism]
+        else:
+            noisy = [NoisyMeasure(spec, _new_mechanism(kind, used, spec, bounded, source),
+                                  _unit_of(spec)) for spec, used in measures]
+            estimators.append(Estimator(agg, noisy, postprocess))
+            mechanisms = [m.mechanism for m in noisy]
+        for mechanism in mechanisms:
+            g = mechanism.guarantee
             if isinstance(g, PureDP):
                 pure_epsilons.append(g.epsilon)
             elif isinstance(g, ZCDP):
                 rhos.append(g.rho)
-        estimators.append(Estimator(agg, noisy, postprocess))
+            else:
+                raise InternalError("a curator mechanism is neither pure nor zCDP; this is a bug")
 
     selection = None
     if allocation.selection is not None:
@@ -432,7 +433,7 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
         selection = choose_partition_selection(epsilon=sel_eps, delta=sel_delta,
                                                max_partitions=k, source=source)
         pure_epsilons.append(sel_eps)
-    _check_composition(allocation, pure_epsilons, quantile_epsilons, rhos, request)
+    _check_composition(allocation, pure_epsilons, rhos, request)
     return CompiledQuery(plan, request, bounded, estimators, selection, allocation.cost,
                          pure_epsilons, rhos)
 
@@ -445,12 +446,11 @@ def _unit_of(spec: MeasureSpec) -> Fraction:
     return Fraction(1, spec.weight)
 
 
-def _check_composition(allocation: _privacy.Allocation, pure: list[float],
-                       quantiles: list[float], rhos: list[float],
+def _check_composition(allocation: _privacy.Allocation, pure: list[float], rhos: list[float],
                        request: PrivacyRequest) -> None:
     """The mechanisms' guarantees compose to at most the request (exactly), or it is a bug."""
     if request.kind == "gaussian":
-        spent = sum(Fraction(r) for r in rhos) + sum(Fraction(e) ** 2 / 2 for e in quantiles)
+        spent = sum(Fraction(r) for r in rhos)
         if spent > sum(Fraction(v) for v in allocation.rho.values()):
             raise InternalError("the mechanisms' rho exceed the allocation; this is a bug")
         if request.epsilon is not None and sum(Fraction(e) for e in pure) > Fraction(
@@ -458,5 +458,5 @@ def _check_composition(allocation: _privacy.Allocation, pure: list[float],
             raise InternalError("the selection's epsilon exceeds the request; this is a bug")
         return
     assert request.epsilon is not None
-    if sum(Fraction(e) for e in pure + quantiles) > Fraction(request.epsilon):
+    if sum(Fraction(e) for e in pure) > Fraction(request.epsilon):
         raise InternalError("the mechanisms' epsilons exceed the request; this is a bug")

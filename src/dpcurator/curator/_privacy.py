@@ -128,8 +128,8 @@ def split(total: float, weights: Sequence[float]) -> list[float]:
 class Allocation:
     """The request turned into per-mechanism parameters.
 
-    ``pure`` maps a name to its epsilon (Laplace, exponential mechanism); ``rho`` maps a name to
-    its zCDP rho (Gaussian); ``selection`` is the (epsilon, delta) of the partition selection.
+    ``pure`` maps a name to its epsilon (discrete Laplace); ``rho`` maps a name to its zCDP
+    rho (discrete Gaussian); ``selection`` is the (epsilon, delta) of the partition selection.
     ``cost`` is the guarantee the whole query keeps (what the budget is charged).
     """
 

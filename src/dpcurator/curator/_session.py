@@ -30,23 +30,17 @@ from dpcurator.accounting import RDP, ZCDP, ApproxDP, Neighbouring, PureDP
 from dpcurator.accounting.budget import Amount, Budget, Charge
 from dpcurator.engines import DuckDBEngine, column_kind
 from dpcurator.errors import BudgetExceededError, UnsupportedChargeError, UserError
-from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace, PermuteAndFlip
+from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dpcurator.noise import RandomSource, resolve_source, sample_discrete_laplace
 from dpcurator.noise.samplers import sample_discrete_gaussian
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import UnknownColumnError
-from dpcurator.query.plan import Bounds, Plan, Quantile
+from dpcurator.query.plan import Bounds, Plan
 from dpcurator.query.sql import parse_sql
 
-from ._compile import (
-    QUANTILE_Q_BITS,
-    CompiledQuery,
-    Defaults,
-    Estimator,
-    compile_query,
-    resolve_plan,
-)
+from ._compile import CompiledQuery, Defaults, compile_query, resolve_plan
 from ._privacy import PrivacyRequest
+from ._quantiles import BINS, QuantileTree
 from .release import Release, check_confidence
 
 __all__ = ["Curator", "CuratorQuery"]
@@ -307,8 +301,7 @@ class Curator:
             "plan": plan,
             "cost": self._charge_cost(compiled),
             "sql": self._engine.validate(compiled.bounded),
-            "noise": {e.aggregate.name: [m.describe() for m in e.measures]
-                      for e in compiled.estimators},
+            "noise": {e.aggregate.name: e.describe() for e in compiled.estimators},
             "partition_selection": repr(compiled.selection) if compiled.selection else None,
         }
 
@@ -332,15 +325,11 @@ class Curator:
             raise UserError("this curator's budget is zCDP, which cannot account a private "
                             "partition selection (approximate DP); pass keys=... (public "
                             "partitions) or use an (epsilon, delta) budget")
-        # zCDP of the parts: Laplace/exponential eps -> eps^2 / 2 (Bun and Steinke 2016,
-        # Prop. 1.4); Gaussian parts already in rho. Summed exactly, rounded up.
+        # zCDP of the parts: Laplace eps -> eps^2 / 2 (Bun and Steinke 2016, Prop. 1.4);
+        # Gaussian parts (quantile trees included) already in rho. Summed exactly, rounded up.
         total: Fraction = sum((Fraction(e) ** 2 / 2 for e in compiled.pure_epsilons),
                               Fraction(0))
         total += sum(Fraction(r) for r in compiled.rhos)
-        quantile_eps = [e.quantile_epsilon * compiled.bounded.partitions_cap
-                        for e in compiled.estimators if e.histogram is not None]
-        if compiled.request.kind == "gaussian":
-            total += sum(Fraction(e) ** 2 / 2 for e in quantile_eps)
         value = float(total)
         if Fraction(value) < total:
             value = math.nextafter(value, math.inf)
@@ -413,11 +402,12 @@ class Curator:
             rows = chosen
         values: dict[str, npt.NDArray[np.float64]] = {}
         noisy_parts: dict[str, list[npt.NDArray[Any]]] = {}
+        noisy_trees: dict[str, npt.NDArray[np.int64]] = {}
         for estimator in compiled.estimators:
             name = estimator.aggregate.name
-            if estimator.histogram is not None:
-                values[name] = self._quantiles(estimator, exact.histograms, plan, keys, rows,
-                                               compiled.bounded.rows_cap)
+            if estimator.tree is not None:
+                noisy_trees[name] = _noisy_tree(estimator.tree, exact.histograms, plan, keys)
+                values[name] = estimator.tree.estimate(noisy_trees[name])
                 continue
             parts = []
             for measure in estimator.measures:
@@ -430,13 +420,11 @@ class Curator:
 
         def intervals(name: str, alpha: float) -> tuple[Any, Any]:
             estimator = by_name[name]
-            if estimator.histogram is not None:
-                nan = np.full(len(keys), np.nan)
-                return nan, nan
+            if estimator.tree is not None:  # post-processing of the released tree
+                return estimator.tree.interval(noisy_trees[name], alpha)
             return estimator.interval(noisy_parts[name], alpha)
 
-        mechanisms = {e.aggregate.name: [m.describe() for m in e.measures]
-                      for e in compiled.estimators}
+        mechanisms = {e.aggregate.name: e.describe() for e in compiled.estimators}
         if compiled.selection is not None:
             mechanisms["partition_selection"] = [{"mechanism": repr(compiled.selection)}]
         return Release(
@@ -446,32 +434,17 @@ class Curator:
             _intervals=intervals,
             secure=bool(getattr(resolve_source(self._source), "secure", False)))
 
-    def _quantiles(self, estimator: Estimator, histograms: Mapping[str, Any], plan: Plan,
-                   keys: tuple[tuple[Any, ...], ...], rows: list[int], r: int
-                   ) -> npt.NDArray[np.float64]:
-        """Exponential mechanism (permute-and-flip) over the bin edges, per partition."""
-        spec = estimator.histogram
-        assert spec is not None
-        agg = estimator.aggregate
-        assert isinstance(agg, Quantile)
-        table = histograms.get(spec.name, {})
-        q_fixed = round(agg.q * (1 << QUANTILE_Q_BITS))
-        # Score of edge j: -|#(values below edge j) * 2^20 - q_fixed * n|, integers exact in
-        # double. One unit adds at most r rows to a partition, which moves every score by at
-        # most r * 2^20 (both the rank and q n move by at most r): that is the sensitivity.
-        mech = PermuteAndFlip(epsilon=estimator.quantile_epsilon,
-                              sensitivity=float(r << QUANTILE_Q_BITS), source=self._source)
-        edges = np.linspace(spec.lo, spec.hi, spec.bins + 1)
-        out = np.empty(len(keys), dtype=np.float64)
-        for position, (key, row) in enumerate(zip(keys, rows, strict=True)):
-            lookup = (row,) if plan.keys is not None and row >= 0 else key
-            counts = np.asarray(table.get(lookup if plan.keys is None else (position,),
-                                          [0] * spec.bins), dtype=np.int64)
-            cumulative = np.concatenate([[0], np.cumsum(counts)])
-            n = int(cumulative[-1])
-            scores = -np.abs(cumulative * (1 << QUANTILE_Q_BITS) - q_fixed * n)
-            out[position] = edges[int(mech.release(scores.astype(np.float64)))]
-        return out
+def _noisy_tree(tree: QuantileTree, histograms: Mapping[str, Any], plan: Plan,
+                keys: tuple[tuple[Any, ...], ...]) -> npt.NDArray[np.int64]:
+    """The released partitions' exact bin counts (P, 1024) -> their noisy trees (P, 2047)."""
+    table = histograms.get(tree.histogram.name, {})
+    leaves = np.zeros((len(keys), BINS), dtype=np.int64)
+    for position, key in enumerate(keys):
+        # With public keys the engine keys histograms by the key's index in plan.keys.
+        counts = table.get((position,) if plan.keys is not None else key)
+        if counts is not None:
+            leaves[position] = counts
+    return tree.add_noise(leaves)
 
 
 def _add_noise(values: list[int], mechanism: DiscreteLaplace | DiscreteGaussian

@@ -14,8 +14,18 @@ its caps and no value outside its bounds):
   the mean's interval is the range of sum / count over that box (union bound), clipped to
   the bounds; where the count's interval reaches below 1 it is the whole [lo, hi].
 - VARIANCE / STDDEV: the same with count, sum and sum of squares at alpha / 3 each.
-- Quantiles: no interval (NaN): the exponential mechanism's error is a bound on ranks,
-  ``rank_error(alpha)``, which becomes a value interval only with the data.
+- MEDIAN, QUANTILE_CONT / PERCENTILE_CONT, ``.quantile``: the release is a noisy dyadic tree
+  of counts over 1024 equal bins of [lo, hi] (2047 nodes per partition, one noise mechanism
+  for the whole tree); the value and the interval at every level are read from the same noisy
+  CDF (see ``dpcurator.curator._quantiles``). The interval's ends are bin edges
+  e_j = lo + j (hi - lo) / 1024, and it covers the *true quantile at the histogram's
+  resolution*: with the n >= 1 bounded, clamped values sorted, x_(0) <= ... <= x_(n-1), and
+  a = floor(q (n - 1)), b = ceil(q (n - 1)) (the order statistics between which SQL's
+  QUANTILE_CONT lies), the interval contains the whole bins of x_(a) and x_(b), hence the
+  sample quantile. Each end fails with probability at most alpha / 2: failure depends on the
+  noise at one data-determined edge only (no union bound over edges), bounded by a rigorous
+  tail bound on that edge's noise (a sum of at most 11 node noises). Nothing is claimed for a
+  partition with no rows, where the quantile is undefined.
 """
 
 from __future__ import annotations

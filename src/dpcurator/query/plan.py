@@ -186,8 +186,8 @@ class Variance(_ColumnAggregate):
 
 @dataclass(frozen=True, slots=True)
 class Quantile(_ColumnAggregate):
-    """The q-quantile of the clamped values (q = 0.5 is the median), by the exponential
-    mechanism over a grid of candidates in ``bounds``."""
+    """The q-quantile of the clamped values (q = 0.5 is the median), from a noisy dyadic tree
+    of counts over 1024 equal bins of ``bounds`` (see ``dpcurator.curator._quantiles``)."""
 
     q: float = 0.5
 

@@ -1,0 +1,163 @@
+"""Quantiles from the noisy dyadic tree: its structure, its sensitivity, its tail bounds.
+
+Nothing here is random except the noise of the last test, which checks only inequalities that
+hold for every draw.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pytest
+
+import dpcurator as dp
+from dpcurator.curator import Curator
+from dpcurator.curator._compile import Defaults, compile_query, resolve_plan
+from dpcurator.curator._privacy import PrivacyRequest
+from dpcurator.curator._quantiles import (
+    BINS,
+    LEVELS,
+    NODES,
+    QuantileTree,
+    _tails,
+    node_counts,
+    prefix_counts,
+)
+from dpcurator.engines import DuckDBEngine
+from dpcurator.noise import SeededRandom
+from dpcurator.query.bounding import HistogramSpec
+from dpcurator.query.plan import Bounds, Quantile
+from dpcurator.query.sql import parse_sql
+
+
+def test_tree_levels_and_prefixes() -> None:
+    """Every level sums to n; F(j) from <= 10 nodes is the cumulative count; F(1024) = root."""
+    rng = np.random.default_rng(0)
+    leaves = rng.integers(0, 50, (3, BINS))
+    nodes = node_counts(leaves)
+    assert nodes.shape == (3, NODES)
+    for level in range(LEVELS):
+        start = (1 << level) - 1
+        assert np.array_equal(nodes[:, start:start + (1 << level)].sum(axis=1),
+                              leaves.sum(axis=1))
+    assert np.array_equal(nodes[:, NODES - BINS:], leaves)
+    cdf = prefix_counts(nodes)
+    assert np.array_equal(cdf[:, 1:], np.cumsum(leaves, axis=1))
+    assert np.all(cdf[:, 0] == 0) and np.array_equal(cdf[:, -1], nodes[:, 0])
+
+
+def laplace_cdf(m: npt.NDArray[np.float64], t: float) -> npt.NDArray[np.float64]:
+    """P[Z <= m] for the discrete Laplace of scale t (closed form)."""
+    s = math.exp(-1 / t)
+    return np.where(m >= 0, 1 - np.exp(-(m + 1) / t) / (1 + s), np.exp(m / t) / (1 + s))
+
+
+@pytest.mark.parametrize("t", [0.7, 37.0, 5000.0])
+def test_tail_bound_is_an_upper_bound_and_tight(t: float) -> None:
+    """P[Z_1 + beta Z_0 < c], exact by summing over Z_0 with Z_1's closed-form CDF, against
+    the bound: never below, and within 3% (g = 1 at t < 64: exact up to 1e-9 off the lattice;
+    coarse blocks above)."""
+    tails = _tails("laplace", t)
+    z0 = np.arange(-int(45 * t) - 5, int(45 * t) + 6).astype(np.float64)
+    s = math.exp(-1 / t)
+    pmf0 = (1 - s) / (1 + s) * np.exp(-np.abs(z0) / t)
+    for beta in (-0.5, -0.1, 0.9):
+        for c in (-3.1 * t, -1.7 * t, -0.45 * t):
+            exact = float(np.sum(pmf0 * laplace_cdf(np.ceil(c - beta * z0) - 1, t)))
+            bound = tails.lower_tail(1, beta, c)
+            assert exact <= bound <= 1.03 * exact + 1e-12, (beta, c, exact, bound)
+    c_star = tails.lower_quantile(1, -0.5, 0.025)
+    assert tails.lower_tail(1, -0.5, c_star) <= 0.025
+
+
+def test_tail_bound_for_gaussian_noise_matches_the_normal_limit() -> None:
+    """For a large sigma (midpoint path) the bound exceeds the normal tail by at most 20%."""
+    sigma = 2.0**20
+    tails = _tails("gaussian", sigma)
+    from scipy.stats import norm
+
+    for p, beta in ((1, -0.5), (10, -0.9), (0, 0.5)):
+        sd = sigma * math.sqrt(p + beta * beta)
+        for z in (-2.5, -1.5):
+            bound = tails.lower_tail(p, beta, z * sd)
+            assert norm.cdf(z) * 0.999 <= bound <= 1.2 * norm.cdf(z)
+
+
+def exact_trees(frame: pd.DataFrame, sql: str, keys: list[str], k: int, r: int
+                ) -> dict[str, npt.NDArray[np.int64]]:
+    """Per public key: the exact (un-noised) node counts the quantile tree is built on."""
+    engine = DuckDBEngine.from_frame(frame)
+    plan = resolve_plan(parse_sql(sql, table="data", privacy_unit="uid", keys=keys,
+                                  max_partitions=k, max_rows_per_partition=r),
+                        engine.columns(), Defaults({"x": Bounds(0.0, 10.0)}), "uid")
+    compiled = compile_query(plan, PrivacyRequest.make(epsilon=1.0, delta=None, rho=None,
+                                                       noise=None, weights=None),
+                             privacy_unit="uid", postprocess=True, source=None)
+    exact = engine.compute_exact_aggregates(compiled.bounded, key=12345)
+    (spec,) = compiled.bounded.histograms
+    table = exact.histograms[spec.name]
+    leaves = np.array([table.get((i,), [0] * BINS) for i in range(len(keys))], dtype=np.int64)
+    return dict(zip(keys, node_counts(leaves), strict=True))
+
+
+def test_one_unit_changes_the_trees_by_at_most_the_sensitivity() -> None:
+    """Add a unit with 40 rows in each of 6 groups (caps k = 2 partitions, r = 3 rows): the
+    node counts only grow, by at most r per level in at most k partitions, so L1 <= 11 r k and
+    L2 <= r sqrt(11 k) (the mechanism's sensitivities); here the caps bind exactly."""
+    rng = np.random.default_rng(1)
+    groups = [f"g{i}" for i in range(6)]
+    base = pd.DataFrame({"uid": rng.integers(0, 300, 2000), "g": rng.choice(groups, 2000),
+                         "x": rng.uniform(-1, 11, 2000)})
+    unit = pd.DataFrame({"uid": 10_000, "g": np.repeat(groups, 40),
+                         "x": rng.uniform(0, 10, 240)})
+    k, r = 2, 3
+    sql = "SELECT g, MEDIAN(x) AS med FROM data GROUP BY g"
+    before = exact_trees(base, sql, groups, k, r)
+    after = exact_trees(pd.concat([base, unit], ignore_index=True), sql, groups, k, r)
+    diff = np.stack([after[g] - before[g] for g in groups])
+    assert np.all(diff >= 0)
+    touched = np.flatnonzero(diff.any(axis=1))
+    assert len(touched) == k
+    for level in range(LEVELS):
+        start = (1 << level) - 1
+        assert np.all(diff[:, start:start + (1 << level)].sum(axis=1)[touched] == r)
+    assert diff.sum() == LEVELS * r * k
+    assert (diff.astype(float) ** 2).sum() <= LEVELS * k * r * r
+    tree = QuantileTree.build(Quantile("x", Bounds(0.0, 10.0), "med"),
+                              HistogramSpec("h0", "x", 0.0, 10.0, BINS), "laplace", 1.0, k, r,
+                              None)
+    assert tree.mechanism.sensitivity == LEVELS * r * k
+
+
+def test_engine_bins_are_the_documented_bins() -> None:
+    """Row-level histograms equal min(1023, floor((clamp(x) - lo) * (1024 / (hi - lo)))), the
+    definition of the true quantile's bin in the Release docstring."""
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.uniform(-1, 11, 5000), np.linspace(0, 10, 1025)])
+    frame = pd.DataFrame({"uid": np.arange(len(x)), "g": "a", "x": x})
+    nodes = exact_trees(frame, "SELECT g, MEDIAN(x) AS med FROM data GROUP BY g", ["a"], 1, 1)
+    expected = np.minimum(BINS - 1, np.floor((np.clip(x, 0, 10) - 0) * (BINS / 10.0)))
+    counts = np.bincount(expected.astype(int), minlength=BINS)
+    assert np.array_equal(nodes["a"][NODES - BINS:], counts)
+
+
+def test_interval_ends_and_edge_cases() -> None:
+    """Ends are bin edges (or the estimate); an extreme level gives the whole range; an
+    absent public key still gets a value and an interval inside the bounds."""
+    frame = pd.DataFrame({"uid": np.arange(500), "g": "a",
+                          "x": np.random.default_rng(3).uniform(0, 10, 500)})
+    c = Curator(frame, privacy_unit="uid", budget=dp.PureDP(10.0), bounds={"x": (0, 10)},
+                source=SeededRandom(4))
+    release = c.sql("SELECT g, MEDIAN(x) AS med FROM data GROUP BY g", epsilon=1.0,
+                    keys=["a", "nobody"])
+    edges = np.linspace(0, 10, BINS + 1)
+    low, high = release.interval("med", 0.9)
+    value = release.values["med"]
+    assert np.all((low >= 0) & (low <= value) & (value <= high) & (high <= 10))
+    for end, v in zip(np.concatenate([low, high]), np.concatenate([value, value]), strict=True):
+        assert end in edges or end == v
+    low, high = release.interval("med", 1 - 1e-15)  # below the bounds' own slack
+    assert np.all(low == 0.0) and np.all(high == 10.0)
