@@ -221,4 +221,34 @@ def test_the_secret_key_is_a_parameter_not_sql_text() -> None:
     result = DuckDBEngine.from_frame(df).compute_exact_aggregates(
         query("sample", "sample", selection=True), key=key)
     text = "\n".join(result.sql)
-    assert "$dp_key" in text and str(key) not in text and "row_number" in text
+    assert "$dp_key" in text and str(key) not in text and "prioritized AS" in text
+
+
+@pytest.mark.parametrize("copies_of_a, r, expected, variance", [
+    # rows {1, 1, 2}, one row kept: P[keep a 1] = 2/3, so E = 4/3 and Var = 2/9
+    (2, 1, 4 / 3, 2 / 9),
+    # rows {1, 1, 1, 2}, two rows kept: {1, 2} for 3 of the 6 pairs, else {1, 1}: E = 5/2
+    (3, 2, 5 / 2, 1 / 4),
+])
+def test_row_sampling_is_uniform_over_rows_even_with_identical_rows(
+        copies_of_a: int, r: int, expected: float, variance: float) -> None:
+    """Identical rows are separate rows: the sample is uniform over rows, not over contents.
+
+    (Ordering rows by a hash of their content alone would keep the 1 with probability 1/2
+    in the first case, 50 standard deviations away.) 20,000 units each hold the same rows in
+    one partition; the sum of their sampled values has standard deviation sqrt(N Var), and a
+    correct sampler leaves N E by more than 5.4 of them with probability below 1e-7 (normal
+    approximation of a sum of 20,000 bounded independent terms; the priorities of distinct
+    units come from hashes of distinct inputs under a random key)."""
+    n = 20_000
+    per_unit = [1.0] * copies_of_a + [2.0]
+    df = pd.DataFrame({"uid": np.repeat(np.arange(n), len(per_unit)), "g": "a",
+                       "v": np.tile(per_unit, n)})
+    spec = ValueSpec("v", 0.0, 2.0, 0.0, 1.0)
+    bounded = BoundedQuery("uid", GROUP, None, None, 1, r, "sample", "sample",
+                           (MeasureSpec("sum", "values", spec),
+                            MeasureSpec("rows", "rows")))
+    result = DuckDBEngine.from_frame(df).compute_exact_aggregates(bounded, key=20261122)
+    assert result.measures["rows"] == [n * r]
+    total = result.measures["sum"][0]
+    assert abs(total - n * expected) <= 5.4 * math.sqrt(n * variance)

@@ -47,6 +47,18 @@ def _string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _keyed_hash(args: str) -> str:
+    """A 64-bit keyed hash of ``args`` under the per-query secret ``$dp_key``.
+
+    DuckDB's multi-argument ``hash`` combines the arguments' hashes without a final mix, and
+    its outputs for inputs that differ in one argument are measurably correlated (a priority
+    test in tests/test_engine_duckdb.py sees 0.47 where 0.5 is due); hashing the combined
+    value again mixes it fully. Only accuracy depends on this: any deterministic function of
+    the unit's rows and the key keeps the sensitivity bounds.
+    """
+    return f"hash(hash($dp_key, {args}))"
+
+
 def _double(value: float) -> str:
     return f"CAST({value!r} AS DOUBLE)"
 
@@ -420,26 +432,61 @@ class _Compiler:
                          f"  SELECT rows.* FROM rows SEMI JOIN {quote(self.keys_table)} ON {on}"
                          f"\n)")
             source = "keyed"
-        extra = [f"{self._bin_sql(i)} AS __b{i}" for i in range(len(q.histograms))]
+        bins = [f"{self._bin_sql(i)} AS __b{i}" for i in range(len(q.histograms))]
         if self.sample:
-            part = ", ".join(["__u", *self.k])
-            extra += [f"row_number() OVER (PARTITION BY {part}, {self.x(c)}) AS __o{i}"
-                      for i, c in enumerate(self.columns)]
-        if extra:
-            parts.append(f"ranked AS (\n  -- occurrence numbers among identical rows, and bins"
-                         f"\n  SELECT *, {', '.join(extra)} FROM {source}\n)")
-            source = "ranked"
+            parts += self._copies_ctes(source, bins)
+            source = "prioritized"
+        elif bins:
+            parts.append(f"binned AS (\n  -- each row's bin\n  SELECT *, {', '.join(bins)} "
+                         f"FROM {source}\n)")
+            source = "binned"
         self.source = source
         return ",\n".join(parts)
+
+    def _copies_ctes(self, source: str, bins: list[str]) -> list[str]:
+        """Row sampling without a window over the rows: identical rows are counted, and each
+        gets the keyed random priority of a uniformly random order of *all* the rows.
+
+        A unit's r rows in a partition are those of smallest priority, priorities being i.i.d.
+        Exp(1) per row (any i.i.d. continuous law gives a uniformly random r-subset). Rows with
+        identical content (unit, keys and every sampled column) are one group of c copies;
+        only its min(c, r) smallest priorities can matter, and those are the first order
+        statistics of c i.i.d. Exp(1), drawn directly by Renyi's representation: the j-th
+        smallest is sum_{i<j} E_i / (c - i) with E_i i.i.d. Exp(1) (Renyi 1953). Here
+        E_i = -ln U_i with U_i = (hash(key, content, i) >> 11 + 1) 2^-53 in (0, 1]. Every
+        priority is a function of the unit's own rows and the secret key only (never of row
+        order or of other units), which is what the sensitivity argument needs; uniformity
+        (up to the hash and to rounding) only matters for accuracy.
+        """
+        r = self.q.rows_cap
+        content = ", ".join(["__u", *self.k, *(self.x(c) for c in self.columns)])
+        values = "".join(f", any_value({self.v(spec)}) AS {self.v(spec)}"
+                         for spec in self.values)
+
+        def uniform(i: str) -> str:
+            return (f"((({_keyed_hash(f'{content}, {i}')} >> 11) + 1) * "
+                    f"{_double(2.0 ** -53)})")
+
+        first = f"-ln({uniform('CAST(0 AS BIGINT)')}) / __c"
+        later = (f"list_sum(list_transform(range(__j + 1), lambda __i: "
+                 f"-ln({uniform('__i')}) / (__c - __i)))")
+        extra = "".join(", " + b for b in bins)
+        return [
+            f"copies AS (\n  -- one row per distinct content of a unit's rows in a partition, "
+            f"with its number of copies\n  SELECT {content}{values}, count(*) AS __c\n"
+            f"  FROM {source} GROUP BY {content}\n)",
+            f"prioritized AS (\n  -- the min(c, {r}) copies that can be sampled, each with its "
+            f"keyed random priority\n  SELECT *{extra}, CASE WHEN __j = 0 THEN {first} "
+            f"ELSE {later} END AS __p\n"
+            f"  FROM (SELECT *, unnest(range(LEAST(__c, {r}))) AS __j FROM copies)\n)"]
 
     # stage 2 -----------------------------------------------------------------------------
 
     def _order(self, column: str) -> str:
-        """The keyed random order of a unit's rows in a partition, by content."""
-        i = self.columns.index(column)
+        """The keyed random order of a unit's rows in a partition (ties, of probability
+        about 2^-50, are broken by content, so the choice never depends on row order)."""
         x = self.x(column)
-        args = ", ".join(["$dp_key", "__u", *self.k, x, f"__o{i}"])
-        return f"CASE WHEN {x} IS NULL THEN NULL ELSE {{'h': hash({args}), 'x': {x}}} END"
+        return f"CASE WHEN {x} IS NULL THEN NULL ELSE {{'p': __p, 'x': {x}}} END"
 
     def _count_of(self, column: str) -> str:
         for spec in self.values:
@@ -482,7 +529,7 @@ class _Compiler:
         for i, h in enumerate(q.histograms):
             select.append(f"min_by(__b{i}, {self._order(h.column)}, {r}) AS __h{i}")
         if q.partitions_mode == "sample":
-            select.append(f"hash($dp_key, {', '.join(['__u', *self.k])}) AS __hp")
+            select.append(f"{_keyed_hash(', '.join(['__u', *self.k]))} AS __hp")
         note = f" over at most {r} sampled rows" if self.sample else f" (rows weighted by " \
             f"min(1, {r}/n))"
         return (f"pairs AS (\n  -- one row per (unit, partition): its contribution to each "

@@ -11,8 +11,9 @@ The bounding, stage by stage (the engine follows these stages; shapes in bracket
    of magnitude at most ``ValueSpec.bound``.
 2. ``pairs`` [one row per (unit, partition)]: the unit's rows there are capped at
    r = max_rows_per_partition:
-   - ``sample``: r rows chosen uniformly at random (a keyed hash of the unit, the partition,
-     the row's content and its occurrence number among identical rows orders them);
+   - ``sample``: r rows chosen uniformly at random: each row gets a keyed random priority
+     (identical rows are counted once and their copies get the first order statistics of as
+     many i.i.d. priorities, so the choice is uniform over rows, not over contents);
    - ``rescale`` (default): all rows, weighted by min(1, r / n) -- the expected value of the
      random choice, with the same bound and no sampling noise.
 3. ``units`` [one row per unit]: the unit's partitions are capped at k = max_partitions:
