@@ -262,6 +262,8 @@ class DuckDBEngine:
                 for statement in statements:
                     used = params if "$dp_key" in statement else None
                     results.append(self._con.execute(statement, used).fetchall())
+                if query.histograms:
+                    results = _split_parts(query, results[0])
             except duckdb.Error:
                 # Never echo the engine's message: it could quote a value of the data.
                 raise InternalError("the engine failed while computing the aggregates; "
@@ -286,6 +288,21 @@ def _keys_arrow(values: tuple[tuple[Any, ...], ...], width: int) -> Any:
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         raise UserError("keys must have one type per group key column (mixed types in a "
                         "column of keys)") from None
+
+
+def _split_parts(query: BoundedQuery, rows: list[tuple[Any, ...]]
+                 ) -> list[list[tuple[Any, ...]]]:
+    """One tagged result (keys, __part, sums..., __bin, __count) -> [sums rows, histogram
+    rows...], each shaped as its own statement would return it."""
+    width = 1 if query.keys is not None else len(query.group_keys)
+    parts: list[list[tuple[Any, ...]]] = [[] for _ in range(1 + len(query.histograms))]
+    for row in rows:
+        part = int(row[width])
+        if part == 0:
+            parts[0].append(row[:width] + row[width + 1:-2])
+        else:
+            parts[part].append(row[:width] + row[-2:])
+    return parts
 
 
 def _collect(query: BoundedQuery, results: list[list[tuple[Any, ...]]],
@@ -622,24 +639,36 @@ class _Compiler:
             sums.append("count(*) AS __pairs")  # a SELECT list is never empty
         group = f"\nGROUP BY {self.keys_list()}" if self.k else ""
         head = ", ".join([*self.k, *sums])
-        main = (f"{prefix}-- one row per partition: exact integer sums of bounded contributions"
-                f"\nSELECT {head}\nFROM bounded{group}")
-        if keyed:
-            main = self._indexed(main, [f"__m{j}" for j in range(len(q.measures))] +
-                                 (["__units"] if q.selection_units else []))
-        out = [main]
+        names = [sum_.rsplit(" AS ", 1)[1] for sum_ in sums]
+        if not q.histograms:
+            main = (f"{prefix}-- one row per partition: exact integer sums of bounded "
+                    f"contributions\nSELECT {head}\nFROM bounded{group}")
+            return [self._indexed(main, names) if keyed else main]
+        # Histograms share the bounded rows with the sums: one statement, so the bounding
+        # pipeline runs once (``bounded`` is materialised once for both branches). Each row
+        # is tagged with __part: 0 for the sums, 1 + i for histogram i.
         keys = "".join(k + ", " for k in self.k)
+        branches = [f"-- one row per partition: exact integer sums of bounded contributions\n"
+                    f"SELECT 0 AS __part, {head}, CAST(NULL AS BIGINT) AS __bin, "
+                    f"CAST(NULL AS BIGINT) AS __count\nFROM bounded{group}"]
+        nulls = "".join(f"NULL AS {name}, " for name in names)
         for i in range(len(q.histograms)):
             if q.unit is None:
                 source = (f"SELECT {keys}__b{i} AS __bin FROM {self.source} "
                           f"WHERE __b{i} IS NOT NULL")
             else:
                 source = f"SELECT {keys}unnest(__h{i}) AS __bin FROM bounded"
-            statement = (f"{prefix}-- one row per (partition, bin): bounded row counts\n"
-                         f"SELECT {keys}__bin, count(*) AS __count\nFROM ({source})\n"
-                         f"GROUP BY {keys}__bin")
-            out.append(self._indexed(statement, ["__bin", "__count"]) if keyed else statement)
-        return out
+            branches.append(f"-- one row per (partition, bin) of histogram {i}: bounded row "
+                            f"counts\nSELECT {i + 1} AS __part, {keys}{nulls}__bin, "
+                            f"count(*) AS __count\nFROM ({source})\nGROUP BY {keys}__bin")
+        union = prefix + "\nUNION ALL\n".join(f"({branch})" for branch in branches)
+        if keyed:
+            union = self._indexed(union, ["__part", *names, "__bin", "__count"])
+        else:
+            # the key columns first, as in the statement without histograms
+            columns = ", ".join([*self.k, "__part", *names, "__bin", "__count"])
+            union = f"SELECT {columns} FROM (\n{union}\n)"
+        return [union]
 
     def _indexed(self, statement: str, columns: list[str]) -> str:
         """Replace the key columns of a result by the public key's index."""
