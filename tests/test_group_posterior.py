@@ -102,7 +102,7 @@ def test_pure_posterior_matches_the_closed_forms(eps: float, prior: float) -> No
     b = posterior_bounds(dp.PureDP(eps), prior)
     e = math.exp(eps)
     upper = e * prior / (1 + (e - 1) * prior)  # Lalanne, eq. (5)
-    lower = prior / (e + (1 - e) * prior)
+    lower = prior / (e * (1 - prior) + prior)  # = prior / (e + (1 - e) prior), no cancellation
     assert b.posterior_min <= lower + 1e-15 and b.posterior_max >= upper - 1e-15
     assert b.posterior_max == pytest.approx(upper, abs=1e-12)
     assert b.posterior_min == pytest.approx(lower, abs=1e-12)

@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, special, stats
 
+from dpcurator.accounting import _pld_core as core
+from dpcurator.accounting import _pld_sources as srcs
 from dpcurator.accounting import events as ev
-from dpcurator.accounting._pld_profiles import GaussianNoise, MixtureProfile
+from dpcurator.accounting._pld_profiles import Direction, GaussianNoise, MixtureProfile
 from dpcurator.accounting.guarantees import ApproxDP, Neighbouring
 from dpcurator.accounting.pld import (
     PLD,
@@ -469,6 +471,97 @@ def test_pld_epsilon_for_dp_sgd() -> None:
     # one fixed fine grid is an upper bound as well; the tolerance keeps them close
     fixed = pld_from_event(event, value_discretization_interval=2e-4).epsilon(1e-5)
     assert eps <= fixed * 1.002
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@pytest.mark.parametrize(("q", "sigma"), [(0.01, 2.0), (0.2, 0.8), (0.001, 0.6)])
+def test_one_tail_table_gives_both_orders_and_the_coarse_grid(q: float, sigma: float) -> None:
+    # The add table is the remove table mirrored, and the grid 2h every other threshold of h:
+    # the PMFs must be those of discretizing each profile on its own grid, to the last bit.
+    source = srcs.MixtureSource(GaussianNoise(sigma), q)
+    h, tail = 3e-4, 1e-13
+    directions: tuple[Direction, ...] = ("remove", "add")
+    for interval in (h, 2.0 * h):
+        for direction in directions:
+            built = source.build(interval, tail, direction)[0]
+            profile = MixtureProfile(GaussianNoise(sigma), q, direction)
+            direct = srcs.discretize_profile(profile, interval, tail)
+            assert built.offset == direct.offset
+            np.testing.assert_array_equal(built.probs, direct.probs)
+            assert built.infinity_mass == direct.infinity_mass
+
+
+def test_tail_cuts_agree_with_cumulative_sums() -> None:
+    rng = np.random.default_rng(7)
+    for size in (1, 5, 511, 512, 513, 3000):
+        probs = rng.exponential(size=size) ** 6
+        probs /= probs.sum()
+        reference = np.cumsum(probs)
+        for limit in (0.0, 1e-12, 1e-3, 0.3, 1.0 + 1e-9):
+            k, mass = core._prefix_within(probs, limit)
+            assert k == int(np.searchsorted(reference, limit, side="right"))
+            assert mass == pytest.approx(reference[k - 1] if k else 0.0, rel=1e-12, abs=0.0)
+        raw = core.RawPmf(-17, probs, 1e-6)
+        cut = core.truncate_tails(raw, 1e-4)
+        assert cut.probs.sum() + cut.infinity_mass == pytest.approx(1.0 + 1e-6, rel=1e-12)
+        assert cut.infinity_mass - 1e-6 <= 1e-4
+        # mass only moves up: the cumulative distribution is nowhere above the original one
+        grid = np.arange(-17, -17 + size)
+        kept = np.interp(
+            grid,
+            np.arange(cut.offset, cut.offset + cut.probs.size),
+            np.cumsum(cut.probs),
+            left=0.0,
+            right=float(cut.probs.sum()),
+        )
+        assert np.all(kept <= reference * (1 + 1e-12))
+
+
+def test_first_loss_above_matches_a_search() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        offset, n = int(rng.integers(-(10**6), 10**6)), int(rng.integers(1, 5000))
+        h = float(10 ** rng.uniform(-6, 0))
+        losses = (offset + np.arange(n, dtype=np.float64)) * h
+        picks = losses[rng.integers(0, n, 20)]
+        eps = np.concatenate(
+            [
+                picks,
+                np.nextafter(picks, np.inf),
+                np.nextafter(picks, -np.inf),
+                rng.uniform(losses[0] - 3 * h, losses[-1] + 3 * h, 20),
+                [np.inf, -np.inf],
+            ]
+        )
+        expected = np.searchsorted(losses, eps, side="right")
+        np.testing.assert_array_equal(core._first_above(offset, n, h, eps), expected)
+        for one, want in zip(eps, expected, strict=True):  # the scalar path
+            assert core._first_above(offset, n, h, np.array([one]))[0] == want
+
+
+def test_batched_self_composition_is_pessimistic_and_matches_one_at_a_time() -> None:
+    # Two orders of different widths share one FFT length: both stay upper bounds of the exact
+    # composition (computed by repeated convolution) and agree with separate transforms.
+    h, count = 0.05, 40
+    raws = [
+        core.RawPmf(-3, np.array([0.2, 0.5, 0.2, 0.1 - 1e-5, 0.0, 0.0, 1e-5]), 0.0),
+        core.RawPmf(-1, np.array([0.7, 0.3]), 0.0),
+    ]
+    batched = core.self_convolve_all(raws, count, 1e-12)
+    eps = np.linspace(0.0, 6.0, 61)
+    for raw, together in zip(raws, batched, strict=True):
+        alone = core.self_convolve(raw, count, 1e-12)
+        exact = np.array([1.0])
+        for _ in range(count):
+            exact = np.convolve(exact, raw.probs)
+        exact_pmf = PrivacyLossPmf(h, raw.offset * count, exact)
+        for result in (together, alone):
+            pmf = PrivacyLossPmf(h, result.offset, result.probs, result.infinity_mass)
+            reported, truth = pmf.delta(eps), exact_pmf.delta(eps)
+            assert np.all(reported >= truth * (1 - 1e-9) - 1e-15)
+            np.testing.assert_allclose(reported, truth, rtol=1e-6, atol=1e-11)
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -293,7 +293,7 @@ class PrivacyLossPmf:
         """E[L] over the finite part (+inf if there is infinite mass)."""
         if self._infinity_mass > 0:
             return math.inf
-        return float(np.dot(self._probs, self.losses))
+        return core.dot(self._probs, self.losses)
 
     # ---- operations
 
@@ -470,13 +470,27 @@ class PLD:
     def self_compose(
         self, count: int, *, tail_mass_truncation: float = DEFAULT_TAIL_MASS_TRUNCATION
     ) -> PLD:
-        """The PLD of ``count`` runs (FFT power; see ``PrivacyLossPmf.self_compose``)."""
+        """The PLD of ``count`` runs (FFT power; see ``PrivacyLossPmf.self_compose``).
+
+        Both orders on one grid are powered in one batched FFT (``core.self_convolve_all``).
+        """
         count = _check_count(count)
-        remove = self._remove.self_compose(count, tail_mass_truncation=tail_mass_truncation)
-        if self.is_symmetric:
-            return PLD(remove, neighbouring=self._neighbouring)
-        add = self._add.self_compose(count, tail_mass_truncation=tail_mass_truncation)
-        return PLD(remove, add, neighbouring=self._neighbouring)
+        if self.is_symmetric or self._remove.interval != self._add.interval:
+            remove = self._remove.self_compose(count, tail_mass_truncation=tail_mass_truncation)
+            if self.is_symmetric:
+                return PLD(remove, neighbouring=self._neighbouring)
+            add = self._add.self_compose(count, tail_mass_truncation=tail_mass_truncation)
+            return PLD(remove, add, neighbouring=self._neighbouring)
+        tail = _check_tail(tail_mass_truncation)
+        raw_remove, raw_add = core.self_convolve_all(
+            [self._remove._raw(), self._add._raw()], count, tail
+        )
+        h = self._remove.interval
+        return PLD(
+            PrivacyLossPmf._from_raw(raw_remove, h),
+            PrivacyLossPmf._from_raw(raw_add, h),
+            neighbouring=self._neighbouring,
+        )
 
     def poisson_subsampled(
         self, sampling_rate: float, *, value_discretization_interval: float | None = None
@@ -889,21 +903,23 @@ def _(
 ) -> _Analysis:
     q = float(event.sampling_rate)
     inner = event.event
+    source: srcs.Source
+    if isinstance(inner, GaussianEvent | LaplaceEvent):
+        # the exact mixture; the unsampled noise needs no analysis (nor its grid scale) of its own
+        noise = _leaf_source(inner)
+        assert isinstance(noise, srcs.MixtureSource)
+        source = srcs.MixtureSource(noise.noise, q)
+        cache[event] = source
+        sc = source.scale(DEFAULT_TAIL_MASS_TRUNCATION)
+        return Neighbouring.ADD_REMOVE, [
+            srcs.Scale(sc.sd, sc.width, None, multiplicity, sc.anchor, source)
+        ]
     rel, scales = _analyse(inner, 1, cache)
     if rel is Neighbouring.REPLACE:
         raise UnsupportedEventError(
             "Poisson sampling is accounted under add/remove neighbouring, but the sampled event "
             "is stated under replace-one"
         )
-    if isinstance(inner, GaussianEvent | LaplaceEvent):
-        noise = cache[inner]
-        assert isinstance(noise, srcs.MixtureSource)
-        source: srcs.Source = srcs.MixtureSource(noise.noise, q)
-        cache[event] = source
-        sc = source.scale(DEFAULT_TAIL_MASS_TRUNCATION)
-        return Neighbouring.ADD_REMOVE, [
-            srcs.Scale(sc.sd, sc.width, None, multiplicity, sc.anchor, source)
-        ]
     base = cache.get(inner)
     if isinstance(base, srcs.AtomSource) and base.symmetric:
         source = srcs.AtomSource(
@@ -1109,7 +1125,7 @@ def pld_epsilon(
     if exact or not math.isfinite(fine):
         return fine
     best = fine
-    predicted = srcs.predicted_error(scales, h, tail, eps_by_direction)
+    predicted = srcs.predicted_error(scales, h, tail, eps_by_direction, rel * max(best, 1e-9))
     if predicted is not None:
         for _ in range(4):
             if predicted <= rel * max(best, 1e-9):
@@ -1121,7 +1137,9 @@ def pld_epsilon(
                 return best
             eps_by_direction = {"remove": pld.remove.epsilon(delta), "add": pld.add.epsilon(delta)}
             best = min(best, max(eps_by_direction.values()))
-            predicted = srcs.predicted_error(scales, h, tail, eps_by_direction)
+            predicted = srcs.predicted_error(
+                scales, h, tail, eps_by_direction, rel * max(best, 1e-9)
+            )
             assert predicted is not None
         return best
     # Richardson check on the order that decides epsilon (the other one only bounds less)
