@@ -36,6 +36,7 @@ import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import log_ndtr
 
+from dpcurator import _validation as check
 from dpcurator.accounting.guarantees import GDP, RDP, ZCDP, ApproxDP, PureDP
 
 __all__ = [
@@ -74,36 +75,6 @@ def _down(x: float, rel: float = _REL_SLACK) -> float:
     if not math.isfinite(x):
         return x
     return math.nextafter(x - abs(x) * rel, -math.inf)
-
-
-def _check_epsilon(epsilon: float, *, allow_zero: bool = True) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float):
-        raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
-    e = float(epsilon)
-    if math.isnan(e) or math.isinf(e) or e < 0 or (e == 0 and not allow_zero):
-        expected = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"epsilon must be a finite number {expected}, got {epsilon!r}")
-    return e
-
-
-def _check_delta(delta: float, *, allow_zero: bool = False) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, int | float):
-        raise TypeError(f"delta must be a real number, got {type(delta).__name__}")
-    d = float(delta)
-    low_ok = d >= 0 if allow_zero else d > 0
-    if math.isnan(d) or not (low_ok and d < 1):
-        interval = "[0, 1)" if allow_zero else "(0, 1)"
-        raise ValueError(f"delta must lie in {interval}, got {delta!r}")
-    return d
-
-
-def _check_positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return v
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,8 +176,8 @@ def zcdp_to_epsilon(rho: float, delta: float) -> float:
     (alpha - 1): the curve alpha -> alpha rho through ``rdp_to_epsilon`` (Balle et al. 2020,
     Theorem 21; Canonne, Kamath and Steinke 2020, Proposition 12).
     """
-    rho = _check_positive("rho", rho)
-    delta = _check_delta(delta)
+    rho = check.positive("rho", rho)
+    delta = check.unit_interval("delta", delta)
     log_delta = math.log(delta)
 
     def eps_at(log_am1: float) -> float:
@@ -258,7 +229,7 @@ def rdp_epsilon_and_order(
     (r + log(1/delta)/(alpha - 1)) at every order. Returns (epsilon, the order that gave it);
     epsilon is clipped at 0 (a negative value means (0, delta)-DP holds).
     """
-    delta = _check_delta(delta)
+    delta = check.unit_interval("delta", delta)
     a = np.asarray(orders, dtype=np.float64)
     r = np.asarray(epsilons, dtype=np.float64)
     if a.shape != r.shape or a.size == 0:
@@ -316,7 +287,7 @@ def rdp_to_delta(guarantee: RDP, epsilon: float) -> float:
 
     See ``rdp_log_delta`` for the bounds used (Balle et al. 2020, Theorem 21; Bretagnolle-Huber).
     """
-    epsilon = _check_epsilon(epsilon)
+    epsilon = check.nonnegative("epsilon", epsilon)
     return min(1.0, _up(math.exp(rdp_log_delta(guarantee.orders, guarantee.epsilons, epsilon))))
 
 
@@ -343,8 +314,8 @@ def gdp_to_delta(mu: float, epsilon: float) -> float:
     Gaussian mechanism with noise multiplier sigma, mu = 1/sigma, and this is the analytic
     Gaussian mechanism's privacy curve (Balle and Wang 2018, Theorem 8).
     """
-    mu = _check_positive("mu", mu)
-    epsilon = _check_epsilon(epsilon)
+    mu = check.positive("mu", mu)
+    epsilon = check.nonnegative("epsilon", epsilon)
     return min(1.0, _up(math.exp(_gdp_log_delta(mu, epsilon))))
 
 
@@ -354,8 +325,8 @@ def gdp_to_epsilon(mu: float, delta: float) -> float:
     Solves gdp_to_delta(mu, eps) = delta by bracketing root finding (delta is decreasing in eps)
     and then steps up until the exact formula is at most delta.
     """
-    mu = _check_positive("mu", mu)
-    delta = _check_delta(delta)
+    mu = check.positive("mu", mu)
+    delta = check.unit_interval("delta", delta)
     target = math.log(delta)
     if _gdp_log_delta(mu, 0.0) <= target:
         return 0.0
@@ -376,8 +347,8 @@ def gdp_mu_for(epsilon: float, delta: float) -> float:
     (Dong, Roth and Su 2022, Corollary 2.13). The converse does not hold: (epsilon, delta)-DP
     does not imply any GDP guarantee.
     """
-    epsilon = _check_epsilon(epsilon)
-    delta = _check_delta(delta)
+    epsilon = check.nonnegative("epsilon", epsilon)
+    delta = check.unit_interval("delta", delta)
     target = math.log(delta)
     lo, hi = 1e-12, 1.0
     while _gdp_log_delta(hi, epsilon) < target:

@@ -9,9 +9,9 @@ arithmetic. Every event is stated for the add/remove-one-unit relation unless it
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from dpcurator import _validation as check
 from dpcurator.accounting.guarantees import Neighbouring
 
 __all__ = [
@@ -31,13 +31,6 @@ __all__ = [
 ]
 
 
-def _positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-
-
 class DpEvent:
     """Base class of all events (frozen dataclasses below)."""
 
@@ -51,7 +44,7 @@ class GaussianEvent(DpEvent):
     noise_multiplier: float
 
     def __post_init__(self) -> None:
-        _positive("noise_multiplier", self.noise_multiplier)
+        check.positive("noise_multiplier", self.noise_multiplier)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +54,7 @@ class LaplaceEvent(DpEvent):
     noise_multiplier: float
 
     def __post_init__(self) -> None:
-        _positive("noise_multiplier", self.noise_multiplier)
+        check.positive("noise_multiplier", self.noise_multiplier)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +65,7 @@ class DiscreteLaplaceEvent(DpEvent):
     sensitivity: int = 1
 
     def __post_init__(self) -> None:
-        _positive("scale", self.scale)
+        check.positive("scale", self.scale)
         if not isinstance(self.sensitivity, int) or self.sensitivity < 1:
             raise ValueError(f"sensitivity must be a positive integer, got {self.sensitivity!r}")
 
@@ -85,7 +78,7 @@ class DiscreteGaussianEvent(DpEvent):
     sensitivity: int = 1
 
     def __post_init__(self) -> None:
-        _positive("sigma", self.sigma)
+        check.positive("sigma", self.sigma)
         if not isinstance(self.sensitivity, int) or self.sensitivity < 1:
             raise ValueError(f"sensitivity must be a positive integer, got {self.sensitivity!r}")
 
@@ -120,7 +113,7 @@ class PureDPEvent(DpEvent):
     epsilon: float
 
     def __post_init__(self) -> None:
-        _positive("epsilon", self.epsilon)
+        check.positive("epsilon", self.epsilon)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +124,8 @@ class ApproxDPEvent(DpEvent):
     delta: float
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
-            raise ValueError(f"epsilon must be a finite number >= 0, got {self.epsilon!r}")
-        if not 0 <= self.delta < 1:
-            raise ValueError(f"delta must lie in [0, 1), got {self.delta!r}")
+        check.nonnegative("epsilon", self.epsilon)
+        check.unit_interval("delta", self.delta, include_zero=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +135,7 @@ class ZCDPEvent(DpEvent):
     rho: float
 
     def __post_init__(self) -> None:
-        _positive("rho", self.rho)
+        check.positive("rho", self.rho)
 
 
 @dataclass(frozen=True, slots=True)

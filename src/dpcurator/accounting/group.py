@@ -26,6 +26,7 @@ import functools
 import math
 from typing import TypeVar
 
+from dpcurator import _validation as check
 from dpcurator.accounting.events import (
     ComposedEvent,
     DiscreteGaussianEvent,
@@ -42,14 +43,6 @@ from dpcurator.accounting.guarantees import GDP, RDP, ZCDP, ApproxDP, PureDP
 __all__ = ["group_event", "group_privacy"]
 
 _G = TypeVar("_G", PureDP, ApproxDP, ZCDP, GDP, RDP)
-
-
-def _check_k(k: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"k must be an integer, got {type(k).__name__}")
-    if k < 1:
-        raise ValueError(f"k (the group size) must be an integer >= 1, got {k!r}")
-    return k
 
 
 def _up(x: float) -> float:
@@ -91,7 +84,7 @@ def _rdp_group(g: RDP, k: int) -> RDP:
 def group_privacy(guarantee: _G, k: int) -> _G:
     """The guarantee for groups of ``k`` privacy units implied by ``guarantee`` (see module
     docstring for the rule and source per type). k = 1 returns an equal guarantee."""
-    k = _check_k(k)
+    k = check.integer("k (the group size)", k, minimum=1)
     if not isinstance(guarantee, PureDP | ApproxDP | ZCDP | GDP | RDP):
         raise TypeError(
             f"guarantee must be PureDP, ApproxDP, ZCDP, GDP or RDP, got {type(guarantee).__name__}"
@@ -168,7 +161,7 @@ def group_event(event: DpEvent, k: int) -> DpEvent:
     sampling a group is not a single unit with a larger sensitivity (its members are sampled
     separately), so no exact rescaling exists.
     """
-    k = _check_k(k)
+    k = check.integer("k (the group size)", k, minimum=1)
     if not isinstance(event, DpEvent):
         raise TypeError(f"event must be a DpEvent, got {type(event).__name__}")
     return event if k == 1 else _rescale(event, k)

@@ -22,6 +22,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from dpcurator import _validation as check
+
 __all__ = ["ZCDP", "ApproxDP", "Guarantee", "Neighbouring", "PureDP"]
 
 
@@ -35,25 +37,7 @@ class Neighbouring(enum.Enum):
         return self.value
 
 
-def _check_positive_finite(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if math.isnan(value) or math.isinf(value) or value <= 0.0:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return value
-
-
-def _check_delta(value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"delta must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if math.isnan(value) or not 0.0 <= value < 1.0:
-        raise ValueError(f"delta must lie in [0, 1), got {value!r}")
-    return value
-
-
-def _check_neighbouring(value: Neighbouring) -> Neighbouring:
+def check_neighbouring(value: Neighbouring) -> Neighbouring:
     if not isinstance(value, Neighbouring):
         raise TypeError(
             f"neighbouring must be a dpcurator.Neighbouring (ADD_REMOVE or REPLACE), got {value!r}"
@@ -74,8 +58,8 @@ class PureDP:
     neighbouring: Neighbouring = Neighbouring.ADD_REMOVE
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _check_positive_finite("epsilon", self.epsilon))
-        _check_neighbouring(self.neighbouring)
+        object.__setattr__(self, "epsilon", check.positive("epsilon", self.epsilon))
+        check_neighbouring(self.neighbouring)
 
     @property
     def delta(self) -> float:
@@ -100,17 +84,13 @@ class ApproxDP:
     neighbouring: Neighbouring = Neighbouring.ADD_REMOVE
 
     def __post_init__(self) -> None:
-        eps = self.epsilon
-        if isinstance(eps, bool) or not isinstance(eps, int | float):
-            raise TypeError(f"epsilon must be a real number, got {type(eps).__name__}")
-        eps = float(eps)
-        if math.isnan(eps) or math.isinf(eps) or eps < 0.0:
-            raise ValueError(f"epsilon must be a finite number >= 0, got {eps!r}")
+        eps = check.nonnegative("epsilon", self.epsilon)
         object.__setattr__(self, "epsilon", eps)
-        object.__setattr__(self, "delta", _check_delta(self.delta))
+        delta = check.unit_interval("delta", self.delta, include_zero=True)
+        object.__setattr__(self, "delta", delta)
         if eps == 0.0 and self.delta == 0.0:
             raise ValueError("epsilon and delta cannot both be 0: that mechanism releases nothing")
-        _check_neighbouring(self.neighbouring)
+        check_neighbouring(self.neighbouring)
 
     def __str__(self) -> str:
         return f"({self.epsilon:g}, {self.delta:g})-DP ({self.neighbouring})"
@@ -130,8 +110,8 @@ class ZCDP:
     neighbouring: Neighbouring = Neighbouring.ADD_REMOVE
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rho", _check_positive_finite("rho", self.rho))
-        _check_neighbouring(self.neighbouring)
+        object.__setattr__(self, "rho", check.positive("rho", self.rho))
+        check_neighbouring(self.neighbouring)
 
     def __str__(self) -> str:
         return f"{self.rho:g}-zCDP ({self.neighbouring})"
@@ -164,7 +144,7 @@ class RDP:
             raise ValueError("every epsilon(alpha) must be >= 0 (inf allowed)")
         object.__setattr__(self, "orders", orders)
         object.__setattr__(self, "epsilons", epsilons)
-        _check_neighbouring(self.neighbouring)
+        check_neighbouring(self.neighbouring)
 
     def __str__(self) -> str:
         return f"RDP over {len(self.orders)} orders ({self.neighbouring})"
@@ -185,8 +165,8 @@ class GDP:
     neighbouring: Neighbouring = Neighbouring.ADD_REMOVE
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mu", _check_positive_finite("mu", self.mu))
-        _check_neighbouring(self.neighbouring)
+        object.__setattr__(self, "mu", check.positive("mu", self.mu))
+        check_neighbouring(self.neighbouring)
 
     def __str__(self) -> str:
         return f"{self.mu:g}-GDP ({self.neighbouring})"

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator import _validation as check
 from dpcurator.accounting import _pld_core as core
 from dpcurator.accounting import _pld_profiles as prof
 from dpcurator.accounting import _pld_sources as srcs
@@ -74,53 +75,15 @@ DEFAULT_TAIL_MASS_TRUNCATION = 1e-15
 # --------------------------------------------------------------------------- validation
 
 
-def _check_real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    out = float(value)
-    if math.isnan(out):
-        raise ValueError(f"{name} must not be NaN")
-    return out
-
-
-def _check_positive(name: str, value: object) -> float:
-    out = _check_real(name, value)
-    if not (math.isfinite(out) and out > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {out!r}")
-    return out
-
-
-def _check_rate(name: str, value: object) -> float:
-    out = _check_real(name, value)
-    if not 0.0 < out <= 1.0:
-        raise ValueError(f"{name} must lie in (0, 1], got {out!r}")
-    return out
-
-
-def _check_delta(value: object) -> float:
-    out = _check_real("delta", value)
-    if not 0.0 <= out < 1.0:
-        raise ValueError(f"delta must lie in [0, 1), got {out!r}")
-    return out
-
-
-def _check_count(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"count must be an integer, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"count must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
 def _check_tail(value: object) -> float:
-    out = _check_real("tail_mass_truncation", value)
+    out = check.real("tail_mass_truncation", value)
     if not 0.0 <= out < 0.01:
         raise ValueError(f"tail_mass_truncation must lie in [0, 0.01), got {out!r}")
     return out
 
 
 def _check_interval(value: object) -> float:
-    return _check_positive("value_discretization_interval", value)
+    return check.positive("value_discretization_interval", value)
 
 
 def _check_sensitivity_int(value: object) -> int:
@@ -160,7 +123,7 @@ class PrivacyLossPmf:
         probs: npt.ArrayLike,
         infinity_mass: float = 0.0,
     ) -> None:
-        self._interval = _check_positive("interval", interval)
+        self._interval = check.positive("interval", interval)
         if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
             raise TypeError(f"offset must be an integer, got {type(offset).__name__}")
         self._offset = int(offset)
@@ -169,7 +132,7 @@ class PrivacyLossPmf:
             arr = np.zeros(1)
         if not np.all(np.isfinite(arr)) or np.any(arr < 0):
             raise ValueError("probs must be finite and non-negative")
-        inf_mass = _check_real("infinity_mass", infinity_mass)
+        inf_mass = check.real("infinity_mass", infinity_mass)
         if not 0.0 <= inf_mass <= 1.0 + 1e-9:
             raise ValueError(f"infinity_mass must lie in [0, 1], got {inf_mass!r}")
         total = float(arr.sum()) + inf_mass
@@ -268,7 +231,7 @@ class PrivacyLossPmf:
         solved exactly on the right piece; the result is then rounded up until delta(eps),
         computed as ``delta`` does, confirms it.
         """
-        delta = _check_delta(delta)
+        delta = check.unit_interval("delta", delta, include_zero=True)
         if self._infinity_mass > delta:
             return math.inf
         target = (delta - self._infinity_mass) / (1.0 + core.FLOAT_GUARD)
@@ -346,7 +309,7 @@ class PrivacyLossPmf:
         mass. The infinity mass also gets 1 - (1 - infinity_mass)^count (some run was
         infinite). The window is chosen so that both tails are below ``tail_mass_truncation``.
         """
-        count = _check_count(count)
+        count = check.integer("count", count, minimum=1)
         tail = _check_tail(tail_mass_truncation)
         raw = core.self_convolve(self._raw(), count, tail)
         return PrivacyLossPmf._from_raw(raw, self._interval)
@@ -436,7 +399,7 @@ class PLD:
 
     def to_approx_dp(self, delta: float) -> ApproxDP:
         """The (epsilon, delta)-DP guarantee at this delta, under this PLD's relation."""
-        delta = _check_delta(delta)
+        delta = check.unit_interval("delta", delta, include_zero=True)
         eps = self.epsilon(delta)
         if not math.isfinite(eps):
             raise ValueError(
@@ -474,7 +437,7 @@ class PLD:
 
         Both orders on one grid are powered in one batched FFT (``core.self_convolve_all``).
         """
-        count = _check_count(count)
+        count = check.integer("count", count, minimum=1)
         if self.is_symmetric or self._remove.interval != self._add.interval:
             remove = self._remove.self_compose(count, tail_mass_truncation=tail_mass_truncation)
             if self.is_symmetric:
@@ -503,7 +466,7 @@ class PLD:
         Gaussian and Laplace noise ``PLD.from_gaussian`` / ``from_laplace`` with
         ``sampling_rate`` are more accurate (they discretize the subsampled pair directly).
         """
-        q = _check_rate("sampling_rate", sampling_rate)
+        q = check.unit_interval("sampling_rate", sampling_rate, include_one=True)
         if self._neighbouring is not Neighbouring.ADD_REMOVE:
             raise ValueError(
                 "Poisson subsampling amplifies under add/remove neighbouring; this PLD is "
@@ -539,9 +502,9 @@ class PLD:
         add (Zhu, Dong and Wang 2022, Theorem 8; Mironov, Talwar and Zhang 2019). Discretized
         by connect the dots (Doroshenko et al. 2022).
         """
-        sigma = _check_positive("standard_deviation", standard_deviation)
-        s = _check_positive("sensitivity", sensitivity)
-        q = _check_rate("sampling_rate", sampling_rate)
+        sigma = check.positive("standard_deviation", standard_deviation)
+        s = check.positive("sensitivity", sensitivity)
+        q = check.unit_interval("sampling_rate", sampling_rate, include_one=True)
         _check_poisson_relation(q, neighbouring)
         source = srcs.MixtureSource(prof.GaussianNoise(sigma / s), q)
         return _build_source(
@@ -564,9 +527,9 @@ class PLD:
         The loss is s / b w.p. 1/2, -s / b w.p. e^(-s/b) / 2 and continuous in between (Koskela
         et al. 2020); with Poisson ``sampling_rate`` the mixture pairs as for the Gaussian.
         """
-        b = _check_positive("scale", scale)
-        s = _check_positive("sensitivity", sensitivity)
-        q = _check_rate("sampling_rate", sampling_rate)
+        b = check.positive("scale", scale)
+        s = check.positive("sensitivity", sensitivity)
+        q = check.unit_interval("sampling_rate", sampling_rate, include_one=True)
         _check_poisson_relation(q, neighbouring)
         source = srcs.MixtureSource(prof.LaplaceNoise(b / s), q)
         return _build_source(
@@ -599,8 +562,8 @@ class PLD:
         C_g(f) = min{f_g, f_g^-1}** of Dong, Roth and Su, "Gaussian differential privacy",
         JRSS-B 2022, Theorem 4.2; Zhu, Dong and Wang 2022, Section 5).
         """
-        sigma = _check_positive("standard_deviation", standard_deviation)
-        s = _check_positive("sensitivity", sensitivity)
+        sigma = check.positive("standard_deviation", standard_deviation)
+        s = check.positive("sensitivity", sensitivity)
         gamma = _sampling_fraction(sample_size, population_size)
         source = srcs.MixtureSource(prof.GaussianNoise(sigma / s), gamma, symmetrize=True)
         return _build_source(
@@ -621,7 +584,7 @@ class PLD:
         The loss takes the k + 1 values (k - 2z) / scale, z = 0..k (k the sensitivity); by
         default the grid interval is 1 / scale, on which they lie exactly.
         """
-        b = _check_positive("scale", scale)
+        b = check.positive("scale", scale)
         k = _check_sensitivity_int(sensitivity)
         return _build_source(
             srcs.AtomSource(prof.discrete_laplace_atoms(b, k)),
@@ -647,7 +610,7 @@ class PLD:
         moved up (see ``_pld_profiles.discrete_gaussian_atoms``). Supported while the sum has
         at most about four million terms (sigma / k up to about 2.5e5).
         """
-        sig = _check_positive("sigma", sigma)
+        sig = check.positive("sigma", sigma)
         k = _check_sensitivity_int(sensitivity)
         tail = _check_tail(tail_mass_truncation)
         atoms = prof.discrete_gaussian_atoms(sig, k, max(tail, 1e-300))
@@ -671,7 +634,7 @@ class PLD:
         """
         if isinstance(categories, bool) or not isinstance(categories, int) or categories < 2:
             raise ValueError(f"categories must be an integer >= 2, got {categories!r}")
-        p = _check_real("truth_probability", truth_probability)
+        p = check.real("truth_probability", truth_probability)
         if not 1.0 / categories < p < 1.0:
             raise ValueError(
                 f"truth_probability must lie in (1/k, 1) = ({1 / categories:g}, 1), got {p!r}"
@@ -690,7 +653,7 @@ class PLD:
         value_discretization_interval: float | None = None,
     ) -> PLD:
         """Any epsilon-DP mechanism: the tight PLD is randomized response (loss +-epsilon)."""
-        eps = _check_positive("epsilon", epsilon)
+        eps = check.positive("epsilon", epsilon)
         return _build_source(
             srcs.AtomSource(prof.approx_dp_atoms(eps, 0.0)),
             neighbouring,
@@ -712,10 +675,8 @@ class PLD:
         Loss +inf w.p. delta, +-epsilon w.p. (1 - delta) e^(+-eps) / (1 + e^eps) (Kairouz, Oh
         and Viswanath 2015; a dominating pair in the sense of Zhu, Dong and Wang 2022).
         """
-        eps = _check_real("epsilon", epsilon)
-        if not (math.isfinite(eps) and eps >= 0):
-            raise ValueError(f"epsilon must be a finite number >= 0, got {eps!r}")
-        d = _check_delta(delta)
+        eps = check.nonnegative("epsilon", epsilon)
+        d = check.unit_interval("delta", delta, include_zero=True)
         if eps == 0.0 and d == 0.0:
             raise ValueError("epsilon and delta cannot both be 0")
         return _build_source(
@@ -1101,8 +1062,8 @@ def pld_epsilon(
     ``tail_mass_truncation`` defaults to 1e-4 delta / (steps + 2) (at most 1e-9): all
     truncations together then add at most about 1e-4 delta to delta.
     """
-    delta = _check_delta(delta)
-    rel = _check_positive("relative_tolerance", relative_tolerance)
+    delta = check.unit_interval("delta", delta, include_zero=True)
+    rel = check.positive("relative_tolerance", relative_tolerance)
     relation, scales, cache = _prepare(event, neighbouring)
     steps = sum(s.multiplicity for s in scales)
     if tail_mass_truncation is None:

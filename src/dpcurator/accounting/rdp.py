@@ -64,7 +64,7 @@ from dpcurator.accounting.events import (
     SelfComposedEvent,
     ZCDPEvent,
 )
-from dpcurator.accounting.guarantees import RDP, ApproxDP, Neighbouring
+from dpcurator.accounting.guarantees import RDP, ApproxDP, Neighbouring, check_neighbouring
 from dpcurator.errors import UnsupportedEventError
 
 __all__ = [
@@ -539,14 +539,6 @@ def _check_orders(orders: Sequence[float] | None) -> tuple[float, ...]:
     return grid
 
 
-def _check_neighbouring(neighbouring: Neighbouring) -> Neighbouring:
-    if not isinstance(neighbouring, Neighbouring):
-        raise TypeError(
-            f"neighbouring must be a Neighbouring (ADD_REMOVE or REPLACE), got {neighbouring!r}"
-        )
-    return neighbouring
-
-
 def event_rdp(
     event: DpEvent,
     orders: Sequence[float] | None = None,
@@ -558,7 +550,7 @@ def event_rdp(
     """
     if not isinstance(event, DpEvent):
         raise TypeError(f"event must be a DpEvent, got {type(event).__name__}")
-    ctx = _Ctx(_check_orders(orders), _check_neighbouring(neighbouring))
+    ctx = _Ctx(_check_orders(orders), check_neighbouring(neighbouring))
     curve = _cached_curve(event, ctx)
     return RDP(ctx.orders, tuple(float(e) for e in curve.eps), ctx.neighbouring)
 
@@ -584,7 +576,7 @@ class RDPAccountant:
         orders: Sequence[float] | None = None,
         neighbouring: Neighbouring = Neighbouring.ADD_REMOVE,
     ) -> None:
-        self._ctx = _Ctx(_check_orders(orders), _check_neighbouring(neighbouring))
+        self._ctx = _Ctx(_check_orders(orders), check_neighbouring(neighbouring))
         self._eps = np.zeros(len(self._ctx.orders))
         self._pure = 0.0
 

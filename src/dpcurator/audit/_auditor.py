@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol, get_args
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator import _validation as check
 from dpcurator.audit._clopper_pearson import _lower_bounds, _upper_bounds
 from dpcurator.audit._events import (
     Choice,
@@ -137,8 +138,8 @@ def audit_epsilon(
             non-scalar draws come without ``statistic``, or float outputs contain NaN.
     """
     draws = _check_draw_count(n)
-    beta = _check_failure_probability(failure_probability)
-    claimed_delta = _check_delta(delta)
+    beta = check.unit_interval("failure_probability", failure_probability)
+    claimed_delta = check.unit_interval("delta", delta, include_zero=True)
     family = _check_family(events)
     batch = _check_batch_size(batch_size, draws)
     if not callable(sample_d1) or not callable(sample_d2):
@@ -241,24 +242,6 @@ def _check_draw_count(n: int) -> int:
     if n < 2:
         raise ValueError(f"n must be at least 2 (half select, half test), got {n}")
     return int(n)
-
-
-def _check_failure_probability(value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"failure_probability must be a real number, got {type(value).__name__}")
-    beta = float(value)
-    if math.isnan(beta) or not 0.0 < beta < 1.0:
-        raise ValueError(f"failure_probability must lie strictly between 0 and 1, got {beta!r}")
-    return beta
-
-
-def _check_delta(value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"delta must be a real number, got {type(value).__name__}")
-    delta = float(value)
-    if math.isnan(delta) or not 0.0 <= delta < 1.0:
-        raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
-    return delta
 
 
 def _check_family(value: str) -> str:

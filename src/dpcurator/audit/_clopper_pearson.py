@@ -17,12 +17,13 @@ quantile can never make a bound tighter than the exact one.
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 import numpy.typing as npt
 from scipy import stats
+
+from dpcurator import _validation as check
 
 __all__ = ["clopper_pearson"]
 
@@ -35,15 +36,6 @@ def _check_count(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
     return int(value)
-
-
-def _check_alpha(alpha: float) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
-        raise TypeError(f"alpha must be a real number, got {type(alpha).__name__}")
-    value = float(alpha)
-    if math.isnan(value) or not 0.0 < value < 1.0:
-        raise ValueError(f"alpha must lie strictly between 0 and 1, got {value!r}")
-    return value
 
 
 def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, float]:
@@ -66,7 +58,7 @@ def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, f
     """
     k = _check_count("successes", successes)
     n = _check_count("trials", trials)
-    a = _check_alpha(alpha)
+    a = check.unit_interval("alpha", alpha)
     if n < 1:
         raise ValueError(f"trials must be at least 1, got {n}")
     if not 0 <= k <= n:

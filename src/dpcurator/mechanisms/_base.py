@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator import _validation as check
 from dpcurator.accounting import ZCDP, ApproxDP, Guarantee, Neighbouring, PureDP
 from dpcurator.accounting.events import ApproxDPEvent, DpEvent, PureDPEvent, ZCDPEvent
 from dpcurator.noise import RandomSource, resolve_source
@@ -16,39 +16,21 @@ from dpcurator.noise import RandomSource, resolve_source
 ArrayLike = float | int | npt.ArrayLike
 
 
-def _as_float(name: str, value: Any, expected: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
-    number = float(value)
-    if math.isnan(number):
-        raise ValueError(f"{name} must be {expected}, got nan")
-    return number
-
-
 def check_positive(name: str, value: Any) -> float:
     """A finite number > 0, or a ValueError naming ``name``."""
-    expected = "a positive finite number"
-    number = _as_float(name, value, expected)
-    if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
-    return number
+    return check.positive(name, value, wrong_type=ValueError)
 
 
 def check_delta(value: Any) -> float:
     """A number in (0, 1), or a ValueError naming delta."""
-    number = _as_float("delta", value, "a number in (0, 1)")
-    if not 0 < number < 1:
-        raise ValueError(f"delta must be a number in (0, 1), got {value!r}")
-    return number
+    return check.unit_interval("delta", value, wrong_type=ValueError)
 
 
 def check_alpha(value: Any) -> float:
     """A confidence-interval miss probability in (0, 1): 0.05 for a 95% interval."""
-    expected = "a number in (0, 1) (0.05 for a 95% interval)"
-    number = _as_float("alpha", value, expected)
-    if not 0 < number < 1:
-        raise ValueError(f"alpha must be {expected}, got {value!r}")
-    return number
+    return check.unit_interval(
+        "alpha", value, hint=" (0.05 for a 95% interval)", wrong_type=ValueError
+    )
 
 
 def as_finite_array(name: str, x: ArrayLike, dtype: Any = np.float64) -> npt.NDArray[Any]:

@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Callable
 from fractions import Fraction
-from numbers import Integral, Real
 from typing import Any
 
 import mpmath
 import numpy as np
 from scipy import special
+
+from dpcurator import _validation as check
 
 __all__ = [
     "analytic_gaussian_sigma",
@@ -80,55 +80,6 @@ _EM_ORDER = 10
 # Every zero of He_10 lies below sqrt(4 * 10 + 2): the zeros of the physicists' H_n lie below
 # sqrt(2n + 1) (Szego, "Orthogonal Polynomials", Section 6.31) and He_n(x) = 2^(-n/2) H_n(x/sqrt 2).
 _EM_MONOTONE_FROM = math.sqrt(4 * _EM_ORDER + 2)
-
-
-# --------------------------------------------------------------------------------------------
-# Validation
-# --------------------------------------------------------------------------------------------
-
-
-def _real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    result = float(value)
-    if math.isnan(result):
-        raise ValueError(f"{name} must be a number, got NaN")
-    return result
-
-
-def _positive(name: str, value: object) -> float:
-    result = _real(name, value)
-    if not (0.0 < result < math.inf):
-        raise ValueError(f"{name} must be a positive finite number, got {result!r}")
-    return result
-
-
-def _nonnegative(name: str, value: object) -> float:
-    result = _real(name, value)
-    if not (0.0 <= result < math.inf):
-        raise ValueError(f"{name} must be a non-negative finite number, got {result!r}")
-    return result
-
-
-def _open_unit(name: str, value: object) -> float:
-    result = _real(name, value)
-    if not (0.0 < result < 1.0):
-        raise ValueError(f"{name} must lie strictly between 0 and 1, got {result!r}")
-    return result
-
-
-def _integer(name: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, got bool")
-    if isinstance(value, Integral):
-        result = operator.index(value)
-    elif isinstance(value, Real):
-        raise ValueError(f"{name} must be an integer (>= {minimum}), got {value!r}")
-    else:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    if result < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {result}")
-    return result
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,9 +158,9 @@ def gaussian_delta(epsilon: float, sigma: float, sensitivity: float) -> float:
         sigma: standard deviation of the noise, > 0.
         sensitivity: L2 sensitivity Delta > 0.
     """
-    eps = _nonnegative("epsilon", epsilon)
-    sig = _positive("sigma", sigma)
-    sens = _positive("sensitivity", sensitivity)
+    eps = check.nonnegative("epsilon", epsilon)
+    sig = check.positive("sigma", sigma)
+    sens = check.positive("sensitivity", sensitivity)
     return _gaussian_delta_rounded_up(eps, sig, sens)
 
 
@@ -231,9 +182,9 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
         delta: target delta, 0 < delta < 1.
         sensitivity: L2 sensitivity Delta > 0.
     """
-    eps = _nonnegative("epsilon", epsilon)
-    target = _open_unit("delta", delta)
-    sens = _positive("sensitivity", sensitivity)
+    eps = check.nonnegative("epsilon", epsilon)
+    target = check.unit_interval("delta", delta)
+    sens = check.positive("sensitivity", sensitivity)
 
     def private_enough(sigma: float) -> bool:
         return _gaussian_delta_rounded_up(eps, sigma, sens) <= target
@@ -261,9 +212,9 @@ def gaussian_epsilon(delta: float, sigma: float, sensitivity: float) -> float:
         sigma: standard deviation of the noise, > 0.
         sensitivity: L2 sensitivity Delta > 0.
     """
-    target = _open_unit("delta", delta)
-    sig = _positive("sigma", sigma)
-    sens = _positive("sensitivity", sensitivity)
+    target = check.unit_interval("delta", delta)
+    sig = check.positive("sigma", sigma)
+    sens = check.positive("sensitivity", sensitivity)
 
     def private_enough(eps: float) -> bool:
         return _gaussian_delta_rounded_up(eps, sig, sens) <= target
@@ -300,9 +251,9 @@ def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> 
         delta: 0 < delta < 1.
         sensitivity: L2 sensitivity Delta > 0.
     """
-    eps = _open_unit("epsilon", epsilon)
-    target = _open_unit("delta", delta)
-    sens = _positive("sensitivity", sensitivity)
+    eps = check.unit_interval("epsilon", epsilon)
+    target = check.unit_interval("delta", delta)
+    sens = check.positive("sensitivity", sensitivity)
     return sens * math.sqrt(2.0 * math.log(1.25 / target)) / eps
 
 
@@ -317,8 +268,8 @@ def gaussian_interval(alpha: float, sigma: float) -> float:
         alpha: 0 < alpha < 1.
         sigma: standard deviation, > 0.
     """
-    a = _open_unit("alpha", alpha)
-    sig = _positive("sigma", sigma)
+    a = check.unit_interval("alpha", alpha)
+    sig = check.positive("sigma", sigma)
     return -sig * float(special.ndtri(0.5 * a))
 
 
@@ -332,8 +283,8 @@ def laplace_interval(alpha: float, scale: float) -> float:
         alpha: 0 < alpha < 1.
         scale: Laplace scale b > 0.
     """
-    a = _open_unit("alpha", alpha)
-    b = _positive("scale", scale)
+    a = check.unit_interval("alpha", alpha)
+    b = check.positive("scale", scale)
     return -b * math.log(a)
 
 
@@ -571,9 +522,9 @@ def discrete_gaussian_delta_upper(epsilon: float, sigma: float, sensitivity: int
             sigma^2, see ``discrete_gaussian_variance``).
         sensitivity: integer sensitivity Delta >= 1.
     """
-    eps = _nonnegative("epsilon", epsilon)
-    sig = _positive("sigma", sigma)
-    sens = _integer("sensitivity", sensitivity, minimum=1)
+    eps = check.nonnegative("epsilon", epsilon)
+    sig = check.positive("sigma", sigma)
+    sens = check.integer("sensitivity", sensitivity, minimum=1, fractional=ValueError)
     lattice = _LatticeGaussian(sig)
     return min(1.0, _round_up(lattice.ctx, lattice.delta_hi(eps, sens)))
 
@@ -598,14 +549,14 @@ def discrete_gaussian_delta_exact(epsilon: float, sigma: float, sensitivity: int
         sigma: scale, 0 < sigma <= 1000.
         sensitivity: integer sensitivity Delta >= 1.
     """
-    eps = _nonnegative("epsilon", epsilon)
-    sig = _positive("sigma", sigma)
+    eps = check.nonnegative("epsilon", epsilon)
+    sig = check.positive("sigma", sigma)
     if sig > _EXACT_MAX_SIGMA:
         raise ValueError(
             f"sigma must be <= {_EXACT_MAX_SIGMA:g} for direct summation, got {sig!r}; "
             "use discrete_gaussian_delta_upper for larger sigma"
         )
-    sens = _integer("sensitivity", sensitivity, minimum=1)
+    sens = check.integer("sensitivity", sensitivity, minimum=1, fractional=ValueError)
     ctx = _context(40)
     stop = ctx.mpf(10) ** -45
     two_var = 2 * ctx.mpf(sig) ** 2
@@ -661,9 +612,9 @@ def discrete_gaussian_sigma(epsilon: float, delta: float, sensitivity: int) -> f
         delta: target delta, 0 < delta < 1.
         sensitivity: integer sensitivity Delta >= 1.
     """
-    eps = _nonnegative("epsilon", epsilon)
-    target = _open_unit("delta", delta)
-    sens = _integer("sensitivity", sensitivity, minimum=1)
+    eps = check.nonnegative("epsilon", epsilon)
+    target = check.unit_interval("delta", delta)
+    sens = check.integer("sensitivity", sensitivity, minimum=1, fractional=ValueError)
 
     def private_enough(sigma: float) -> bool:
         lattice = _LatticeGaussian(sigma)
@@ -685,8 +636,8 @@ def discrete_gaussian_tail_upper(m: int, sigma: float) -> float:
         m: integer m >= 0.
         sigma: scale, > 0.
     """
-    mm = _integer("m", m, minimum=0)
-    sig = _positive("sigma", sigma)
+    mm = check.integer("m", m, minimum=0, fractional=ValueError)
+    sig = check.positive("sigma", sigma)
     lattice = _LatticeGaussian(sig)
     return min(1.0, _round_up(lattice.ctx, lattice.abs_at_least_hi(mm)))
 
@@ -705,8 +656,8 @@ def discrete_gaussian_interval(alpha: float, sigma: float) -> int:
         alpha: 0 < alpha < 1.
         sigma: scale, > 0.
     """
-    a = _open_unit("alpha", alpha)
-    sig = _positive("sigma", sigma)
+    a = check.unit_interval("alpha", alpha)
+    sig = check.positive("sigma", sigma)
     lattice = _LatticeGaussian(sig)
     limit = lattice.ctx.mpf(a)
 
@@ -748,7 +699,7 @@ def discrete_gaussian_variance(sigma: float) -> float:
     Args:
         sigma: scale, > 0.
     """
-    sig = _positive("sigma", sigma)
+    sig = check.positive("sigma", sigma)
     s = sig * sig
     if sig <= 1.0:
         ks = np.arange(1, math.ceil(40.0 * sig) + 3, dtype=np.float64)
@@ -781,8 +732,8 @@ def discrete_laplace_tail(m: int, t: float) -> float:
         m: integer m >= 0.
         t: scale t > 0 (the discrete Laplace mechanism uses t = Delta / epsilon).
     """
-    mm = _integer("m", m, minimum=0)
-    scale = _positive("t", t)
+    mm = check.integer("m", m, minimum=0, fractional=ValueError)
+    scale = check.positive("t", t)
     if mm == 0:
         return 1.0
     return min(1.0, 2.0 * math.exp(-mm / scale) / (1.0 + math.exp(-1.0 / scale)))
@@ -801,8 +752,8 @@ def discrete_laplace_interval(alpha: float, t: float) -> int:
         alpha: 0 < alpha < 1.
         t: scale t > 0.
     """
-    a = _open_unit("alpha", alpha)
-    scale = _positive("t", t)
+    a = check.unit_interval("alpha", alpha)
+    scale = check.positive("t", t)
     ctx = _context(40)
     tt = ctx.mpf(scale)
     q = ctx.exp(-1 / tt)
@@ -829,7 +780,7 @@ def discrete_laplace_variance(t: float) -> float:
     Args:
         t: scale t > 0.
     """
-    scale = _positive("t", t)
+    scale = check.positive("t", t)
     q = math.exp(-1.0 / scale)
     one_minus_q = -math.expm1(-1.0 / scale)
     return 2.0 * q / (one_minus_q * one_minus_q)
