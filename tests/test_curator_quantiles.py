@@ -7,6 +7,7 @@ hold for every draw.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -161,3 +162,44 @@ def test_interval_ends_and_edge_cases() -> None:
         assert end in edges or end == v
     low, high = release.interval("med", 1 - 1e-15)  # below the bounds' own slack
     assert np.all(low == 0.0) and np.all(high == 10.0)
+
+
+def _audit_tree(tree: QuantileTree, n: int) -> Any:
+    """Audit the whole tree release (exact leaves -> noisy 2047 nodes) on neighbouring data:
+    D2 adds one row (r = 1, k = 1) to bin 700 of D1; the statistic is the sum of the 11 nodes
+    that row changes (a sufficient direction for the shift)."""
+    from dpcurator.audit import audit_epsilon
+
+    rng = np.random.default_rng(5)
+    d1 = rng.integers(0, 30, (1, BINS))
+    d2 = d1.copy()
+    d2[0, 700] += 1
+    affected = np.nonzero(node_counts(d2)[0] - node_counts(d1)[0])[0]
+    assert len(affected) == LEVELS
+
+    def sampler(leaves: npt.NDArray[np.int64]) -> Any:
+        return lambda m: tree.add_noise(np.repeat(leaves, m, axis=0))
+
+    return audit_epsilon(sampler(d1), sampler(d2), n=n, batch_size=2_000,
+                         statistic=lambda rows: rows[:, affected].sum(axis=1))
+
+
+def test_tree_release_passes_the_audit_and_a_twin_without_the_levels_is_caught() -> None:
+    """The tree's mechanism, audited end to end (node counting, sensitivity, noise).
+
+    The correct tree claims epsilon = 1 and its audit bound (valid with probability
+    1 - 1e-7) must not exceed it. The broken twin calibrates to one level's sensitivity
+    (1 instead of 11 r k = 11): the row shifts the statistic by 11 against noise of scale 1
+    per node (true epsilon 11). At n = 20,000 the event "statistic >= shift" has probability
+    about 0.5 against about 0.01, an expected bound near ln 30 = 3.4; falling below 1 needs
+    the binomial counts 10 standard deviations off (probability far below 1e-6)."""
+    histogram = HistogramSpec("h0", "v", 0.0, 1.0, BINS)
+    aggregate = Quantile("v", Bounds(0.0, 1.0), "med", q=0.5)
+    tree = QuantileTree.build(aggregate, histogram, "laplace", 1.0, k=1, r=1,
+                              source=SeededRandom(11))
+    assert tree.mechanism.sensitivity == LEVELS
+    assert not _audit_tree(tree, 20_000).exceeds(1.0)
+    twin = QuantileTree(aggregate, histogram,
+                        dp.mechanisms.DiscreteLaplace(epsilon=1.0, sensitivity=1,
+                                                      source=SeededRandom(12)), 1)
+    assert _audit_tree(twin, 20_000).exceeds(1.0)
