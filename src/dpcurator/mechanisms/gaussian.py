@@ -60,7 +60,29 @@ class _GaussianCalibration:
         return ApproxDP(self.epsilon, self.delta, neighbouring)
 
 
-class Gaussian(Mechanism):
+class _GaussianFamily(Mechanism):
+    """What the two Gaussian mechanisms share: their calibration's guarantee and repr."""
+
+    _cal: _GaussianCalibration
+    epsilon: float | None
+    delta: float | None
+    rho: float | None
+    sensitivity: float
+
+    @property
+    def guarantee(self) -> ApproxDP | ZCDP:
+        return self._cal.guarantee(self.neighbouring)
+
+    def __repr__(self) -> str:
+        params = (
+            f"rho={self.rho!r}"
+            if self.rho is not None
+            else f"epsilon={self.epsilon!r}, delta={self.delta!r}"
+        )
+        return f"{type(self).__name__}({params}, sensitivity={self.sensitivity!r})"
+
+
+class Gaussian(_GaussianFamily):
     """The Gaussian mechanism for real-valued queries: x + N(0, sigma^2) per coordinate.
 
     Guarantees, for queries whose L2 sensitivity under the chosen neighbouring relation
@@ -107,10 +129,6 @@ class Gaussian(Mechanism):
         return sensitivity / math.sqrt(2 * zcdp_rho_for(self.epsilon, self.delta))
 
     @property
-    def guarantee(self) -> ApproxDP | ZCDP:
-        return self._cal.guarantee(self.neighbouring)
-
-    @property
     def sigma(self) -> float:
         """The standard deviation of the noise for a scalar release (grid inflation included)."""
         return float(self.noise_sigma(1))
@@ -148,16 +166,8 @@ class Gaussian(Mechanism):
         w = self.accuracy(alpha, size)
         return (-w, w)
 
-    def __repr__(self) -> str:
-        params = (
-            f"rho={self.rho!r}"
-            if self.rho is not None
-            else f"epsilon={self.epsilon!r}, delta={self.delta!r}"
-        )
-        return f"Gaussian({params}, sensitivity={self.sensitivity!r})"
 
-
-class DiscreteGaussian(Mechanism):
+class DiscreteGaussian(_GaussianFamily):
     """The discrete Gaussian mechanism for integer queries: x + Z, P[Z = z] ∝ e^(-z^2 / 2 sigma^2).
 
     Guarantees for integer-valued queries with L2 sensitivity at most ``sensitivity`` (an
@@ -166,6 +176,8 @@ class DiscreteGaussian(Mechanism):
     ``epsilon=, delta=`` gives (epsilon, delta)-DP, calibrated for scalar releases with the
     exact curve of Theorem 7 (bounded rigorously) and for vectors through zCDP (Section 3).
     """
+
+    sensitivity: int
 
     def __init__(
         self,
@@ -187,10 +199,6 @@ class DiscreteGaussian(Mechanism):
             raise ValueError(f"sensitivity must be a positive integer, got {sensitivity!r}")
         self.sensitivity = int(sensitivity)
         self.epsilon, self.delta, self.rho = self._cal.epsilon, self._cal.delta, self._cal.rho
-
-    @property
-    def guarantee(self) -> ApproxDP | ZCDP:
-        return self._cal.guarantee(self.neighbouring)
 
     def noise_sigma(self, size: int = 1) -> Fraction:
         if self.rho is not None:
@@ -232,11 +240,3 @@ class DiscreteGaussian(Mechanism):
     def confidence_interval(self, alpha: float = 0.05, size: int = 1) -> tuple[int, int]:
         m = self.accuracy(alpha, size)
         return (-m, m)
-
-    def __repr__(self) -> str:
-        params = (
-            f"rho={self.rho!r}"
-            if self.rho is not None
-            else f"epsilon={self.epsilon!r}, delta={self.delta!r}"
-        )
-        return f"DiscreteGaussian({params}, sensitivity={self.sensitivity!r})"
