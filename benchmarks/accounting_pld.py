@@ -21,7 +21,7 @@ response. For every case:
   (pessimistic estimate, the default) report upper bounds on the true epsilon, so the relative
   difference is how much tightness one gives up against the other;
 - randomized response rows call dp_accounting's PLD API directly: its ``PLDAccountant``
-  composes a ``RandomizedResponseDpEvent`` once whatever the count (dp_accounting 2.4.6);
+  composes a ``RandomizedResponseDpEvent`` once whatever the count (dp_accounting 0.6.0);
 - **speed**: dp_accounting's time at its default interval 1e-4 and, for the 10,000-step rows,
   at the *same tightness*: the coarsest interval of the ladder 1e-3, 5e-4, 2e-4, 1e-4, 5e-5,
   2e-5, 1e-5 whose epsilon is at most dpcurator's.
@@ -245,7 +245,7 @@ def main() -> None:
                     f"rand. response p={p:g}",
                     k,
                     ev.SelfComposedEvent(ev.RandomizedResponseEvent(p), k),
-                    # dp_accounting 2.4.6's PLDAccountant composes a randomized response event
+                    # dp_accounting 0.6.0's PLDAccountant composes a randomized response event
                     # once whatever its count (it ignores `count` for that event type), so the
                     # reference uses its PLD API directly: from_randomized_response(...)
                     # .self_compose(k).
