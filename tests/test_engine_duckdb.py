@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -118,20 +119,26 @@ def extreme_unit(base: pd.DataFrame, rows: int = 400) -> pd.DataFrame:
     })
 
 
-@pytest.mark.parametrize("rows_mode, partitions_mode, keys, selection", [
-    ("rescale", "rescale", None, False),
-    ("rescale", "sample", None, True),
-    ("sample", "sample", None, True),
-    ("sample", "rescale", None, False),
-    ("rescale", "rescale", PublicKeys((("a",), ("b",), ("zz1",))), False),
+@pytest.mark.parametrize("rows_mode, partitions_mode, keys, selection, counts_only", [
+    ("rescale", "rescale", None, False, False),
+    ("rescale", "sample", None, True, False),
+    ("sample", "sample", None, True, False),
+    ("sample", "sample", None, True, True),  # counts only: sampling without the copies CTEs
+    ("sample", "rescale", None, False, False),
+    ("rescale", "rescale", PublicKeys((("a",), ("b",), ("zz1",))), False, False),
 ])
 def test_adding_one_heavy_unit_moves_every_measure_by_at_most_its_sensitivity(
-        rows_mode: str, partitions_mode: str, keys: PublicKeys | None, selection: bool) -> None:
+        rows_mode: str, partitions_mode: str, keys: PublicKeys | None, selection: bool,
+        counts_only: bool) -> None:
     """The sensitivity argument, checked on the engine's exact outputs (before any noise)."""
     base = frame(3)
     bigger = pd.concat([base, extreme_unit(base)], ignore_index=True).sample(
         frac=1.0, random_state=5)  # the new unit's rows land anywhere in the file
     q = query(rows_mode, partitions_mode, k=3, r=2, keys=keys, selection=selection)
+    if counts_only:
+        q = dataclasses.replace(q, measures=tuple(
+            m for m in q.measures if m.kind in ("rows", "units", "present")))
+        assert "prioritized" not in DuckDBEngine.from_frame(base).compile(q)[0]
     before = DuckDBEngine.from_frame(base).compute_exact_aggregates(q, key=123)
     after = DuckDBEngine.from_frame(bigger).compute_exact_aggregates(q, key=123)
     b, a = as_table(before), as_table(after)

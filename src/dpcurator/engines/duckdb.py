@@ -17,10 +17,11 @@ bound parameter (``$dp_key``), never part of the SQL text.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,12 +199,11 @@ class DuckDBEngine:
         return _Compiler(query, self._relation, keys_table, self.group_key_types(query)
                          if keys_table else [], self.columns()).statements()
 
-    def validate(self, query: BoundedQuery) -> list[str]:
-        """Bind every statement without reading rows, and check the public keys' types.
-
-        Raises a UserError for a query the table's column types cannot run (for example a
-        text column in arithmetic), before anything is charged. Returns the statements.
-        """
+    @contextlib.contextmanager
+    def _prepared(self, query: BoundedQuery
+                  ) -> Iterator[tuple[list[str], str | None, list[str]]]:
+        """The query's statements, run under the engine's lock with its public keys registered
+        as a table (removed afterwards). Yields (statements, keys table, key types)."""
         keys_name = f"__dpcurator_keys_{next(_ids)}" if query.keys is not None else None
         key_types = self.group_key_types(query) if query.keys is not None else []
         statements = _Compiler(query, self._relation, keys_name, key_types,
@@ -214,6 +214,19 @@ class DuckDBEngine:
                 self._con.register(keys_name, _keys_arrow(query.keys.values,
                                                           len(query.group_keys)))
             try:
+                yield statements, keys_name, key_types
+            finally:
+                if keys_name is not None:
+                    self._con.unregister(keys_name)
+
+    def validate(self, query: BoundedQuery) -> list[str]:
+        """Bind every statement without reading rows, and check the public keys' types.
+
+        Raises a UserError for a query the table's column types cannot run (for example a
+        text column in arithmetic), before anything is charged. Returns the statements.
+        """
+        with self._prepared(query) as (statements, keys_name, key_types):
+            try:
                 if keys_name is not None:
                     self._check_keys(keys_name, key_types)
                 for statement in statements:
@@ -223,9 +236,6 @@ class DuckDBEngine:
                 raise UserError("the query does not fit the table's column types (check the "
                                 "WHERE clause, group keys and keys); the engine said: "
                                 f"{type(exc).__name__}") from None
-            finally:
-                if keys_name is not None:
-                    self._con.unregister(keys_name)
         return statements
 
     def _check_keys(self, keys_name: str, key_types: Sequence[str]) -> None:
@@ -244,19 +254,8 @@ class DuckDBEngine:
                             f"key types {list(key_types)}")
 
     def compute_exact_aggregates(self, query: BoundedQuery, key: int) -> ExactAggregates:
-        keys_name = None
-        key_types: list[str] = []
-        if query.keys is not None:
-            keys_name = f"__dpcurator_keys_{next(_ids)}"
-            key_types = self.group_key_types(query)
-        statements = _Compiler(query, self._relation, keys_name, key_types,
-                               self.columns()).statements()
         params = {"dp_key": int(key) & ((1 << 64) - 1)}
-        with self._lock:
-            if keys_name is not None:
-                assert query.keys is not None
-                self._con.register(keys_name, _keys_arrow(query.keys.values,
-                                                          len(query.group_keys)))
+        with self._prepared(query) as (statements, _, _):
             try:
                 results = []
                 for statement in statements:
@@ -268,9 +267,6 @@ class DuckDBEngine:
                 # Never echo the engine's message: it could quote a value of the data.
                 raise InternalError("the engine failed while computing the aggregates; "
                                     "nothing was released. This is probably a bug") from None
-            finally:
-                if keys_name is not None:
-                    self._con.unregister(keys_name)
         return _collect(query, results, statements)
 
     def close(self) -> None:
@@ -450,7 +446,8 @@ class _Compiler:
                          f"\n)")
             source = "keyed"
         bins = [f"{self._bin_sql(i)} AS __b{i}" for i in range(len(q.histograms))]
-        if self.sample:
+        if self.sample and (self.values or bins):
+            # Counts alone need no order: LEAST(count, r) is the same for any choice.
             parts += self._copies_ctes(source, bins)
             source = "prioritized"
         elif bins:
