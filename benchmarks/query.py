@@ -25,6 +25,10 @@ falls on every case alike), on a DuckDB in-memory table with ``--threads`` threa
 - ``floor: GROUP BY category``: the plain non-private aggregate;
 - ``floor: two-level``: GROUP BY user, category, then GROUP BY category -- the least work any
   per-user bounding must do;
+- ``floor: two-level + unit cap``: the same, plus what an exact per-user partition cap adds in
+  plain SQL: each user's number of categories (a GROUP BY user over the pairs) joined back to
+  weight the pairs (no clamping, no fixed point, no noise). It shows how much of dpcurator's
+  time is the cap itself and how much is dpcurator's own;
 - ``dpcurator``: ``Curator.sql`` end to end (planning, bounding in DuckDB, exact noise,
   release), public keys, default (rescale) bounding; also with private keys (partition
   selection, delta = 1e-6) and with ``bounding="sample"``.
@@ -72,6 +76,13 @@ def make_table(con: Any, rows: int, units: int, categories: int) -> None:
 FLOOR_PLAIN = "SELECT category, count(*), sum(value) FROM data GROUP BY category"
 FLOOR_TWO_LEVEL = ("SELECT category, sum(c), sum(s) FROM (SELECT user_id, category, count(*) AS c,"
                    " sum(value) AS s FROM data GROUP BY user_id, category) GROUP BY category")
+FLOOR_UNIT_CAP = f"""
+    WITH pairs AS (SELECT user_id, category, count(*) AS c, sum(value) AS s
+                   FROM data GROUP BY user_id, category),
+         users AS (SELECT user_id, count(*) AS m FROM pairs GROUP BY user_id)
+    SELECT category, sum(c * least(1.0, {MAX_PARTITIONS} / m)),
+           sum(s * least(1.0, {MAX_PARTITIONS} / m))
+    FROM pairs JOIN users USING (user_id) GROUP BY category"""
 
 
 def dpcurator_case(con: Any, categories: int, mode: str) -> Callable[[], Any]:
@@ -98,6 +109,7 @@ def build_cases(con: Any, categories: int, with_sample: bool) -> dict[str, Calla
     cases = {
         "floor: GROUP BY category": duckdb_case(con, FLOOR_PLAIN),
         "floor: two-level": duckdb_case(con, FLOOR_TWO_LEVEL),
+        "floor: two-level + unit cap": duckdb_case(con, FLOOR_UNIT_CAP),
         "dpcurator (public keys)": dpcurator_case(con, categories, "public"),
         "dpcurator (private keys)": dpcurator_case(con, categories, "private"),
     }
@@ -362,6 +374,7 @@ def main() -> None:
     times = time_cases(cases, args.repeats)
     floor_plain = min(times["floor: GROUP BY category"])
     floor_two = min(times["floor: two-level"])
+    floor_cap = min(times["floor: two-level + unit cap"])
     report: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "threads": args.threads, "duckdb": duckdb.__version__,
@@ -371,7 +384,7 @@ def main() -> None:
         "cases": {},
     }
     print(f"\n{'case':32s} {'min s':>8s} {'median s':>9s} {'x plain':>8s} {'x 2-level':>9s}"
-          f" {'peak MiB':>9s}")
+          f" {'x cap':>6s} {'peak MiB':>9s}")
     two_level_memory = None if args.no_memory else measure_memory(args, "floor: two-level")
     for name, values in times.items():
         best = min(values)
@@ -379,10 +392,12 @@ def main() -> None:
                   None if args.no_memory else measure_memory(args, name))
         report["cases"][name] = {"min_s": best, "median_s": statistics.median(values),
                                  "times_s": values, "vs_plain": best / floor_plain,
-                                 "vs_two_level": best / floor_two, "peak_mib": memory}
+                                 "vs_two_level": best / floor_two,
+                                 "vs_unit_cap_floor": best / floor_cap, "peak_mib": memory}
         mem = f"{memory:9.0f}" if memory is not None else f"{'-':>9s}"
         print(f"{name:32s} {best:8.3f} {statistics.median(values):9.3f} "
-              f"{best / floor_plain:8.1f} {best / floor_two:9.2f} {mem}", flush=True)
+              f"{best / floor_plain:8.1f} {best / floor_two:9.2f} {best / floor_cap:6.2f} {mem}",
+              flush=True)
     if args.peer_rows:
         print("\npeers (same query, smaller data; seconds, and dpcurator's speed-up):")
         report["peers"] = peer_timings(args)

@@ -222,6 +222,20 @@ def test_public_keys_filter_rows_and_report_key_indexes() -> None:
     assert sorted(k[0] for k in result.keys) == [0, 2]  # indexes of "b" and "a"
 
 
+def test_a_null_public_key_names_the_rows_whose_group_is_null() -> None:
+    df = pd.DataFrame({"uid": [1, 2, 3, 4], "g": ["a", None, None, "b"], "v": [1.0] * 4,
+                       "w": [0] * 4})
+    engine = DuckDBEngine.from_frame(df)
+    with_null = engine.compute_exact_aggregates(query(keys=PublicKeys((("a",), (None,)))), key=1)
+    rows = dict(zip((k[0] for k in with_null.keys), with_null.measures["rows"], strict=True))
+    assert rows == {0: 300, 1: 600}  # key 1 (NULL) holds units 2 and 3
+    assert "IS NOT DISTINCT FROM" in with_null.sql[0]
+    plain = engine.compute_exact_aggregates(query(keys=PublicKeys((("a",), ("b",)))), key=1)
+    rows = dict(zip((k[0] for k in plain.keys), plain.measures["rows"], strict=True))
+    assert rows == {0: 300, 1: 300}  # the NULL rows match no key
+    assert "IS NOT DISTINCT FROM" not in plain.sql[0]
+
+
 def test_the_secret_key_is_a_parameter_not_sql_text() -> None:
     df = frame(8)
     key = 0xDEADBEEF12345

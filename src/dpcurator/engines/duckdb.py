@@ -438,9 +438,7 @@ class _Compiler:
                  f"  FROM {self.relation}{where}\n)"]
         source = "rows"
         if self.keys_table is not None:
-            on = " AND ".join(
-                f"rows.{k} IS NOT DISTINCT FROM TRY_CAST({quote(self.keys_table)}.c{i} AS {t})"
-                for i, (k, t) in enumerate(zip(self.k, self.key_types, strict=True)))
+            on = self._key_match("rows")
             parts.append(f"keyed AS (\n  -- the same rows, restricted to the public keys\n"
                          f"  SELECT rows.* FROM rows SEMI JOIN {quote(self.keys_table)} ON {on}"
                          f"\n)")
@@ -543,7 +541,10 @@ class _Compiler:
         for i, h in enumerate(q.histograms):
             select.append(f"min_by(__b{i}, {self._order(h.column)}, {r}) AS __h{i}")
         if q.partitions_mode == "sample":
-            select.append(f"{_keyed_hash(', '.join(['__u', *self.k]))} AS __hp")
+            # 63 bits as a BIGINT: DuckDB's min(x, n) keeps signed integers in a fast heap
+            # but sorts UBIGINTs through generic sort keys (about twice the time per unit)
+            select.append(f"CAST({_keyed_hash(', '.join(['__u', *self.k]))} >> 1 AS BIGINT) "
+                          "AS __hp")
         note = f" over at most {r} sampled rows" if self.sample else f" (rows weighted by " \
             f"min(1, {r}/n))"
         return (f"pairs AS (\n  -- one row per (unit, partition): its contribution to each "
@@ -667,13 +668,26 @@ class _Compiler:
             union = f"SELECT {columns} FROM (\n{union}\n)"
         return [union]
 
+    def _key_match(self, side: str) -> str:
+        """The join condition of ``side``'s group keys with the public keys table.
+
+        A NULL key matches NULL group values, so columns whose keys hold a NULL compare with
+        IS NOT DISTINCT FROM; the others with ``=``, which DuckDB joins about 10% faster (the
+        semi-join runs over every input row)."""
+        assert self.keys_table is not None and self.q.keys is not None
+        table = quote(self.keys_table)
+        parts = []
+        for i, (k, t) in enumerate(zip(self.k, self.key_types, strict=True)):
+            has_null = any(key[i] is None for key in self.q.keys.values)
+            op = "IS NOT DISTINCT FROM" if has_null else "="
+            parts.append(f"{side}.{k} {op} TRY_CAST({table}.c{i} AS {t})")
+        return " AND ".join(parts)
+
     def _indexed(self, statement: str, columns: list[str]) -> str:
         """Replace the key columns of a result by the public key's index."""
         assert self.keys_table is not None
         table = quote(self.keys_table)
-        on = " AND ".join(
-            f"agg.{k} IS NOT DISTINCT FROM TRY_CAST({table}.c{i} AS {t})"
-            for i, (k, t) in enumerate(zip(self.k, self.key_types, strict=True)))
+        on = self._key_match("agg")
         selected = ", ".join(f"agg.{c}" for c in columns)
         return (f"SELECT {table}.i AS __key, {selected}\nFROM (\n{statement}\n) AS agg\n"
                 f"JOIN {table} ON {on}")
