@@ -18,6 +18,7 @@ bound parameter (``$dp_key``), never part of the SQL text.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import threading
@@ -87,12 +88,26 @@ def _rewrite(node: exp.Expression) -> exp.Expression:
     return node
 
 
+@functools.lru_cache(maxsize=256)
 def scalar_sql(text: str) -> str:
-    """Canonical plan SQL -> a DuckDB expression that cannot raise on any row (TRY)."""
+    """Canonical plan SQL -> a DuckDB expression that cannot raise on any row (TRY).
+
+    Cached: a query's compilation asks for the same few expressions several times, and each
+    sqlglot parse costs a few milliseconds (its tokenizer is set up anew every time)."""
     node = sqlglot.parse_one(text, dialect=ex.DIALECT)
     ex.check_scalar(node, "expression")  # the plan was checked; check again, cheaply
     node = node.transform(_rewrite)
     return f"TRY({node.sql(dialect=ex.DIALECT, identify=True)})"
+
+
+@functools.lru_cache(maxsize=256)
+def _key_sql(text: str) -> str:
+    """A group key's DuckDB expression: a plain column as it is (it cannot raise), anything
+    else under TRY."""
+    node = sqlglot.parse_one(text, dialect=ex.DIALECT)
+    if isinstance(node, exp.Column):
+        return node.sql(dialect=ex.DIALECT, identify=True)
+    return scalar_sql(text)
 
 
 class DuckDBEngine:
@@ -414,10 +429,7 @@ class _Compiler:
         if q.unit is not None:
             select.append(f"{quote(q.unit)} AS __u")
         for key, name in zip(q.group_keys, self.k, strict=True):
-            node = sqlglot.parse_one(key.expression, dialect=ex.DIALECT)
-            plain = isinstance(node, exp.Column)  # a column reference cannot raise
-            text = (node.sql(dialect=ex.DIALECT, identify=True) if plain
-                    else scalar_sql(key.expression))
+            text = _key_sql(key.expression)
             select.append(f"{text} AS {name}")
         if self.need_x:
             for column in self.columns:
