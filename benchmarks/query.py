@@ -61,11 +61,17 @@ MAX_ROWS = 2
 SQL = "SELECT category, COUNT(*) AS n, SUM(value) AS total FROM data GROUP BY category"
 
 
-def make_table(con: Any, rows: int, units: int, categories: int) -> None:
-    """The benchmark table, generated in DuckDB (deterministic: hashes of the row number)."""
+def make_table(con: Any, rows: int, units: int, categories: int,
+               string_units: bool = False) -> None:
+    """The benchmark table, generated in DuckDB (deterministic: hashes of the row number).
+
+    ``string_units``: user ids are strings ('user-123456'), as e-mail addresses or UUIDs
+    would be, instead of integers."""
+    unit = (f"'user-' || (hash(i, 1) % {units})" if string_units
+            else f"(hash(i, 1) % {units})::BIGINT")
     con.execute(f"""
         CREATE OR REPLACE TABLE data AS
-        SELECT (hash(i, 1) % {units})::BIGINT AS user_id,
+        SELECT {unit} AS user_id,
                LEAST({categories - 1},
                      floor(pow({float(categories)}, (hash(i, 2) % 1000000) / 1000000.0)) - 1
                )::INTEGER AS category,
@@ -146,7 +152,7 @@ def memory_child(args: argparse.Namespace) -> None:
 
     con = duckdb.connect()
     con.execute(f"SET threads={args.threads}")
-    make_table(con, args.rows, args.units, args.categories)
+    make_table(con, args.rows, args.units, args.categories, args.string_units)
     fn = build_cases(con, args.categories, True)[args.memory_case]
     if args.memory_case.startswith("dpcurator"):
         # Build the noise sampler's tables (a one-off per process) without running a query,
@@ -166,7 +172,7 @@ def memory_child(args: argparse.Namespace) -> None:
 def measure_memory(args: argparse.Namespace, case: str) -> float | None:
     command = [sys.executable, __file__, "--memory-case", case, "--rows", str(args.rows),
                "--units", str(args.units), "--categories", str(args.categories),
-               "--threads", str(args.threads)]
+               "--threads", str(args.threads)] + (["--string-units"] if args.string_units else [])
     try:
         out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=900)
         return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_above_kib"]) / 1024
@@ -345,6 +351,8 @@ def main() -> None:
     parser.add_argument("--skip-peers", type=lambda s: s.split(","), default=[])
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--no-sample", action="store_true", help="skip bounding='sample'")
+    parser.add_argument("--string-units", action="store_true",
+                        help="user ids as strings ('user-123'), not integers (main table only)")
     parser.add_argument("--json", type=str, default=None)
     parser.add_argument("--tumult-python", type=str, default=None,
                         help="python of an environment with tmlt.analytics and duckdb")
@@ -365,7 +373,7 @@ def main() -> None:
     con = duckdb.connect()
     con.execute(f"SET threads={args.threads}")
     start = time.perf_counter()
-    make_table(con, args.rows, args.units, args.categories)
+    make_table(con, args.rows, args.units, args.categories, args.string_units)
     pairs = con.execute("SELECT count(*) FROM (SELECT DISTINCT user_id, category FROM data)"
                         ).fetchone()
     print(f"generated {args.rows:,} rows ({pairs[0] if pairs else 0:,} user-category pairs) "
@@ -382,6 +390,7 @@ def main() -> None:
                     "threads": args.threads, "duckdb": duckdb.__version__,
                     "dpcurator": dpcurator.__version__},
         "data": {"rows": args.rows, "units": args.units, "categories": args.categories,
+                 "string_units": args.string_units,
                  "user_category_pairs": pairs[0] if pairs else None},
         "cases": {},
     }
