@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 import dpcurator as dp
+from dpcurator.accounting.conversions import zcdp_to_delta
 from dpcurator.curator import Curator
 from dpcurator.curator._compile import Defaults, compile_query, resolve_plan
 from dpcurator.curator._privacy import PrivacyRequest
@@ -29,7 +30,7 @@ from dpcurator.curator._quantiles import (
 )
 from dpcurator.engines import DuckDBEngine
 from dpcurator.noise import SeededRandom
-from dpcurator.query.bounding import HistogramSpec
+from dpcurator.query.bounding import HistogramSpec, isqrt_ceil
 from dpcurator.query.plan import Bounds, Quantile
 from dpcurator.query.sql import parse_sql
 
@@ -164,7 +165,7 @@ def test_interval_ends_and_edge_cases() -> None:
     assert np.all(low == 0.0) and np.all(high == 10.0)
 
 
-def _audit_tree(tree: QuantileTree, n: int) -> Any:
+def _audit_tree(tree: QuantileTree, n: int, delta: float = 0.0) -> Any:
     """Audit the whole tree release (exact leaves -> noisy 2047 nodes) on neighbouring data:
     D2 adds one row (r = 1, k = 1) to bin 700 of D1; the statistic is the sum of the 11 nodes
     that row changes (a sufficient direction for the shift)."""
@@ -180,7 +181,7 @@ def _audit_tree(tree: QuantileTree, n: int) -> Any:
     def sampler(leaves: npt.NDArray[np.int64]) -> Any:
         return lambda m: tree.add_noise(np.repeat(leaves, m, axis=0))
 
-    return audit_epsilon(sampler(d1), sampler(d2), n=n, batch_size=2_000,
+    return audit_epsilon(sampler(d1), sampler(d2), n=n, batch_size=2_000, delta=delta,
                          statistic=lambda rows: rows[:, affected].sum(axis=1))
 
 
@@ -203,3 +204,29 @@ def test_tree_release_passes_the_audit_and_a_twin_without_the_levels_is_caught()
                         dp.mechanisms.DiscreteLaplace(epsilon=1.0, sensitivity=1,
                                                       source=SeededRandom(12)), 1)
     assert _audit_tree(twin, 20_000).exceeds(1.0)
+
+
+def test_gaussian_tree_passes_its_approximate_dp_consequence_and_a_one_level_twin_is_caught(
+        ) -> None:
+    """The zCDP tree (discrete Gaussian on the 1024-lattice), audited end to end.
+
+    rho = 0.5 implies (2, delta)-DP with delta = zcdp_to_delta(0.5, 2); the audit's bound
+    (valid with probability 1 - 1e-7) must not exceed 2. The statistic, the sum of the 11
+    nodes one row moves, is the worst direction: shift 11 * 1024 against noise of standard
+    deviation sigma sqrt(11), i.e. the one-dimensional Gaussian of the claimed rho. The broken
+    twin calibrates to one level (L2 = 1024 instead of ceil(1024 sqrt(11))): true rho 5.5,
+    whose delta at epsilon = 2 is about 0.77. At n = 5,000 the event "statistic >= shift"
+    has probability about 0.5 on D2 against 5e-4 on D1 (2.5 expected hits); the bound measured
+    3.87-4.04 over three seeds, and falling below 2 would need about 290 hits on D1 or the
+    D2 count 50 standard deviations low (probability far below 1e-6)."""
+    histogram = HistogramSpec("h0", "v", 0.0, 1.0, BINS)
+    aggregate = Quantile("v", Bounds(0.0, 1.0), "med", q=0.5)
+    tree = QuantileTree.build(aggregate, histogram, "gaussian", 0.5, k=1, r=1,
+                              source=SeededRandom(13))
+    assert tree.weight == 1024 and tree.mechanism.sensitivity == isqrt_ceil(11 * 1024**2)
+    delta = zcdp_to_delta(0.5, 2.0)
+    assert not _audit_tree(tree, 5_000, delta).exceeds(2.0)
+    twin = QuantileTree(aggregate, histogram,
+                        dp.mechanisms.DiscreteGaussian(rho=0.5, sensitivity=1024,
+                                                       source=SeededRandom(14)), 1024)
+    assert _audit_tree(twin, 5_000, delta).exceeds(2.0)
