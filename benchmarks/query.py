@@ -29,6 +29,8 @@ falls on every case alike), on a DuckDB in-memory table with ``--threads`` threa
   plain SQL: each user's number of categories (a GROUP BY user over the pairs) joined back to
   weight the pairs (no clamping, no fixed point, no noise). It shows how much of dpcurator's
   time is the cap itself and how much is dpcurator's own;
+- ``reference: window bounding``: bounding the obvious way, with window functions over the
+  rows (a random row rank per user and category, a random category rank per user), no noise;
 - ``dpcurator``: ``Curator.sql`` end to end (planning, bounding in DuckDB, exact noise,
   release), public keys, default (rescale) bounding; also with private keys (partition
   selection, delta = 1e-6) and with ``bounding="sample"``.
@@ -89,6 +91,20 @@ FLOOR_UNIT_CAP = f"""
     SELECT category, sum(c * least(1.0, {MAX_PARTITIONS} / m)),
            sum(s * least(1.0, {MAX_PARTITIONS} / m))
     FROM pairs JOIN users USING (user_id) GROUP BY category"""
+# The obvious way to bound in SQL (the issue's "window functions over the rows"): a random
+# row rank per (user, category) and a random category rank per user, then the filter; not
+# private by itself (no noise, no fixed point), a reference for dpcurator's bounding plan.
+WINDOW_BOUNDING = f"""
+    WITH ranked AS (
+        SELECT category, value,
+               row_number() OVER (PARTITION BY user_id, category
+                                  ORDER BY hash(user_id, category, value, 7)) AS row_rank,
+               dense_rank() OVER (PARTITION BY user_id
+                                  ORDER BY hash(user_id, category, 7)) AS category_rank
+        FROM data)
+    SELECT category, count(*), sum(least(greatest(value, 0.0), 100.0))
+    FROM ranked WHERE row_rank <= {MAX_ROWS} AND category_rank <= {MAX_PARTITIONS}
+    GROUP BY category"""
 
 
 def dpcurator_case(con: Any, categories: int, mode: str) -> Callable[[], Any]:
@@ -116,6 +132,7 @@ def build_cases(con: Any, categories: int, with_sample: bool) -> dict[str, Calla
         "floor: GROUP BY category": duckdb_case(con, FLOOR_PLAIN),
         "floor: two-level": duckdb_case(con, FLOOR_TWO_LEVEL),
         "floor: two-level + unit cap": duckdb_case(con, FLOOR_UNIT_CAP),
+        "reference: window bounding": duckdb_case(con, WINDOW_BOUNDING),
         "dpcurator (public keys)": dpcurator_case(con, categories, "public"),
         "dpcurator (private keys)": dpcurator_case(con, categories, "private"),
     }

@@ -123,7 +123,7 @@ def extreme_unit(base: pd.DataFrame, rows: int = 400) -> pd.DataFrame:
     ("rescale", "rescale", None, False, False),
     ("rescale", "sample", None, True, False),
     ("sample", "sample", None, True, False),
-    ("sample", "sample", None, True, True),  # counts only: sampling without the copies CTEs
+    ("sample", "sample", None, True, True),  # counts only: no copy index, no content order
     ("sample", "rescale", None, False, False),
     ("rescale", "rescale", PublicKeys((("a",), ("b",), ("zz1",))), False, False),
 ])
@@ -137,10 +137,13 @@ def test_adding_one_heavy_unit_moves_every_measure_by_at_most_its_sensitivity(
     q = query(rows_mode, partitions_mode, k=3, r=2, keys=keys, selection=selection)
     if counts_only:
         q = dataclasses.replace(q, measures=tuple(
-            m for m in q.measures if m.kind in ("rows", "units", "present")))
-        assert "prioritized" not in DuckDBEngine.from_frame(base).compile(q)[0]
-    before = DuckDBEngine.from_frame(base).compute_exact_aggregates(q, key=123)
-    after = DuckDBEngine.from_frame(bigger).compute_exact_aggregates(q, key=123)
+            m for m in q.measures if m.kind in ("rows", "units")))
+        assert "copies" not in DuckDBEngine.from_frame(base).compile(q)[0]
+    # The key fixes the random choices; under some keys (about 5% for sampled rows) the heavy
+    # unit's kept +55/-55 centred values cancel in every partition and the last check below
+    # would be vacuous, so the key is one where they do not.
+    before = DuckDBEngine.from_frame(base).compute_exact_aggregates(q, key=124)
+    after = DuckDBEngine.from_frame(bigger).compute_exact_aggregates(q, key=124)
     b, a = as_table(before), as_table(after)
     for measure in q.measures:
         diffs = [a[measure.name].get(g, 0) - b[measure.name].get(g, 0)
@@ -242,7 +245,7 @@ def test_the_secret_key_is_a_parameter_not_sql_text() -> None:
     result = DuckDBEngine.from_frame(df).compute_exact_aggregates(
         query("sample", "sample", selection=True), key=key)
     text = "\n".join(result.sql)
-    assert "$dp_key" in text and str(key) not in text and "prioritized AS" in text
+    assert "$dp_key" in text and str(key) not in text and "sampled AS" in text
 
 
 @pytest.mark.parametrize("copies_of_a, r, expected, variance", [

@@ -4,10 +4,12 @@ Files are scanned in place (``read_csv`` / ``read_parquet``); pandas, Polars and
 are registered without copying; a table of an existing connection is queried where it is.
 
 The compiled statement follows the stages of ``dpcurator.query.bounding`` as common table
-expressions, with the data's shape after each stage in a SQL comment. It avoids window
-functions over the raw rows (they sort everything): rows are first aggregated per (unit,
-partition), and the per-unit partition cap runs on that smaller table (a count per unit and a
-join under ``rescale``; a top-(k+1) of keyed hashes per unit under ``sample``).
+expressions, with the data's shape after each stage in a SQL comment. Under ``rescale`` rows
+are first aggregated per (unit, partition) and the per-unit partition cap runs on that smaller
+table (a count per unit and a join; with private keys, the k-th and (k+1)-th smallest keyed
+hashes per unit). Sampled rows are chosen by windows over a keyed random order of the rows,
+with the hard partition cap as a second window (DuckDB 1.3+ runs both in about the time of
+two hash aggregations, and in far less memory than aggregating sampled lists).
 
 No statement can fail because of a value in the data: user expressions run under ``TRY``
 (an error becomes NULL) with casts as ``TRY_CAST``, fixed-point values cannot overflow by
@@ -456,61 +458,61 @@ class _Compiler:
                          f"\n)")
             source = "keyed"
         bins = [f"{self._bin_sql(i)} AS __b{i}" for i in range(len(q.histograms))]
-        if self.sample and (self.values or bins):
-            # Counts alone need no order: LEAST(count, r) is the same for any choice.
-            parts += self._copies_ctes(source, bins)
-            source = "prioritized"
-        elif bins:
+        if bins:
             parts.append(f"binned AS (\n  -- each row's bin\n  SELECT *, {', '.join(bins)} "
                          f"FROM {source}\n)")
             source = "binned"
+        if self.sample:
+            parts += self._sampled_ctes(source)
+            source = "sampled"
         self.source = source
         return ",\n".join(parts)
 
-    def _copies_ctes(self, source: str, bins: list[str]) -> list[str]:
-        """Row sampling without a window over the rows: identical rows are counted, and each
-        gets the keyed random priority of a uniformly random order of *all* the rows.
+    def _sampled_ctes(self, source: str) -> list[str]:
+        """Rows (and, under a hard partition cap, partitions) chosen uniformly at random by
+        windows over a keyed random order.
 
-        A unit's r rows in a partition are those of smallest priority, priorities being i.i.d.
-        Exp(1) per row (any i.i.d. continuous law gives a uniformly random r-subset). Rows with
-        identical content (unit, keys and every sampled column) are one group of c copies;
-        only its min(c, r) smallest priorities can matter, and those are the first order
-        statistics of c i.i.d. Exp(1), drawn directly by Renyi's representation: the j-th
-        smallest is sum_{i<j} E_i / (c - i) with E_i i.i.d. Exp(1) (Renyi 1953). Here
-        E_i = -ln U_i with U_i = (hash(key, content, i) >> 11 + 1) 2^-53 in (0, 1]. Every
-        priority is a function of the unit's own rows and the secret key only (never of row
-        order or of other units), which is what the sensitivity argument needs; uniformity
-        (up to the hash and to rounding) only matters for accuracy.
+        Rows: a unit's rows in a partition are ranked by a keyed hash of their content (unit,
+        keys and every sampled column) and of a copy index numbering identical rows 1..c, so
+        every row has its own i.i.d. uniform priority and the r smallest are a uniformly
+        random r-subset of the rows (not of the distinct contents). Ties of the hash are
+        broken by the content and the copy index. Partitions: a unit's partitions are ranked
+        by a keyed hash of (unit, keys), ties broken by the keys, and the first k kept:
+        exactly min(m, k) partitions, chosen uniformly at random.
+
+        The kept rows are a function of the unit's own rows (as a multiset: which of two
+        identical rows gets which copy index changes nothing) and of the secret key only,
+        never of row order or of other units, which is what the sensitivity argument needs.
         """
-        r = self.q.rows_cap
-        content = ", ".join(["__u", *self.k, *(self.x(c) for c in self.columns)])
-        values = "".join(f", any_value({self.v(spec)}) AS {self.v(spec)}"
-                         for spec in self.values)
-
-        def uniform(i: str) -> str:
-            return (f"((({_keyed_hash(f'{content}, {i}')} >> 11) + 1) * "
-                    f"{_double(2.0 ** -53)})")
-
-        first = f"-ln({uniform('CAST(0 AS BIGINT)')}) / __c"
-        later = (f"list_sum(list_transform(range(__j + 1), lambda __i: "
-                 f"-ln({uniform('__i')}) / (__c - __i)))")
-        extra = "".join(", " + b for b in bins)
-        return [
-            f"copies AS (\n  -- one row per distinct content of a unit's rows in a partition, "
-            f"with its number of copies\n  SELECT {content}{values}, count(*) AS __c\n"
-            f"  FROM {source} GROUP BY {content}\n)",
-            f"prioritized AS (\n  -- the min(c, {r}) copies that can be sampled, each with its "
-            f"keyed random priority\n  SELECT *{extra}, CASE WHEN __j = 0 THEN {first} "
-            f"ELSE {later} END AS __p\n"
-            f"  FROM (SELECT *, unnest(range(LEAST(__c, {r}))) AS __j FROM copies)\n)"]
+        q = self.q
+        r, k = q.rows_cap, q.partitions_cap
+        pair = ", ".join(["__u", *self.k])
+        xs = [self.x(c) for c in self.columns]
+        ctes = []
+        if xs:
+            content = ", ".join([pair, *xs])
+            ctes.append(f"copies AS (\n  -- each row numbered among the identical rows of its "
+                        f"unit and partition\n  SELECT *, row_number() OVER (PARTITION BY "
+                        f"{content}) AS __d FROM {source}\n)")
+            source = "copies"
+            order = (f" ORDER BY {_keyed_hash(f'{content}, __d')}, {', '.join(xs)}, __d")
+        else:
+            order = ""  # counts alone: a pair's rows are interchangeable, any r of them do
+        ranks = [f"row_number() OVER (PARTITION BY {pair}{order}) AS __rr"]
+        keep = [f"__rr <= {r}"]
+        if q.partitions_mode == "sample":
+            ranks.append(f"dense_rank() OVER (PARTITION BY __u ORDER BY {_keyed_hash(pair)}, "
+                         f"{', '.join(self.k)}) AS __pr")
+            keep.append(f"__pr <= {k}")
+        elif q.partitions_mode != "rescale" and self.k:
+            raise InternalError("sampled rows with several partitions need a partition cap")
+        what = f"{r} random rows per (unit, partition)" + (
+            f", in {k} random partitions per unit" if q.partitions_mode == "sample" else "")
+        ctes.append(f"sampled AS (\n  -- the kept rows: {what}\n  SELECT * FROM (SELECT *, "
+                    f"{', '.join(ranks)} FROM {source})\n  WHERE {' AND '.join(keep)}\n)")
+        return ctes
 
     # stage 2 -----------------------------------------------------------------------------
-
-    def _order(self, column: str) -> str:
-        """The keyed random order of a unit's rows in a partition (ties, of probability
-        about 2^-50, are broken by content, so the choice never depends on row order)."""
-        x = self.x(column)
-        return f"CASE WHEN {x} IS NULL THEN NULL ELSE {{'p': __p, 'x': {x}}} END"
 
     def _count_of(self, column: str) -> str:
         for spec in self.values:
@@ -531,9 +533,8 @@ class _Compiler:
         if measure.kind == "present":
             return f"LEAST({self._count_of(measure.value.column)}, {r}) * {measure.weight}"
         v = self.v(measure.value)
-        if self.sample:
-            picked = f"min_by({v}, {self._order(measure.value.column)}, {r})"
-            return f"COALESCE(CAST(list_sum({picked}) AS BIGINT), 0)"
+        if self.sample:  # at most r rows were kept: |sum| <= r M < 2^52
+            return f"COALESCE(CAST(sum({v}) AS BIGINT), 0)"
         c = self._count_of(measure.value.column)
         # rescale rows: s * min(c, r) / c, truncated toward zero; |s| <= c M when c <= r.
         return (f"CASE WHEN {c} <= {r} THEN COALESCE(CAST(sum({v}) AS BIGINT), 0) "
@@ -550,8 +551,6 @@ class _Compiler:
         select = ["__u", *self.k]
         select += [f"{self._per_pair(m)} AS __a{j}" for j, m in enumerate(q.measures)
                    if m.kind != "units"]
-        for i, h in enumerate(q.histograms):
-            select.append(f"min_by(__b{i}, {self._order(h.column)}, {r}) AS __h{i}")
         if q.partitions_mode == "sample":
             # 63 bits as a BIGINT: DuckDB's min(x, n) keeps signed integers in a fast heap
             # but sorts UBIGINTs through generic sort keys (about twice the time per unit)
@@ -605,23 +604,36 @@ class _Compiler:
 
     def row_level_cte(self) -> str:
         """Row-level privacy: each row is its own unit (r = k = 1)."""
+        return self._per_row_bounded("one row per row (each row is its own unit)")
+
+    def sampled_bounded_cte(self) -> str:
+        """Sampled rows under a hard (or no) partition cap: the kept rows are the bounded
+        contributions themselves; a unit counts once per kept partition (its row of rank 1)."""
+        return self._per_row_bounded("one row per kept row: its contribution to each measure")
+
+    def _per_row_bounded(self, comment: str) -> str:
         select = list(self.k)
         for j, m in enumerate(self.q.measures):
             if m.kind == "rows":
                 expr = f"{m.weight}"
+            elif m.kind == "units":
+                if self.q.unit is None:
+                    raise InternalError("COUNT(DISTINCT unit) needs a privacy unit; a bug")
+                expr = f"CASE WHEN __rr = 1 THEN {m.weight} ELSE 0 END"
             elif m.kind == "present":
                 assert m.value is not None
                 expr = (f"CASE WHEN {self._first_value(m.value.column)} IS NULL THEN 0 "
                         f"ELSE {m.weight} END")
-            elif m.kind in ("values", "squares"):
+            else:
                 assert m.value is not None
                 expr = f"COALESCE({self.v(m.value)}, 0)"
-            else:
-                raise InternalError("COUNT(DISTINCT unit) needs a privacy unit; this is a bug")
             select.append(f"{expr} AS __m{j}")
+        select += [f"__b{i}" for i in range(len(self.q.histograms))]
+        if self.q.unit is not None:
+            select.append("__rr")
         if not select:
             select.append("1 AS __one")
-        return (f"bounded AS (\n  -- one row per row (each row is its own unit)\n"
+        return (f"bounded AS (\n  -- {comment}\n"
                 f"  SELECT {', '.join(select)} FROM {self.source}\n)")
 
     def _first_value(self, column: str) -> str:
@@ -635,8 +647,11 @@ class _Compiler:
     def statements(self) -> list[str]:
         q = self.q
         ctes = [self.rows_cte()]
+        per_row = q.unit is None or (self.sample and q.partitions_mode != "rescale")
         if q.unit is None:
             ctes.append(self.row_level_cte())
+        elif per_row:
+            ctes.append(self.sampled_bounded_cte())
         else:
             ctes.append(self.pairs_cte())
             if q.partitions_mode != "none":
@@ -646,7 +661,9 @@ class _Compiler:
         keyed = self.keys_table is not None
         sums = [f"sum(__m{j}) AS __m{j}" for j in range(len(q.measures))]
         if q.selection_units:
-            sums.append("count(*) AS __units")
+            # one row per kept pair, or (per kept row) the pair's row of rank 1
+            sums.append("count(*) FILTER (WHERE __rr = 1) AS __units" if per_row
+                        else "count(*) AS __units")
         if not sums and not self.k:
             sums.append("count(*) AS __pairs")  # a SELECT list is never empty
         group = f"\nGROUP BY {self.keys_list()}" if self.k else ""
@@ -665,11 +682,8 @@ class _Compiler:
                     f"CAST(NULL AS BIGINT) AS __count\nFROM bounded{group}"]
         nulls = "".join(f"NULL AS {name}, " for name in names)
         for i in range(len(q.histograms)):
-            if q.unit is None:
-                source = (f"SELECT {keys}__b{i} AS __bin FROM {self.source} "
-                          f"WHERE __b{i} IS NOT NULL")
-            else:
-                source = f"SELECT {keys}unnest(__h{i}) AS __bin FROM bounded"
+            # histograms need sampled rows, so ``bounded`` has one row per kept row
+            source = f"SELECT {keys}__b{i} AS __bin FROM bounded WHERE __b{i} IS NOT NULL"
             branches.append(f"-- one row per (partition, bin) of histogram {i}: bounded row "
                             f"counts\nSELECT {i + 1} AS __part, {keys}{nulls}__bin, "
                             f"count(*) AS __count\nFROM ({source})\nGROUP BY {keys}__bin")

@@ -11,14 +11,16 @@ The bounding, stage by stage (the engine follows these stages; shapes in bracket
    of magnitude at most ``ValueSpec.bound``.
 2. ``pairs`` [one row per (unit, partition)]: the unit's rows there are capped at
    r = max_rows_per_partition:
-   - ``sample``: r rows chosen uniformly at random: each row gets a keyed random priority
-     (identical rows are counted once and their copies get the first order statistics of as
-     many i.i.d. priorities, so the choice is uniform over rows, not over contents);
+   - ``sample``: r rows chosen uniformly at random: each row gets a keyed random priority,
+     a hash of its content and of a copy index numbering identical rows (so the choice is
+     uniform over rows, not over contents), and the r smallest are kept; every aggregate of
+     the pair is computed over the same kept rows;
    - ``rescale`` (default): all rows, weighted by min(1, r / n) -- the expected value of the
      random choice, with the same bound and no sampling noise.
 3. ``units`` [one row per unit]: the unit's partitions are capped at k = max_partitions:
    - ``sample`` (always used for private keys): k partitions chosen uniformly at random
-     (smallest keyed hashes of (unit, partition key); ties drop the tied partitions);
+     (smallest keyed hashes of (unit, partition key); with sampled rows ties are broken by the
+     key, otherwise they drop the tied partitions);
    - ``rescale``: all partitions, weighted by min(1, k / m) for a unit with m partitions.
 4. the final aggregation [one row per partition]: exact integer sums of contributions.
 
