@@ -19,8 +19,8 @@ The bounding, stage by stage (the engine follows these stages; shapes in bracket
      random choice, with the same bound and no sampling noise.
 3. ``units`` [one row per unit]: the unit's partitions are capped at k = max_partitions:
    - ``sample`` (always used for private keys): k partitions chosen uniformly at random
-     (smallest keyed hashes of (unit, partition key); with sampled rows ties are broken by the
-     key, otherwise they drop the tied partitions);
+     (smallest keyed hashes of (unit, partition key), ties broken by the key: exactly
+     min(m, k) partitions are kept);
    - ``rescale``: all partitions, weighted by min(1, k / m) for a unit with m partitions.
 4. the final aggregation [one row per partition]: exact integer sums of contributions.
 
