@@ -501,8 +501,9 @@ class _Compiler:
         ranks = [f"row_number() OVER (PARTITION BY {pair}{order}) AS __rr"]
         keep = [f"__rr <= {r}"]
         if q.partitions_mode == "sample":
-            ranks.append(f"dense_rank() OVER (PARTITION BY __u ORDER BY {_keyed_hash(pair)}, "
-                         f"{', '.join(self.k)}) AS __pr")
+            order_partitions = ", ".join([_keyed_hash(pair), *self.k])
+            ranks.append(f"dense_rank() OVER (PARTITION BY __u ORDER BY {order_partitions}) "
+                         "AS __pr")
             keep.append(f"__pr <= {k}")
         elif q.partitions_mode != "rescale" and self.k:
             raise InternalError("sampled rows with several partitions need a partition cap")
