@@ -276,3 +276,11 @@ def test_row_sampling_is_uniform_over_rows_even_with_identical_rows(
     assert result.measures["rows"] == [n * r]
     total = result.measures["sum"][0]
     assert abs(total - n * expected) <= 5.4 * math.sqrt(n * variance)
+
+
+def test_sampled_bounding_without_group_keys_keeps_r_rows_per_unit() -> None:
+    df = pd.DataFrame({"uid": [1, 1, 1, 2], "v": [1.0, 2.0, 3.0, 4.0]})
+    q = BoundedQuery("uid", (), None, None, 2, 2, "sample", "sample",
+                     (MeasureSpec("rows", "rows"), MeasureSpec("units", "units")))
+    result = DuckDBEngine.from_frame(df).compute_exact_aggregates(q, key=3)
+    assert result.measures == {"rows": [3], "units": [2]}  # min(3, 2) + min(1, 2) rows
