@@ -162,6 +162,7 @@ def test_adding_one_heavy_unit_moves_every_measure_by_at_most_its_sensitivity(
 
 
 @pytest.mark.parametrize("rows_mode, partitions_mode", [("sample", "sample"),
+                                                         ("rescale", "sample"),
                                                          ("rescale", "rescale")])
 def test_row_order_never_changes_the_bounded_aggregates(rows_mode: str,
                                                         partitions_mode: str) -> None:
@@ -284,3 +285,19 @@ def test_sampled_bounding_without_group_keys_keeps_r_rows_per_unit() -> None:
                      (MeasureSpec("rows", "rows"), MeasureSpec("units", "units")))
     result = DuckDBEngine.from_frame(df).compute_exact_aggregates(q, key=3)
     assert result.measures == {"rows": [3], "units": [2]}  # min(3, 2) + min(1, 2) rows
+
+
+@pytest.mark.parametrize("rows_mode", ["sample", "rescale"])
+def test_a_hard_partition_cap_keeps_exactly_k_partitions(rows_mode: str) -> None:
+    """Both hard-cap paths rank a unit's partitions in the same keyed order (ties broken by
+    the keys), so a unit in 6 partitions is counted in exactly k = 3 of them, the same 3."""
+    df = pd.DataFrame({"uid": [1] * 12, "g": list("abcdef") * 2, "v": [1.0] * 12,
+                       "w": [0] * 12})
+    q = BoundedQuery("uid", GROUP, None, None, 3, 2, rows_mode, "sample",  # type: ignore[arg-type]
+                     (MeasureSpec("units", "units"),), selection_units=True)
+    result = DuckDBEngine.from_frame(df).compute_exact_aggregates(q, key=5)
+    kept = {k[0] for k, u in zip(result.keys, result.measures["units"], strict=True) if u}
+    assert len(kept) == 3 and sum(result.selection_units or []) == 3
+    other = dataclasses.replace(q, rows_mode="rescale" if rows_mode == "sample" else "sample")
+    again = DuckDBEngine.from_frame(df).compute_exact_aggregates(other, key=5)
+    assert kept == {k[0] for k, u in zip(again.keys, again.measures["units"], strict=True) if u}

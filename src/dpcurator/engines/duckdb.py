@@ -395,6 +395,13 @@ class _Compiler:
     def keys_list(self) -> str:
         return ", ".join(self.k)
 
+    def partition_order(self) -> str:
+        """The keyed random order of a unit's partitions (both hard-cap paths): a 63-bit
+        keyed hash of (unit, keys) as a BIGINT (the cheapest sort key), ties broken by the
+        keys, so exactly min(m, k) partitions are kept."""
+        pair = ", ".join(["__u", *self.k])
+        return ", ".join([f"CAST({_keyed_hash(pair)} >> 1 AS BIGINT)", *self.k])
+
     # stage 1 -----------------------------------------------------------------------------
 
     def _raw(self, column: str) -> tuple[str, str]:
@@ -501,9 +508,8 @@ class _Compiler:
         ranks = [f"row_number() OVER (PARTITION BY {pair}{order}) AS __rr"]
         keep = [f"__rr <= {r}"]
         if q.partitions_mode == "sample":
-            order_partitions = ", ".join([_keyed_hash(pair), *self.k])
-            ranks.append(f"dense_rank() OVER (PARTITION BY __u ORDER BY {order_partitions}) "
-                         "AS __pr")
+            ranks.append(f"dense_rank() OVER (PARTITION BY __u ORDER BY "
+                         f"{self.partition_order()}) AS __pr")
             keep.append(f"__pr <= {k}")
         elif q.partitions_mode != "rescale" and self.k:
             raise InternalError("sampled rows with several partitions need a partition cap")
@@ -552,10 +558,6 @@ class _Compiler:
         select = ["__u", *self.k]
         select += [f"{self._per_pair(m)} AS __a{j}" for j, m in enumerate(q.measures)
                    if m.kind != "units"]
-        if q.partitions_mode == "sample":
-            # 63 bits as a BIGINT, the cheapest sort key
-            select.append(f"CAST({_keyed_hash(', '.join(['__u', *self.k]))} >> 1 AS BIGINT) "
-                          "AS __hp")
         note = f" over at most {r} sampled rows" if self.sample else f" (rows weighted by " \
             f"min(1, {r}/n))"
         return (f"pairs AS (\n  -- one row per (unit, partition): its contribution to each "
@@ -582,7 +584,6 @@ class _Compiler:
         k = q.partitions_cap
         select = list(self.k)
         select += [f"{self._contribution(j)} AS __m{j}" for j in range(len(q.measures))]
-        select += [f"__h{i}" for i in range(len(q.histograms))]
         if not select:
             select.append("1 AS __one")
         where = ""
@@ -591,11 +592,10 @@ class _Compiler:
         elif q.partitions_mode == "rescale":
             source = "pairs JOIN units USING (__u)"
         else:
-            # the unit's k partitions of smallest keyed hash, ties broken by the keys: a
-            # window over the pairs, about 20% faster than a per-unit top-(k+1) and a join
-            order = ", ".join(["__hp", *self.k])
-            source = (f"(SELECT *, row_number() OVER (PARTITION BY __u ORDER BY {order}) "
-                      f"AS __pr FROM pairs)")
+            # the unit's first k partitions in the keyed order: a window over the pairs,
+            # about 20% faster than a per-unit top-(k+1) and a join
+            source = (f"(SELECT *, row_number() OVER (PARTITION BY __u ORDER BY "
+                      f"{self.partition_order()}) AS __pr FROM pairs)")
             where = f"\n  WHERE __pr <= {k}"
         return (f"bounded AS (\n  -- one row per kept (unit, partition): its bounded "
                 f"contribution to each measure\n  SELECT {', '.join(select)}\n"
