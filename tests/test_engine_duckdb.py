@@ -109,6 +109,22 @@ def test_rescaled_bounding_matches_a_plain_python_reference(seed: int) -> None:
     assert got == reference_rescale(df, k=2, r=3, one=300)
 
 
+def test_rescaled_partitions_are_exact_at_the_largest_contributions() -> None:
+    """The partition rescale trunc(a * k / m) runs in DOUBLE; it is exact while |a * k| stays
+    below 2^52, which the compiler enforces: weights just under that limit must still agree
+    with exact integer arithmetic to the last unit."""
+    df = frame(3)
+    weight = (2**52 - 1) // (2 * 3)  # k * r * weight, the L1 sensitivity, just below 2^52
+    got = as_table(DuckDBEngine.from_frame(df).compute_exact_aggregates(
+        query(weight=weight), key=7))
+    expected = reference_rescale(df, k=2, r=3, one=weight)
+    assert got == expected
+    uneven = [min(len(rows), 3) * weight * 2 % m  # some divisions do not come out even
+              for _, unit in df.groupby("uid") if (m := unit["g"].nunique()) > 2
+              for _, rows in unit.groupby("g")]
+    assert any(uneven)
+
+
 def extreme_unit(base: pd.DataFrame, rows: int = 400) -> pd.DataFrame:
     rng = np.random.default_rng(99)
     return pd.DataFrame({
