@@ -20,7 +20,9 @@ categories and at most 2 rows per category, epsilon = 1 (split evenly), the 1,00
 categories public.
 
 Timed in the same process, round-robin over ``--repeats`` rounds (load from other processes
-falls on every case alike), on a DuckDB in-memory table with ``--threads`` threads:
+falls on every case alike), on a DuckDB in-memory table with ``--threads`` threads. Each case
+is reported as ratios of medians and as the median of its per-round ratio to the two-level
+floor ("paired"), which is steadier where the machine's speed drifts between rounds:
 
 - ``floor: GROUP BY category``: the plain non-private aggregate;
 - ``floor: two-level``: GROUP BY user, category, then GROUP BY category -- the least work any
@@ -412,20 +414,28 @@ def main() -> None:
         "cases": {},
     }
     print(f"\n{'case':32s} {'min s':>8s} {'median s':>9s} {'x plain':>8s} {'x 2-level':>9s}"
-          f" {'x cap':>6s} {'peak MiB':>9s}   (ratios of medians)")
+          f" {'paired':>7s} {'x cap':>6s} {'peak MiB':>9s}")
     two_level_memory = None if args.no_memory else measure_memory(args, "floor: two-level")
     for name, values in times.items():
         best, median = min(values), statistics.median(values)
+        # The median over rounds of the ratio to the two-level floor timed in the same round:
+        # load from outside drifts over minutes, and each round times every case back to back.
+        paired = statistics.median(v / f for v, f in zip(values, times["floor: two-level"],
+                                                         strict=True))
         memory = (two_level_memory if name == "floor: two-level" else
                   None if args.no_memory else measure_memory(args, name))
         report["cases"][name] = {"min_s": best, "median_s": median, "times_s": values,
                                  "vs_plain": median / floor_plain,
                                  "vs_two_level": median / floor_two,
                                  "vs_unit_cap_floor": median / floor_cap,
-                                 "vs_two_level_of_minima": best / min_two, "peak_mib": memory}
+                                 "vs_two_level_of_minima": best / min_two,
+                                 "vs_two_level_paired": paired, "peak_mib": memory}
         mem = f"{memory:9.0f}" if memory is not None else f"{'-':>9s}"
         print(f"{name:32s} {best:8.3f} {median:9.3f} {median / floor_plain:8.1f} "
-              f"{median / floor_two:9.2f} {median / floor_cap:6.2f} {mem}", flush=True)
+              f"{median / floor_two:9.2f} {paired:7.2f} {median / floor_cap:6.2f} {mem}",
+              flush=True)
+    print("(x plain, x 2-level, x cap: ratios of medians; paired: the median of each round's "
+          "ratio to the two-level floor)")
     if args.peer_rows:
         print("\npeers (same query, smaller data; seconds, and dpcurator's speed-up):")
         report["peers"] = peer_timings(args)
