@@ -29,8 +29,9 @@ function of *that unit's rows only* and of the per-query secret key -- never of 
 row numbers or other units -- so adding u changes the measures by u's contribution alone.
 In one partition that contribution is at most ``B = r * (per-row bound)`` in absolute value;
 over partitions its L1 norm is at most ``k * B`` (rescale: sum of k/m over m partitions is k)
-and its L2 norm at most ``sqrt(k) * B`` (rescale: m (k/m)^2 <= k when m > k). Integer
-division in the rescale weights truncates toward zero, which never increases a magnitude.
+and its L2 norm at most ``sqrt(k) * B`` (rescale: m (k/m)^2 <= k when m > k). The rescale
+weights' divisions are exact and truncate toward zero, which never increases a magnitude
+(the partition rescale runs in DOUBLE, exact because |a k| < 2^52; see the DuckDB engine).
 Sums are integers (fixed point), so floating-point summation cannot exceed these bounds.
 """
 
