@@ -195,6 +195,23 @@ def test_row_order_never_changes_the_bounded_aggregates(rows_mode: str,
         assert other_key != first  # the secret key does choose the rows
 
 
+@pytest.mark.parametrize(("values", "present", "total"), [
+    (pa.array([-5, 3, 200, None, 7], pa.int64()), 4, 0 + 3 + 100 + 7),  # CAST, no NaN test
+    (pa.array([-5.0, 3.0, math.inf, math.nan, None]), 3, 0 + 3 + 100),  # NaN, NULL missing
+    (pa.array(["-5", "3", "1e9", "nan", "not a number"]), 3, 0 + 3 + 100),  # TRY_CAST
+])
+def test_values_are_clamped_and_missing_values_left_out_for_every_column_type(
+        values: pa.Array, present: int, total: int) -> None:
+    """Out-of-range values are clamped (+inf too); NULL, NaN and text that is not a number
+    are missing: counted by neither COUNT(v) nor SUM(v)."""
+    table = pa.table({"uid": [1, 2, 3, 4, 5], "g": ["a"] * 5, "v": values})
+    spec = ValueSpec("v", 0.0, 100.0, 0.0, 1.0)
+    q = BoundedQuery("uid", GROUP, None, None, 1, 1, "rescale", "rescale",
+                     (MeasureSpec("present", "present", spec), MeasureSpec("sum", "values", spec)))
+    got = as_table(DuckDBEngine.from_frame(table).compute_exact_aggregates(q, key=3))
+    assert got == {"present": {"a": present}, "sum": {"a": total}}
+
+
 def test_row_level_privacy_counts_every_row_alone() -> None:
     df = frame(5)
     result = as_table(DuckDBEngine.from_frame(df).compute_exact_aggregates(
