@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from dpcurator.engines import DuckDBEngine
+from dpcurator.errors import InternalError
 from dpcurator.query import GroupKey, PublicKeys
 from dpcurator.query.bounding import BoundedQuery, MeasureSpec, ValueSpec
 
@@ -123,6 +124,14 @@ def test_rescaled_partitions_are_exact_at_the_largest_contributions() -> None:
               for _, unit in df.groupby("uid") if (m := unit["g"].nunique()) > 2
               for _, rows in unit.groupby("g")]
     assert any(uneven)
+
+
+def test_contributions_reaching_2_to_the_52_are_refused_before_anything_runs() -> None:
+    """The exactness of the DOUBLE rescale rests on every L1 sensitivity staying below 2^52:
+    a measure at the limit must be refused when the statements are compiled."""
+    weight = 2**52 // (2 * 3) + 1  # k * r * weight >= 2^52
+    with pytest.raises(InternalError, match="2\\^52"):
+        DuckDBEngine.from_frame(frame(3)).compile(query(weight=weight))
 
 
 def extreme_unit(base: pd.DataFrame, rows: int = 400) -> pd.DataFrame:

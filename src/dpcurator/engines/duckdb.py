@@ -404,13 +404,16 @@ class _Compiler:
 
     # stage 1 -----------------------------------------------------------------------------
 
+    def _exact(self, column: str) -> bool:
+        """Whether the column is an exact numeric type (its DOUBLE is never NaN)."""
+        return self.types.get(column, "").upper().startswith(_EXACT_NUMERIC)
+
     def _raw(self, column: str) -> tuple[str, str]:
         """(the column as a DOUBLE, the test for a missing value: NULL or NaN)."""
         name = quote(column)
-        kind = self.types.get(column, "").upper()
-        if kind.startswith(_FLOAT_TYPES):
+        if self.types.get(column, "").upper().startswith(_FLOAT_TYPES):
             return name, f"({name} IS NULL OR isnan({name}))"
-        if kind.startswith(_EXACT_NUMERIC):
+        if self._exact(column):
             return f"CAST({name} AS DOUBLE)", f"({name} IS NULL)"
         cast = f"TRY_CAST({name} AS DOUBLE)"
         return cast, f"({cast} IS NULL OR isnan({cast}))"
@@ -425,10 +428,7 @@ class _Compiler:
         DOUBLE rescale below, this measured about 10% faster on benchmarks/query.py."""
         raw, _ = self._raw(column)
         low, high = _double(lo), _double(hi)
-        kind = self.types.get(column, "").upper()
-        above = f"{raw} > {high}"
-        if not kind.startswith(_EXACT_NUMERIC):
-            above += f" AND NOT isnan({raw})"
+        above = f"{raw} > {high}" + ("" if self._exact(column) else f" AND NOT isnan({raw})")
         return (f"CASE WHEN {raw} >= {low} AND {raw} <= {high} THEN {raw} "
                 f"WHEN {raw} < {low} THEN {low} WHEN {above} THEN {high} END")
 
