@@ -430,7 +430,9 @@ def test_composed_events_group_repeats_and_compose_heterogeneously() -> None:
 def test_discrete_and_local_events() -> None:
     rr = pld_from_event(ev.SelfComposedEvent(ev.RandomizedResponseEvent(0.75), 10))
     assert rr.neighbouring is Neighbouring.REPLACE
-    assert rr.delta(1.0) == pytest.approx(rr_composed_delta(1.0, 0.75, 2, 10), rel=1e-9)
+    # 1e-9 of FLOAT_GUARD and the FFT's rounding allowance (about 1e-14 here) on top
+    assert rr.delta(1.0) == pytest.approx(rr_composed_delta(1.0, 0.75, 2, 10), rel=2e-9)
+    assert rr.delta(1.0) >= rr_composed_delta(1.0, 0.75, 2, 10)
     dl = pld_from_event(ev.DiscreteLaplaceEvent(2.0, 2))
     assert dl.epsilon(0.0) == pytest.approx(1.0, rel=1e-12)
     dg = pld_from_event(ev.DiscreteGaussianEvent(3.0))

@@ -45,6 +45,7 @@ __all__ = [
     "approx_dp_atoms",
     "discrete_gaussian_atoms",
     "discrete_laplace_atoms",
+    "inverse_log_mix",
     "log_mix",
     "log_mix_scalar",
     "mixture_moments",
@@ -88,6 +89,28 @@ def log_mix_scalar(q: float, r: float) -> float:
     return top + math.log1p(math.exp(-abs(a - b)))  # logaddexp(a, b)
 
 
+def inverse_log_mix(q: float, t: FloatArray) -> FloatArray:
+    """rho with ln(1 - q + q e^rho) = t, i.e. ln((e^t - 1 + q) / q); -inf where e^t <= 1 - q.
+
+    Stable for every t. Above 1 it is t - ln q + ln(1 - (1 - q) e^-t), so no e^t is formed
+    (e^t overflows past t = 709, and a threshold read as +inf would report no mass above it,
+    dropping the largest losses); far below 0 it is ln(e^t - (1 - q)) - ln q, whose difference
+    of two small numbers keeps its relative accuracy where 1 + expm1(t) / q would not.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    if q == 1.0:
+        out: FloatArray = t.copy()
+        return out
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        positive = t - math.log(q) + np.log1p(-(1.0 - q) * np.exp(-np.maximum(t, 1.0)))
+        z = np.expm1(np.minimum(t, 1.0)) / q
+        near = np.where(z > -1.0, np.log1p(np.maximum(z, -1.0)), -np.inf)
+        gap = np.exp(np.minimum(t, 0.0)) - (1.0 - q)
+        far = np.where(gap > 0.0, np.log(np.maximum(gap, 0.0)) - math.log(q), -np.inf)
+    out = np.where(t > 1.0, positive, np.where(t > -math.log(2.0), near, far))
+    return out
+
+
 class NoiseFamily(Protocol):
     """Additive noise A (around 0) and B (around 1) with r(x) = ln(dB/dA)(x) non-decreasing."""
 
@@ -107,6 +130,10 @@ class NoiseFamily(Protocol):
         ...
 
     def quantile_a(self, p: float) -> float: ...
+
+    def upper_quantile_a(self, tail: float) -> float:
+        """x with A[x' > x] = tail, accurate for tiny tails (1 - tail rounds to 1 below 1e-16)."""
+        ...
 
     @property
     def scale(self) -> float: ...
@@ -157,6 +184,10 @@ class GaussianNoise:
     def quantile_a(self, p: float) -> float:
         """x with A[x' <= x] = p (B's quantile is one more)."""
         return float(self.sigma * special.ndtri(p))
+
+    def upper_quantile_a(self, tail: float) -> float:
+        """x with A[x' > x] = tail (the noise is symmetric)."""
+        return float(-self.sigma * special.ndtri(tail))
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +247,10 @@ class LaplaceNoise:
             return self.b * math.log(2.0 * p)
         return -self.b * math.log(2.0 * (1.0 - p))
 
+    def upper_quantile_a(self, tail: float) -> float:
+        """x with A[x' > x] = tail (the noise is symmetric)."""
+        return -self.quantile_a(tail) if tail < 0.5 else self.quantile_a(1.0 - tail)
+
 
 @dataclass(frozen=True, slots=True)
 class MixtureProfile:
@@ -236,8 +271,7 @@ class MixtureProfile:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if self.direction == "remove":
                 # L > t  <=>  r > rho_t = ln((e^t - 1 + q) / q)
-                z = np.expm1(t) / q
-                rho = np.where(z > -1.0, np.log1p(np.maximum(z, -1.0)), -np.inf)
+                rho = inverse_log_mix(q, t)
                 a_hi, a_lo, b_hi, b_lo = self.noise.masses(rho, strict=True)
                 return (
                     (1.0 - q) * a_lo + q * b_lo,
@@ -246,8 +280,7 @@ class MixtureProfile:
                     a_hi,
                 )
             # add: L > t  <=>  r < rho_t = ln((e^-t - 1 + q) / q)  (no x at all if e^-t <= 1-q)
-            z = np.expm1(-t) / q
-            rho = np.where(z > -1.0, np.log1p(np.maximum(z, -1.0)), -np.inf)
+            rho = inverse_log_mix(q, -t)
             a_ge, a_lt, b_ge, b_lt = self.noise.masses(rho, strict=False)
             return a_ge, a_lt, (1.0 - q) * a_ge + q * b_ge, (1.0 - q) * a_lt + q * b_lt
 
@@ -299,29 +332,46 @@ def _loss_bounds(profile: MixtureProfile, tail_mass: float) -> tuple[float, floa
     """Bounds from quantiles of the output x, through the monotone map x -> L.
 
     Remove (L non-decreasing in x, P = (1 - q) A + q B, B to the right of A): L > L(x_hi)
-    forces x > x_hi, and P[x > x_hi] <= B[x > x_hi] = tail for x_hi = 1 + (A's 1 - tail
-    quantile); L < L(x_lo) forces x < x_lo, and P[x < x_lo] <= A[x < x_lo] = tail. Add (L
-    non-increasing, P = A): the same with the roles of the ends swapped. Just below L(x_lo)
-    stands in for "L < L(x_lo)" (flat stretches of L, as for Laplace noise, are then safe).
+    forces x > x_hi, and P[x > x_hi] <= B[x > x_hi] = tail for x_hi = 1 + (A's upper tail
+    quantile); L < L(x_lo) forces x < x_lo, and P[x < x_lo] <= A[x < x_lo] = tail (or, when
+    1 - q <= tail / 2, P[x < x_lo] <= 1 - q + B[x < x_lo] <= tail at B's tail / 2 quantile). Add (L
+    non-increasing, P = A): L < L(x) forces x > x, L > L(x) forces x < x, both at A's
+    quantiles. Just below L(x_lo) stands in for "L < L(x_lo)" (flat stretches of L, as for
+    Laplace noise, are then safe). Upper quantiles are taken from the tail itself: 1 - tail
+    rounds to 1 below 1e-16, whose quantile is infinite.
+
+    ``hi`` is at most ``MAX_FINITE_LOSS``: larger losses go to the top cell of the grid,
+    which sends them to +infinity but for the part its Q-mass pins at ``hi`` (connect the
+    dots). When nearly all the mass lies above (a Gaussian with sigma below about 0.03), the
+    range is the last unit below ``hi``: the PLD then reports a large infinity mass, which is
+    sound, and the accountant falls back to another method.
     """
     support_lo, support_hi = profile.loss_range()
     noise, q = profile.noise, profile.q
     tail = min(max(tail_mass, 1e-300), 0.25)
-    x_left, x_right = noise.quantile_a(tail), 1.0 + noise.quantile_a(1.0 - tail)
 
     def loss(x: float) -> float:
         value = log_mix_scalar(q, float(noise.log_ratio(np.asarray(x, dtype=np.float64))))
         return value if profile.direction == "remove" else -value
 
     if profile.direction == "remove":
-        lo, hi = loss(x_left), loss(x_right)
+        # P[x < x_lo] <= (1 - q) A[x < x_lo] + q B[x < x_lo]: A's quantile, or B's when A's
+        # weight is below the tail anyway (q near 1, where A's is far too low).
+        if 1.0 - q <= 0.5 * tail:
+            x_lo = 1.0 + noise.quantile_a(0.5 * tail)
+        else:
+            x_lo = noise.quantile_a(tail)
+        lo, hi = loss(x_lo), loss(1.0 + noise.upper_quantile_a(tail))
     else:
-        lo, hi = loss(x_right), loss(x_left)
+        lo, hi = loss(noise.upper_quantile_a(tail)), loss(noise.quantile_a(tail))
     lo -= 1e-12 * max(1.0, abs(lo))
     lo = max(lo, support_lo - 1e-12 * max(1.0, abs(support_lo)))
     hi = min(hi, support_hi, MAX_FINITE_LOSS)
-    if not lo < hi:  # degenerate (tiny q): widen to the support's neighbourhood
-        hi = lo + max(abs(lo), 1e-12)
+    if not lo < hi:
+        if hi >= MAX_FINITE_LOSS:  # (nearly) every loss is above what the grid holds
+            lo = hi - 1.0
+        else:  # degenerate (tiny q): widen to the support's neighbourhood
+            hi = lo + max(abs(lo), 1e-12)
     return lo, hi
 
 

@@ -269,10 +269,12 @@ Source = MixtureSource | AtomSource
 def _grid_range(profile: prof.MixtureProfile, h: float, tail: float) -> tuple[int, int]:
     """Grid indices [lo, hi] (of the grid h) covering all but 2 * tail of the loss's mass."""
     lo, hi = profile.loss_bounds(max(tail, 1e-300))
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # pragma: no cover - bounds are finite
+        raise ValueError(f"the privacy loss range [{lo:g}, {hi:g}] cannot be discretized")
     i_lo = math.floor(lo / h)
     i_hi = max(math.ceil(hi / h), i_lo + 1)
-    if i_hi - i_lo + 1 > core.MAX_GRID_POINTS:
-        raise ValueError(
+    if i_hi - i_lo + 1 > core.MAX_STEP_POINTS:
+        raise core.GridTooLargeError(
             f"value_discretization_interval={h:g} is too fine for losses spanning "
             f"[{lo:g}, {hi:g}]: increase it"
         )
@@ -313,7 +315,9 @@ def auto_interval(scales: list[Scale]) -> tuple[float, bool]:
     """A grid interval for composing these blocks, and whether the result is exact.
 
     The smallest allowed interval keeps the FFT window of the whole composition within
-    ``MAX_GRID_POINTS`` / 4 (and each single step within half of it). Exact: every block is
+    ``MAX_GRID_POINTS`` / 2 and each single step within half of ``MAX_STEP_POINTS`` (continuous
+    profiles) or of ``MAX_GRID_POINTS`` (atoms); ``pld_epsilon`` widens the grid further if a
+    window still does not fit. Exact: every block is
     atoms on multiples of one spacing g (and g is allowed); then h = g. Otherwise
     h = min(min sd / 20, 0.01) (relative epsilon error about 6e-4, see ``CELLS_PER_SD``), or a
     multiple of g when g is too fine; an atom at the top of a continuous profile (Laplace) is
@@ -324,7 +328,14 @@ def auto_interval(scales: list[Scale]) -> tuple[float, bool]:
         min(s.width * s.multiplicity, s.width + 24.0 * math.sqrt(s.multiplicity) * s.sd)
         for s in scales
     )
-    h_min = max([4.0 * window] + [2.0 * s.width for s in scales]) / core.MAX_GRID_POINTS
+    # a continuous step's tail tables are the costly part: they get the smaller budget
+    h_min = max(
+        [2.0 * window / core.MAX_GRID_POINTS]
+        + [
+            2.0 * s.width / (core.MAX_GRID_POINTS if s.spacing else core.MAX_STEP_POINTS)
+            for s in scales
+        ]
+    )
     spacings = [s.spacing for s in scales]
     if spacings and all(g is not None and g > 0 for g in spacings):
         gs = [g for g in spacings if g is not None]

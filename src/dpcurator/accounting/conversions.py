@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
-from scipy.special import log_ndtr
+from scipy.special import erfcx, log_ndtr
 
 from dpcurator import _validation as check
 from dpcurator.accounting.guarantees import GDP, RDP, ZCDP, ApproxDP, PureDP
@@ -298,9 +298,15 @@ def rdp_to_delta(guarantee: RDP, epsilon: float) -> float:
 
 def _gdp_log_delta(mu: float, epsilon: float) -> float:
     """log(Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)), in log space (Dong, Roth, Su 2022,
-    Corollary 2.13). The bracket is positive for mu > 0, so log1p(-exp(.)) is safe."""
-    la = float(log_ndtr(-epsilon / mu + mu / 2))
-    lb = epsilon + float(log_ndtr(-epsilon / mu - mu / 2))
+    Corollary 2.13). The bracket is positive for mu > 0, so log1p(-exp(.)) is safe.
+
+    With a = eps/mu - mu/2 and Phi(-x) = erfcx(x / sqrt 2) e^(-x^2 / 2) / 2, the second term is
+    e^(-a^2 / 2) erfcx((a + mu) / sqrt 2) / 2 exactly (a + mu > 0 for eps >= 0): no e^eps is
+    formed against a tiny Phi. (Adding eps to log Phi(-eps/mu - mu/2) loses about eps * 1e-16
+    to cancellation, which for mu = 3e10, where eps is 5e20, is 5e4 in log delta.)"""
+    a = epsilon / mu - mu / 2
+    la = float(log_ndtr(-a))
+    lb = -0.5 * a * a + math.log(0.5 * float(erfcx((a + mu) / math.sqrt(2.0))))
     if lb >= la:  # cannot happen mathematically; only by rounding at extreme arguments
         return la
     return la + math.log(-math.expm1(lb - la))
@@ -323,9 +329,11 @@ def gdp_to_epsilon(mu: float, delta: float) -> float:
     """The smallest epsilon (rounded up) with mu-GDP implying (epsilon, delta)-DP.
 
     Solves gdp_to_delta(mu, eps) = delta by bracketing root finding (delta is decreasing in eps)
-    and then steps up until the exact formula is at most delta.
+    and then steps up until the exact formula is at most delta. A mu below 1e-6 is evaluated
+    at 1e-6 (mu-GDP implies mu'-GDP for every mu' >= mu; below, the two terms of the formula
+    agree to more digits than a double holds): epsilon is then at most about 5e-6.
     """
-    mu = check.positive("mu", mu)
+    mu = max(check.positive("mu", mu), 1e-6)
     delta = check.unit_interval("delta", delta)
     target = math.log(delta)
     if _gdp_log_delta(mu, 0.0) <= target:

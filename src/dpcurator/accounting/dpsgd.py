@@ -23,13 +23,14 @@ from dpcurator.errors import UserError
 __all__ = ["dpsgd_epsilon", "dpsgd_event", "dpsgd_noise_multiplier"]
 
 
-def _check(sampling_rate: float, steps: int, delta: float) -> None:
+def _check(sampling_rate: float, steps: int, delta: float, *, zero_delta: bool = False) -> None:
     if isinstance(sampling_rate, bool) or not 0 < sampling_rate <= 1:
         raise UserError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise UserError(f"steps must be an integer >= 1, got {steps!r}")
-    if isinstance(delta, bool) or not 0 < delta < 1:
-        raise UserError(f"delta must lie in (0, 1), got {delta!r}")
+    if isinstance(delta, bool) or not (0 <= delta < 1 if zero_delta else 0 < delta < 1):
+        interval = "[0, 1)" if zero_delta else "(0, 1)"
+        raise UserError(f"delta must lie in {interval}, got {delta!r}")
 
 
 def dpsgd_event(*, sampling_rate: float, noise_multiplier: float, steps: int) -> DpEvent:
@@ -47,13 +48,23 @@ def dpsgd_epsilon(
     *, sampling_rate: float, noise_multiplier: float, steps: int, delta: float,
     method: str = "best",
 ) -> AccountingResult:
-    """Epsilon at ``delta`` after ``steps`` steps; ``method`` is "pld", "rdp" or "best"."""
-    _check(sampling_rate, steps, delta)
+    """Epsilon at ``delta`` after ``steps`` steps; ``method`` is "pld", "rdp" or "best".
+
+    An upper bound on the true epsilon for every accepted input, or +inf (at delta = 0, where
+    the Gaussian's loss is unbounded; and where no method can bound it, as for noise far below
+    1 over many steps at a tiny delta). If the method asked for gives no finite bound (a PLD
+    cannot hold single-step losses above 500, from a noise multiplier below about 0.03), the
+    result comes from another sound method, named in ``method`` and ``note``. "best" also
+    uses the exact analytic Gaussian curve when ``sampling_rate`` is 1. Cost: at most about
+    200 MiB of working memory and a few seconds for every input (noise multipliers 1e-6 to
+    1e6, sampling rates from 1e-6, up to 10^9 steps; see ``account``).
+    """
+    _check(sampling_rate, steps, delta, zero_delta=True)
     if method not in ("best", "pld", "rdp"):
         raise UserError(f"method must be 'pld', 'rdp' or 'best', got {method!r}")
     event = dpsgd_event(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier,
                         steps=steps)
-    methods = ("pld", "rdp") if method == "best" else (method,)
+    methods = ("pld", "rdp", "analytic-gaussian") if method == "best" else (method,)
     return account(event, delta=delta, methods=methods)
 
 

@@ -110,8 +110,11 @@ class PrivacyLossPmf:
     Wang 2022, Theorem 10). Continuous mechanisms are discretized by connect the dots
     (Doroshenko et al. 2022); finitely many atoms are kept exactly when they lie on the grid and
     split between neighbouring grid points (keeping both distributions' masses) otherwise;
-    truncated tails are moved to higher losses. ``delta`` multiplies the finite part by
-    (1 + 1e-9) to cover floating-point rounding, which is not otherwise bounded.
+    truncated tails are moved to higher losses, and single-step losses above
+    ``MAX_FINITE_LOSS`` (500) to +infinity. ``delta`` multiplies the finite part by (1 + 1e-9)
+    to cover floating-point rounding; a self-composition also adds an estimate of its FFT's
+    rounding (count * u * ||z^count||_2, about 1e-12 for 10^4 DP-SGD steps) at its largest
+    loss.
     """
 
     __slots__ = ("_infinity_mass", "_interval", "_offset", "_probs", "_sums")
@@ -308,6 +311,9 @@ class PrivacyLossPmf:
         e^(-lambda u) (sum_i p_i e^(lambda i))^count, and that bound is added to the infinity
         mass. The infinity mass also gets 1 - (1 - infinity_mass)^count (some run was
         infinite). The window is chosen so that both tails are below ``tail_mass_truncation``.
+        The FFT's rounding grows with the count (about count * 1e-16 relative); an estimate of
+        it is added at the largest reachable loss (``_pld_core._power_rounding``). A window over
+        ``MAX_GRID_POINTS`` raises ``ValueError`` (use a coarser grid).
         """
         count = check.integer("count", count, minimum=1)
         tail = _check_tail(tail_mass_truncation)
@@ -506,7 +512,7 @@ class PLD:
         s = check.positive("sensitivity", sensitivity)
         q = check.unit_interval("sampling_rate", sampling_rate, include_one=True)
         _check_poisson_relation(q, neighbouring)
-        source = srcs.MixtureSource(prof.GaussianNoise(sigma / s), q)
+        source = _noise_source(sigma / s, q, gaussian=True)
         return _build_source(
             source, neighbouring, value_discretization_interval, tail_mass_truncation
         )
@@ -531,7 +537,7 @@ class PLD:
         s = check.positive("sensitivity", sensitivity)
         q = check.unit_interval("sampling_rate", sampling_rate, include_one=True)
         _check_poisson_relation(q, neighbouring)
-        source = srcs.MixtureSource(prof.LaplaceNoise(b / s), q)
+        source = _noise_source(b / s, q, gaussian=False)
         return _build_source(
             source, neighbouring, value_discretization_interval, tail_mass_truncation
         )
@@ -565,7 +571,7 @@ class PLD:
         sigma = check.positive("standard_deviation", standard_deviation)
         s = check.positive("sensitivity", sensitivity)
         gamma = _sampling_fraction(sample_size, population_size)
-        source = srcs.MixtureSource(prof.GaussianNoise(sigma / s), gamma, symmetrize=True)
+        source = _noise_source(sigma / s, gamma, gaussian=True, symmetrize=True)
         return _build_source(
             source, Neighbouring.REPLACE, value_discretization_interval, tail_mass_truncation
         )
@@ -608,7 +614,8 @@ class PLD:
         Loss (k^2 - 2kz) / (2 sigma^2) at z ~ N_Z(0, sigma^2) (Canonne, Kamath and Steinke
         2020); the pmf is summed exactly over |z| <= Z and the tails beyond are bounded and
         moved up (see ``_pld_profiles.discrete_gaussian_atoms``). Supported while the sum has
-        at most about four million terms (sigma / k up to about 2.5e5).
+        at most about a million terms (sigma / k up to about 6e4); beyond, ``pld_epsilon`` and
+        ``account`` fall back to the Renyi bound.
         """
         sig = check.positive("sigma", sigma)
         k = _check_sensitivity_int(sensitivity)
@@ -784,15 +791,50 @@ def _(event: ZCDPEvent, multiplicity: int, cache: dict[DpEvent, srcs.Source]) ->
     )
 
 
+# Noise scales outside this range are accounted at its ends. Above it, as noise of scale 1e100:
+# a Gaussian's or a Laplace's curve delta(eps) only grows as the scale falls, so that is an upper
+# bound (and squaring 1e300 would overflow). Below it, as no noise at all (the unit's presence
+# is revealed: loss +infinity), which dominates any additive noise, a post-processing of the
+# exact answer (and 1 / 1e-300^2 would overflow).
+_NOISE_SCALES = (1e-100, 1e100)
+
+
+def _additive_source(noise_scale: float, gaussian: bool) -> srcs.Source:
+    scale = min(float(noise_scale), _NOISE_SCALES[1])
+    if scale < _NOISE_SCALES[0]:
+        return srcs.AtomSource(prof.approx_dp_atoms(0.0, 1.0))
+    noise = prof.GaussianNoise(scale) if gaussian else prof.LaplaceNoise(scale)
+    return srcs.MixtureSource(noise, 1.0)
+
+
+def _noise_source(
+    noise_scale: float, q: float, *, gaussian: bool, symmetrize: bool = False
+) -> srcs.Source:
+    """``_additive_source`` sampled at rate q (Poisson, or symmetrized without replacement)."""
+    base = _additive_source(noise_scale, gaussian)
+    if isinstance(base, srcs.MixtureSource):
+        return srcs.MixtureSource(base.noise, q, symmetrize=symmetrize)
+    if q == 1.0:
+        return base
+    atoms = base.remove_atoms
+    if symmetrize:
+        return srcs.AtomSource(prof.subsample_atoms(atoms, q, "remove"), symmetrize=True)
+    return srcs.AtomSource(
+        prof.subsample_atoms(atoms, q, "remove"), prof.subsample_atoms(atoms, q, "add")
+    )
+
+
 def _leaf_source(event: DpEvent) -> srcs.Source | None:
     match event:
         case GaussianEvent(noise_multiplier=sigma):
-            return srcs.MixtureSource(prof.GaussianNoise(float(sigma)), 1.0)
+            return _additive_source(sigma, gaussian=True)
         case LaplaceEvent(noise_multiplier=b):
-            return srcs.MixtureSource(prof.LaplaceNoise(float(b)), 1.0)
+            return _additive_source(b, gaussian=False)
         case DiscreteLaplaceEvent(scale=b, sensitivity=k):
             return srcs.AtomSource(prof.discrete_laplace_atoms(float(b), int(k)))
         case DiscreteGaussianEvent(sigma=sigma, sensitivity=k):
+            if sigma < _NOISE_SCALES[0]:  # no noise (sigma^2 would underflow)
+                return srcs.AtomSource(prof.approx_dp_atoms(0.0, 1.0))
             return srcs.AtomSource(prof.discrete_gaussian_atoms(float(sigma), int(k), 1e-16))
         case RandomizedResponseEvent(truth_probability=p, categories=k):
             return srcs.AtomSource(prof.randomized_response_atoms(float(p), int(k)))
@@ -865,10 +907,9 @@ def _(
     q = float(event.sampling_rate)
     inner = event.event
     source: srcs.Source
-    if isinstance(inner, GaussianEvent | LaplaceEvent):
+    noise = _leaf_source(inner) if isinstance(inner, GaussianEvent | LaplaceEvent) else None
+    if isinstance(noise, srcs.MixtureSource):
         # the exact mixture; the unsampled noise needs no analysis (nor its grid scale) of its own
-        noise = _leaf_source(inner)
-        assert isinstance(noise, srcs.MixtureSource)
         source = srcs.MixtureSource(noise.noise, q)
         cache[event] = source
         sc = source.scale(DEFAULT_TAIL_MASS_TRUNCATION)
@@ -1042,6 +1083,34 @@ def _count_compositions(event: DpEvent) -> int:
     return 0
 
 
+def _unbounded_loss(event: DpEvent) -> bool:
+    """Whether the event's privacy loss exceeds every bound with positive probability.
+
+    Gaussian noise (continuous or discrete, sampled or not, on any part of a composition) and
+    any (epsilon, delta) guarantee with delta > 0 have no pure-DP epsilon: at delta = 0 their
+    epsilon is +infinity, however little mass a computed PLD keeps far out (it may underflow).
+    """
+    match event:
+        case GaussianEvent() | DiscreteGaussianEvent():
+            return True
+        case ApproxDPEvent(delta=d):
+            return d > 0
+        case ComposedEvent(events=children):
+            return any(_unbounded_loss(c) for c in children)
+        case (
+            SelfComposedEvent(event=inner)
+            | PoissonSampledEvent(event=inner)
+            | SampledWithoutReplacementEvent(event=inner)
+        ):
+            return _unbounded_loss(inner)
+    return False
+
+
+#: How many times ``pld_epsilon`` doubles the interval of a grid that does not fit
+#: ``MAX_GRID_POINTS``.
+_WIDENINGS = 10
+
+
 def pld_epsilon(
     event: DpEvent,
     delta: float,
@@ -1061,10 +1130,26 @@ def pld_epsilon(
     (atoms) need one pass.
     ``tail_mass_truncation`` defaults to 1e-4 delta / (steps + 2) (at most 1e-9): all
     truncations together then add at most about 1e-4 delta to delta.
+
+    Soundness for every input: the result is an upper bound on the true epsilon, or +inf.
+    Losses a grid cannot hold (single-step losses above ``MAX_FINITE_LOSS`` = 500, as for a
+    Gaussian with sigma below about 0.03) and mass cut from a window go to +infinity, so such
+    events come out as +inf (``account`` then reports a sound fallback: the analytic Gaussian
+    curve or the Renyi bound). At delta = 0 an event with unbounded loss (any Gaussian, any
+    delta > 0 guarantee) gives +inf. A grid that would exceed ``MAX_GRID_POINTS`` is widened
+    (its interval doubled, up to 2^10 times; beyond, ``ValueError``).
+
+    Cost: every grid and FFT window holds at most ``MAX_GRID_POINTS`` (2^22) points and at
+    most a handful of grids are built, so one call takes at most about 200 MiB of working
+    memory and a few seconds (measured: under a second for every noise multiplier from 1e-6
+    to 1e6, sampling rate from 1e-6 to 1 and count up to 10^9), whatever the noise, sampling
+    rate or count; an event made of many *distinct* blocks costs one composition per block.
     """
     delta = check.unit_interval("delta", delta, include_zero=True)
     rel = check.positive("relative_tolerance", relative_tolerance)
     relation, scales, cache = _prepare(event, neighbouring)
+    if delta == 0.0 and _unbounded_loss(event):
+        return math.inf
     steps = sum(s.multiplicity for s in scales)
     if tail_mass_truncation is None:
         # Every truncation moves at most its tail mass up, adding at most that to delta: the
@@ -1080,10 +1165,18 @@ def pld_epsilon(
         ctx = _Context(interval, tail, relation, cache, direction, window)
         return _build_event(event, ctx)
 
-    pld = build(h)
+    for widening in range(_WIDENINGS + 1):
+        try:
+            pld = build(h)
+            break
+        except core.GridTooLargeError:  # the grid would exceed MAX_GRID_POINTS: widen it
+            if widening == _WIDENINGS:
+                raise
+            h *= 2.0
+            exact = False
     eps_by_direction = {"remove": pld.remove.epsilon(delta), "add": pld.add.epsilon(delta)}
     fine = max(eps_by_direction.values())
-    if exact or not math.isfinite(fine):
+    if exact or fine == 0.0 or not math.isfinite(fine):  # 0: no finer grid can do better
         return fine
     best = fine
     predicted = srcs.predicted_error(scales, h, tail, eps_by_direction, rel * max(best, 1e-9))

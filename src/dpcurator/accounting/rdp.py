@@ -157,17 +157,37 @@ def _check_relation(event: DpEvent, ctx: _Ctx, required: Neighbouring, why: str)
         )
 
 
+# Noise multipliers above this are accounted as this one (a Gaussian of larger sigma is a
+# post-processing of it: add independent noise), and those below it as +inf at every order;
+# either way no square of sigma can overflow or underflow.
+_SIGMA_RANGE = (1e-100, 1e100)
+
+
+def _clamped_sigma(sigma: float) -> float:
+    """sigma within ``_SIGMA_RANGE``: its top, or 0.0 (no noise) below its bottom."""
+    return 0.0 if sigma < _SIGMA_RANGE[0] else min(float(sigma), _SIGMA_RANGE[1])
+
+
+def _gaussian_rdp(sigma: float, orders: np.ndarray) -> np.ndarray:
+    """alpha / (2 sigma^2), rounded up; +inf without noise."""
+    s = _clamped_sigma(sigma)
+    if s == 0.0:
+        return np.full_like(orders, np.inf, dtype=np.float64)
+    return _up(orders / (2 * s * s))
+
+
 @_register(GaussianEvent)
 def _gaussian(event: GaussianEvent, ctx: _Ctx) -> _Curve:
     # Mironov 2017, Table II: D_alpha(N(0, s^2) || N(1, s^2)) = alpha / (2 s^2).
-    return _Curve(_up(ctx.a / (2 * event.noise_multiplier**2)), math.inf)
+    return _Curve(_gaussian_rdp(event.noise_multiplier, ctx.a), math.inf)
 
 
 @_register(DiscreteGaussianEvent)
 def _discrete_gaussian(event: DiscreteGaussianEvent, ctx: _Ctx) -> _Curve:
     # Canonne, Kamath and Steinke 2020, Theorem 4: (k^2 / (2 sigma^2))-zCDP for integer
     # sensitivity k, hence alpha k^2 / (2 sigma^2) at every order.
-    rho = event.sensitivity**2 / (2 * event.sigma**2)
+    with np.errstate(over="ignore"):
+        rho = 0.5 * (event.sensitivity / event.sigma) ** 2 if event.sigma > 1e-100 else math.inf
     return _Curve(_up(ctx.a * rho), math.inf)
 
 
@@ -318,7 +338,7 @@ def _effective_gaussian_sigma(event: DpEvent) -> float | None:
     procedures", Section 3). None if the event is not built only from Gaussians.
     """
     if isinstance(event, GaussianEvent):
-        return event.noise_multiplier
+        return _clamped_sigma(event.noise_multiplier)
     if isinstance(event, SelfComposedEvent):
         s = _effective_gaussian_sigma(event.event)
         return None if s is None else s / math.sqrt(event.count)
@@ -328,8 +348,8 @@ def _effective_gaussian_sigma(event: DpEvent) -> float | None:
             s = _effective_gaussian_sigma(e)
             if s is None:
                 return None
-            total += s**-2
-        return float(total**-0.5)
+            total += math.inf if s < _SIGMA_RANGE[0] else 1.0 / (s * s)
+        return 0.0 if math.isinf(total) else float(total**-0.5)
     return None
 
 
@@ -385,6 +405,11 @@ def sgm_log_a_frac(q: float, sigma: float, alpha: float) -> float:
     signs: list[np.ndarray] = []
     lo, chunk = 0, 64
     start_tail = max(alpha, z0, alpha - z0) + 1
+    if start_tail > _MAX_SERIES_TERMS:
+        raise ValueError(
+            f"the series at order {alpha:g} needs over {_MAX_SERIES_TERMS} terms (sigma={sigma:g}, "
+            f"q={q:g}): use an integer order (sampled_gaussian_rdp does)"
+        )
     while True:
         i = np.arange(lo, lo + chunk, dtype=np.float64)
         log_c = gammaln(alpha + 1) - gammaln(i + 1) - gammaln(alpha - i + 1)
@@ -411,29 +436,55 @@ def sgm_log_a_frac(q: float, sigma: float, alpha: float) -> float:
         log_tail = log_k + log_cn + math.log(n) - math.log(alpha) + math.log(g)
         tail = math.exp(log_tail - m)
         excess = total - math.exp(-m)  # (A - 1) in units of e^m, for the stopping rule only
-        if tail <= 1e-7 * max(excess, 0.0) or lo >= 1 << 22:
+        if tail <= 1e-7 * max(excess, 0.0) or lo >= 2 * _MAX_SERIES_TERMS:
             upper = total + tail + 4e-14 * magnitude
             return m + math.log(upper)
+
+
+#: Most terms the fractional-order series of ``sgm_log_a_frac`` may need before its tail bound
+#: applies; beyond (|sigma^2 log(1/q - 1)| above about 8e3), the next integer order is used.
+_MAX_SERIES_TERMS = 1 << 13
+
+
+def _series_terms(q: float, sigma: float, alpha: float) -> float:
+    """Index from which ``sgm_log_a_frac``'s tail bound holds: max(alpha, z0, alpha - z0) + 1."""
+    s2 = sigma * sigma
+    z0 = s2 * math.log1p(-q) - s2 * math.log(q) + 0.5
+    return max(alpha, z0, alpha - z0) + 1
 
 
 def sampled_gaussian_rdp(q: float, sigma: float, orders: np.ndarray) -> np.ndarray:
     """RDP of the Poisson-subsampled Gaussian mechanism (add/remove), rounded up.
 
     eps(alpha) = log(A_alpha) / (alpha - 1): Mironov, Talwar and Zhang 2019 (Section 3, where
-    A_alpha dominates the reverse direction B_alpha; Section 3.3 for the computation).
+    A_alpha dominates the reverse direction B_alpha; Section 3.3 for the computation). At a
+    fractional order whose series would need more than ``_MAX_SERIES_TERMS`` terms (large
+    sigma, where the split point z0 = sigma^2 log(1/q - 1) + 1/2 is far out) the value at the
+    next integer order is used: the Renyi divergence is non-decreasing in the order (van Erven
+    and Harremoes 2014, Theorem 3), so it is an upper bound. Cost: at most about 2^14 terms per
+    order, a few MiB and well under a second for all the default orders, for any q and sigma.
     """
     a = np.asarray(orders, dtype=np.float64)
-    if q == 1.0:
-        return _up(a / (2 * sigma**2))
+    sigma = _clamped_sigma(sigma)
+    if q == 1.0 or sigma == 0.0:
+        return _gaussian_rdp(sigma, a)
     out = np.empty_like(a)
+    integer_values: dict[int, float] = {}
+
+    def at_integer(alpha: int) -> float:
+        if alpha not in integer_values:
+            integer_values[alpha] = sgm_log_a_int(q, sigma, alpha) / (alpha - 1)
+        return integer_values[alpha]
+
     for n, alpha in enumerate(a):
         if float(alpha).is_integer():
-            log_a = sgm_log_a_int(q, sigma, int(alpha))
+            out[n] = at_integer(int(alpha))
+        elif _series_terms(q, sigma, float(alpha)) > _MAX_SERIES_TERMS:
+            out[n] = at_integer(max(2, math.ceil(alpha)))
         else:
-            log_a = sgm_log_a_frac(q, sigma, float(alpha))
-        out[n] = log_a / (alpha - 1)
+            out[n] = sgm_log_a_frac(q, sigma, float(alpha)) / (alpha - 1)
     # A sampled mechanism is never less private than the unsampled one (quasi-convexity).
-    return _up(np.minimum(out, a / (2 * sigma**2)))
+    return _up(np.minimum(out, a / (2 * sigma * sigma)))
 
 
 @_register(PoissonSampledEvent)

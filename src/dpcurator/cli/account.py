@@ -32,6 +32,8 @@ def _render(result: dict[str, Any]) -> None:
     if "method" in result:
         line += f"  (method: {result['method']})"
     console.print(line)
+    if result.get("note"):
+        console.print(f"note: {result['note']}")
     if "noise_multiplier" in result:
         console.print(f"noise multiplier = {result['noise_multiplier']:.6g}")
     if "rho" in result:
@@ -66,6 +68,8 @@ def dpsgd(
     result: dict[str, Any] = {"epsilon": res.epsilon, "delta": res.delta, "method": res.method,
                               "noise_multiplier": sigma, "sampling_rate": sampling_rate,
                               "steps": steps, "candidates": res.candidates}
+    if res.note:
+        result["note"] = res.note
     emit(result, as_json, _render)
 
 
@@ -85,8 +89,11 @@ def compose(
         if isinstance(times, bool) or times < 1:
             raise ValueError(f"times must be an integer >= 1, got {times!r}")
         res = account(SelfComposedEvent(event, times) if times > 1 else event, delta=delta)
-    emit({"epsilon": res.epsilon, "delta": res.delta, "method": res.method, "times": times,
-          "candidates": res.candidates}, as_json, _render)
+    result: dict[str, Any] = {"epsilon": res.epsilon, "delta": res.delta, "method": res.method,
+                              "times": times, "candidates": res.candidates}
+    if res.note:
+        result["note"] = res.note
+    emit(result, as_json, _render)
 
 
 def _single_event(mechanism: str, noise: float | None, sensitivity: float,
