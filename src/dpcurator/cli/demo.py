@@ -19,13 +19,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpcurator.cli._common import guarded
 from dpcurator.cli.demo_curator import demo_curator
 from dpcurator.mechanisms.randomized_response import RandomizedResponse
 from dpcurator.noise import sample_bernoulli
 
 
+@guarded
 def demo(
-    respondents: int = typer.Option(10_000, min=100, help="Number of simulated respondents."),
+    respondents: int = typer.Option(10_000, min=100, max=10_000_000,
+                                    help="Number of simulated respondents."),
     true_rate: float = typer.Option(
         0.3, min=0.0, max=1.0, help="Share of respondents who really ran a red light."
     ),

@@ -11,9 +11,10 @@ from rich.table import Table
 
 from dpcurator.accounting import ApproxDP, PureDP
 from dpcurator.accounting.posterior import plot_posterior, posterior_bounds
-from dpcurator.cli._common import emit, user_errors
+from dpcurator.cli._common import emit, guarded, user_errors
 
 
+@guarded
 def explain(
     epsilon: float = typer.Option(..., help="The guarantee's epsilon."),
     prior: float = typer.Option(0.5, help="The attacker's prior that the person is in the data."),

@@ -9,8 +9,10 @@
     dpcurator survey plan --mechanism rr --epsilon 1 --margin 0.01 --figure widths.png --json
 
 With ``--json`` every command prints exactly one JSON object on stdout; when the input is
-refused that object is ``{"error": ...}`` (also printed as ``error: ...`` on stderr) and the exit
-status is 2, as for every dpcurator command. Output keys:
+refused that object is ``{"error": ..., "type": ...}`` (without ``--json``, ``error: ...`` on
+stderr) and the exit status is 2, as for every dpcurator command. Every number read from a
+configuration or a report is bounded in size before it is used (``client.parse_number``).
+Output keys:
 
 - yes/no (rr, two-coin): ``estimate``, ``interval`` [lo, hi], ``epsilon``, ``n``;
 - categories: ``estimates`` and ``intervals`` keyed by category, ``epsilon``, ``n``;
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 import typer
 
-from dpcurator.cli._common import emit, fail
+from dpcurator.cli._common import JsonErrorsGroup, emit, fail, guarded
 from dpcurator.errors import DPCuratorError
 from dpcurator.local import (
     Collector,
@@ -54,6 +56,7 @@ survey_app = typer.Typer(
     help="Local-DP surveys: simulate, plan, configure and estimate from respondents' reports.",
     no_args_is_help=True,
     add_completion=False,
+    cls=JsonErrorsGroup,
 )
 
 _MECH_HELP = f"Mechanism: {', '.join(MECHANISMS)}, or auto (the lowest-variance one)."
@@ -73,9 +76,7 @@ def _emit(result: dict[str, Any], as_json: bool) -> None:
 
 
 def _fail(message: str, as_json: bool) -> None:
-    if as_json:
-        typer.echo(json.dumps({"error": message}))
-    fail(message)
+    fail(message, as_json)
 
 
 def _categories(categories: str | None, k: int | None, count: int | None) -> list[Any] | None:
@@ -130,10 +131,12 @@ def _build(mechanism: str, epsilon: float, categories: list[Any] | None, low: fl
 
 
 @survey_app.command(help="Simulate a survey: randomize a synthetic population, then estimate.")
+@guarded
 def simulate(
     mechanism: str = typer.Option("auto", "--mechanism", "-m", help=_MECH_HELP),
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Epsilon per respondent."),
-    n: int = typer.Option(..., "--n", min=1, help="Number of respondents."),
+    n: int = typer.Option(..., "--n", min=1, max=10_000_000,
+                          help="Number of respondents (at most ten million)."),
     true_rate: float | None = typer.Option(
         None, "--true-rate", help="Yes/no: the true share of 'yes'. Numbers: the true mean."),
     true_frequencies: str | None = typer.Option(
@@ -199,6 +202,7 @@ def simulate(
 
 
 @survey_app.command(help="Estimate from a file of reports (JSONL, or CSV with a header).")
+@guarded
 def estimate(
     reports: str = typer.Argument(..., help="Reports: .jsonl (one JSON per line) or .csv."),
     mechanism: str | None = typer.Option(None, "--mechanism", "-m", help=_MECH_HELP),
@@ -206,7 +210,8 @@ def estimate(
     config: str | None = typer.Option(
         None, "--config", help="The survey's configuration (instead of mechanism/epsilon)."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    k: int | None = typer.Option(None, "--k", min=2, help="Categories 0..k-1."),
+    k: int | None = typer.Option(None, "--k", min=2, max=1_000_000,
+                                  help="Categories 0..k-1."),
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
@@ -218,7 +223,7 @@ def estimate(
         if config is not None:
             try:
                 cfg = json.loads(Path(config).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # JSON errors are ValueErrors
                 raise _Refused(f"cannot read the configuration file {str(config)!r}") from None
             rand = from_config(cfg)
         else:
@@ -245,6 +250,7 @@ def estimate(
 
 
 @survey_app.command(help="How many respondents a target margin needs; optionally the figure.")
+@guarded
 def plan(
     mechanism: str = typer.Option("rr", "--mechanism", "-m", help=_MECH_HELP),
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Epsilon per respondent."),
@@ -253,7 +259,8 @@ def plan(
     rate: float | None = typer.Option(
         None, "--rate", help="Expected rate (or mean); default: worst case over all rates."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    k: int | None = typer.Option(None, "--k", min=2, help="Number of categories."),
+    k: int | None = typer.Option(None, "--k", min=2, max=1_000_000,
+                                  help="Number of categories."),
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
     figure: str | None = typer.Option(
@@ -280,11 +287,13 @@ def plan(
 
 
 @survey_app.command(help="Print the survey configuration that respondents' client.py uses.")
+@guarded
 def config(
     mechanism: str = typer.Option("auto", "--mechanism", "-m", help=_MECH_HELP),
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Epsilon per respondent."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    k: int | None = typer.Option(None, "--k", min=2, help="Categories 0..k-1."),
+    k: int | None = typer.Option(None, "--k", min=2, max=1_000_000,
+                                  help="Categories 0..k-1."),
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
     as_json: bool = typer.Option(True, "--json", help="Print one JSON object (always)."),

@@ -38,7 +38,12 @@ from dpcurator.query.bounding import (
     MeasureSpec,
     ValueSpec,
 )
-from dpcurator.query.errors import BoundsError, QueryError, UnknownColumnError
+from dpcurator.query.errors import (
+    BoundsError,
+    QueryError,
+    UnknownColumnError,
+    UnsupportedQueryError,
+)
 from dpcurator.query.plan import (
     Aggregate,
     Bounds,
@@ -87,8 +92,13 @@ def _match_column(name: str, columns: Mapping[str, str], what: str) -> str:
 def _resolve_expression(text: str, columns: Mapping[str, str], what: str) -> str:
     import sqlglot
     from sqlglot import exp
+    from sqlglot.errors import SqlglotError
 
-    node = sqlglot.parse_one(text, dialect=ex.DIALECT)
+    try:
+        node = sqlglot.parse_one(text, dialect=ex.DIALECT)
+    except SqlglotError:  # sqlglot wrote text it cannot read back
+        raise UnsupportedQueryError(f"{what} could not be compiled (sqlglot cannot read back "
+                                    "its canonical form); write it more simply") from None
 
     def fix(sub: exp.Expression) -> exp.Expression:
         if isinstance(sub, exp.Column):

@@ -9,6 +9,7 @@ the mechanisms' guarantees never exceeds what the request says.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -18,10 +19,12 @@ from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.accounting.conversions import zcdp_rho_for
 from dpcurator.errors import UserError
 
-__all__ = ["NoiseKind", "PrivacyRequest", "split"]
+__all__ = ["MAX_DELTA", "NoiseKind", "PrivacyRequest", "check_delta", "split"]
 
 NoiseKind = Literal["laplace", "gaussian"]
 SELECTION = "partition_selection"
+#: The largest delta accepted without ``allow_large_delta=True`` (budget total and query).
+MAX_DELTA = 1e-3
 
 
 def _positive(name: str, value: object) -> float:
@@ -31,6 +34,33 @@ def _positive(name: str, value: object) -> float:
     if not math.isfinite(number) or number <= 0:
         raise UserError(f"{name} must be a positive finite number, got {number!r}")
     return number
+
+
+def _weight(name: object, value: object) -> float:
+    """A weight as a positive float (numpy numbers too); a UserError naming it otherwise."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        value = float(value)
+    return _positive(f"weight of {name!r}", value)
+
+
+def check_delta(delta: object, what: str, allow_large: bool) -> None:
+    """Refuse a delta above ``MAX_DELTA`` unless the caller opted in explicitly.
+
+    Delta is the probability that the guarantee fails outright. With delta >= 1/n (n units) a
+    mechanism may publish records as they are: a private partition selection at delta = 0.5
+    releases every unit's id in a GROUP BY on the privacy unit, with probability about 1/2
+    each. Values well below 1/n (1e-6, 1e-9) are the norm.
+    """
+    if allow_large or isinstance(delta, bool) or not isinstance(delta, int | float):
+        return  # the type (and range) is checked where delta is used
+    if float(delta) > MAX_DELTA:
+        raise UserError(
+            f"{what} = {float(delta)!r} is above {MAX_DELTA:g}, the largest delta accepted "
+            "without an explicit opt-in: delta is the probability that the guarantee fails "
+            "outright, and with delta of 1/n or more (n privacy units) a mechanism may release "
+            "records as they are, for example every unit's id in a GROUP BY on the privacy "
+            "unit. Use a delta well below 1/n, such as 1e-6, or pass allow_large_delta=True "
+            "(--allow-large-delta) if this is really meant")
 
 
 @dataclass(frozen=True)
@@ -77,12 +107,16 @@ class PrivacyRequest:
 
     @classmethod
     def make(cls, *, epsilon: float | None, delta: float | None, rho: float | None,
-             noise: str | None, weights: Mapping[str, float] | None) -> PrivacyRequest:
+             noise: str | None, weights: Mapping[str, float] | None,
+             allow_large_delta: bool = False) -> PrivacyRequest:
+        """A checked request; a delta above ``MAX_DELTA`` needs ``allow_large_delta``."""
         if weights is not None and not isinstance(weights, Mapping):
             raise UserError("weights must be a mapping {aggregate name: weight}")
+        check_delta(delta, "delta", allow_large_delta)
         return cls(epsilon=epsilon, delta=0.0 if delta is None else delta, rho=rho,
                    noise=noise,  # type: ignore[arg-type]
-                   weights=tuple(sorted((str(k), float(v)) for k, v in (weights or {}).items())))
+                   weights=tuple(sorted((str(k), _weight(k, v))
+                                      for k, v in (weights or {}).items())))
 
     @property
     def kind(self) -> NoiseKind:

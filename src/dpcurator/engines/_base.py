@@ -64,6 +64,11 @@ class Engine(Protocol):
         """Column name -> SQL type name, in table order (the schema is public)."""
         ...
 
+    def check_source(self) -> None:
+        """Make sure no query can fail on a value of the data (a data-owner check, once):
+        raise a UserError naming the bad lines and columns (never their values)."""
+        ...
+
     def group_key_types(self, query: BoundedQuery) -> Sequence[str]:
         """The SQL type of each group key expression (without reading any row)."""
         ...

@@ -58,7 +58,9 @@ def check_int_field(obj: Mapping[str, Any], key: str, low: int, high: int) -> in
     raw = obj.get(key)
     if isinstance(raw, str):
         text = raw.strip()
-        if not (text.isdigit() or (text.startswith("-") and text[1:].isdigit())):
+        digits = text[1:] if text.startswith("-") else text
+        # ASCII digits only, and at most 20 of them (every field fits in 64 bits)
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 20):
             raise ReportError(f"field {key!r} must be an integer")
         raw = int(text)
     elif isinstance(raw, float) and raw.is_integer():

@@ -57,6 +57,7 @@ __all__ = [
     "loss_ratio",
     "main",
     "olh_hash",
+    "parse_number",
     "randomize",
 ]
 
@@ -70,6 +71,53 @@ MECHANISMS = ("rr", "two-coin", "grr", "sue", "oue", "olh", "hadamard", "duchi",
 
 class ConfigError(ValueError):
     """The survey configuration is malformed or does not give the epsilon it promises."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers read from a configuration or an answer: bounded in size before any arithmetic.
+
+#: The longest number text read (a configuration's rationals are about 60 characters).
+MAX_NUMBER_TEXT = 400
+#: The largest integer parameters: OLH's prime g, Hadamard's K, the piecewise grid.
+MAX_HASH_RANGE = 1 << 31
+MAX_COLUMNS = 1 << 31
+MAX_GRID = 1 << 40
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _number_shape(text: str) -> bool:
+    """Whether ``text`` is an integer "n", a rational "n/d", or a decimal with an exponent of
+    at most 3 digits (ASCII digits, an optional sign): parsing one costs time linear in its
+    length, where ``Fraction("1e-999999999")`` would first build a billion-digit integer."""
+    body = text[1:] if text[:1] in ("+", "-") else text
+    if "/" in body:
+        numerator, _, denominator = body.partition("/")
+        return _digits(numerator) and _digits(denominator)
+    mantissa, mark, exponent = body.replace("E", "e").partition("e")
+    if mark:
+        exponent = exponent[1:] if exponent[:1] in ("+", "-") else exponent
+        if not (_digits(exponent) and len(exponent) <= 3):
+            return False
+    whole, _, fraction = mantissa.partition(".")
+    return bool(whole or fraction) and all(_digits(p) for p in (whole, fraction) if p)
+
+
+def parse_number(text: str) -> Fraction:
+    """The exact value of a number written as text, refusing (ValueError) any text longer than
+    ``MAX_NUMBER_TEXT`` characters, with an exponent beyond 3 digits, or not a number."""
+    text = text.strip()
+    if len(text) > MAX_NUMBER_TEXT:
+        raise ValueError(f"a number may have at most {MAX_NUMBER_TEXT} characters")
+    if not _number_shape(text):
+        raise ValueError("not a number (write an integer, n/d, or a decimal with an exponent "
+                         "of at most 3 digits)")
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError("not a valid number (a zero denominator?)") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,30 +228,39 @@ def _fraction(params: dict[str, Any], key: str) -> Fraction:
     if isinstance(raw, bool) or not isinstance(raw, str | int):
         raise ConfigError(f"params.{key} must be a rational written as 'numerator/denominator'")
     try:
-        value = Fraction(raw)
-    except (ValueError, ZeroDivisionError):
-        raise ConfigError(f"params.{key} is not a valid rational number") from None
+        value = parse_number(raw) if isinstance(raw, str) else Fraction(raw)
+    except ValueError as exc:
+        raise ConfigError(f"params.{key} is not a valid rational number: {exc}") from None
     if not 0 < value < 1:
         raise ConfigError(f"params.{key} must lie strictly between 0 and 1")
     return value
 
 
-def _integer(params: dict[str, Any], key: str, low: int) -> int:
+def _integer(params: dict[str, Any], key: str, low: int, high: int) -> int:
     raw = params.get(key)
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < low:
-        raise ConfigError(f"params.{key} must be an integer >= {low}")
+    if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
+        raise ConfigError(f"params.{key} must be an integer in [{low}, {high}]")
     return raw
 
 
 def _range(config: dict[str, Any]) -> tuple[Fraction, Fraction]:
     low, high = config.get("low"), config.get("high")
     for name, v in (("low", low), ("high", high)):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(
+                _as_float(v)):
             raise ConfigError(f"{name} must be a finite number")
     assert isinstance(low, int | float) and isinstance(high, int | float)
     if not low < high:
         raise ConfigError("low must be smaller than high")
     return Fraction(low), Fraction(high)
+
+
+def _as_float(value: int | float) -> float:
+    """The value as a float; an integer beyond the float range is infinite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _categories(config: dict[str, Any]) -> list[Any]:
@@ -236,7 +293,8 @@ def loss_ratio(config: dict[str, Any]) -> Fraction:
         p = _fraction(params, "p")
         return max((2 - p) / (1 - p), (1 - p + p * p) / ((1 - p) * (1 - p)))
     if mech in ("grr", "olh"):
-        size = len(_categories(config)) if mech == "grr" else _integer(params, "g", 2)
+        size = (len(_categories(config)) if mech == "grr"
+                else _integer(params, "g", 2, MAX_HASH_RANGE))
         if mech == "olh":
             _categories(config)
             if not is_prime(size):
@@ -251,7 +309,7 @@ def loss_ratio(config: dict[str, Any]) -> Fraction:
         return max(r, 1 / r)
     if mech == "hadamard":
         cats = _categories(config)
-        size = _integer(params, "K", 2)
+        size = _integer(params, "K", 2, MAX_COLUMNS)
         if size & (size - 1) or size <= len(cats):
             raise ConfigError("params.K must be a power of two larger than the category count")
         p = _fraction(params, "p")
@@ -262,8 +320,8 @@ def loss_ratio(config: dict[str, Any]) -> Fraction:
         return (1 + rho) / (1 - rho)
     # piecewise
     _range(config)
-    grid = _integer(params, "grid", 2)
-    m = _integer(params, "m", 1)
+    grid = _integer(params, "grid", 2, MAX_GRID)
+    m = _integer(params, "m", 1, MAX_GRID)
     if grid & (grid - 1) or not m < grid:
         raise ConfigError("params.grid must be a power of two and params.m smaller than it")
     return Fraction(grid, m) ** 2
@@ -315,8 +373,8 @@ def _unit_position(config: dict[str, Any], value: Any) -> Fraction:
     """The answer mapped exactly to t = (v - low) / (high - low) in [0, 1]."""
     low, high = _range(config)
     try:
-        v = Fraction(str(value).strip()) if not isinstance(value, int | float) else Fraction(value)
-    except (ValueError, ZeroDivisionError):
+        v = parse_number(str(value)) if not isinstance(value, int | float) else Fraction(value)
+    except (ValueError, OverflowError):
         raise ValueError("a numeric answer must be a finite number") from None
     if not low <= v <= high:
         raise ValueError("the answer lies outside the survey's range [low, high]")
@@ -414,12 +472,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with open(args[0], encoding="utf-8") as handle:
             config = check_config(json.load(handle))
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"error: cannot read the survey configuration: {type(exc).__name__}",
-              file=sys.stderr)
-        return 2
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, RecursionError) as exc:  # JSON errors are ValueErrors
+        print(f"error: cannot read the survey configuration: {type(exc).__name__}",
+              file=sys.stderr)
         return 2
     answers = args[1:] if len(args) > 1 else [line.rstrip("\r\n") for line in sys.stdin]
     status = 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,7 @@ class Collector:
     def _read_csv(self, handle: Iterable[str]) -> None:
         reader = csv.reader(handle)
         header: list[str] | None = None
-        for row in reader:
+        for row in _csv_rows(reader, self._bad):
             if not row or not any(cell.strip() for cell in row):
                 continue
             if header is None:
@@ -133,8 +133,8 @@ class Collector:
     def _add_item(self, number: int, item: Mapping[str, Any] | str | bytes) -> None:
         try:
             obj = json.loads(item) if isinstance(item, str | bytes) else item
-        except (ValueError, UnicodeDecodeError):
-            self._bad(number, "not valid JSON")
+        except (ValueError, UnicodeDecodeError, RecursionError):  # too deeply nested, too
+            self._bad(number, "not valid JSON")                   # long a number: invalid
             return
         try:
             self._buffer.append(self._parse(obj))
@@ -178,3 +178,17 @@ class Collector:
         """Counts of good and bad reports, with the first bad ones' line numbers."""
         return {"n": self.n, "bad_reports": self.bad_count,
                 "errors": [e.to_json() for e in self.errors]}
+
+
+def _csv_rows(reader: Any, bad: Any) -> Iterator[list[str]]:
+    """The reader's rows; a line the csv module refuses (a field over its size limit, a NUL
+    byte) is counted as bad by ``bad(line, why)`` and reading goes on."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error:
+            bad(reader.line_num, "not a valid CSV line")
+            continue
+        yield row

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 
 from dpcurator.query.errors import QueryError, UnsupportedQueryError
 
@@ -93,9 +93,12 @@ def parse_scalar(text: str, context: str) -> exp.Expression:
         raise QueryError(f"{context} must be a non-empty SQL expression string")
     try:
         parsed = sqlglot.parse(text, dialect=DIALECT)
-    except ParseError:
+    except (ParseError, TokenError):
         raise UnsupportedQueryError(
             f"{context} is not a valid SQL expression (it could not be parsed)") from None
+    except RecursionError:
+        raise UnsupportedQueryError(f"{context} is nested too deeply; write it more "
+                                    "simply") from None
     if len(parsed) != 1 or parsed[0] is None:
         raise UnsupportedQueryError(f"{context} must be exactly one SQL expression; "
                                     "statements separated by ';' are refused")
@@ -119,6 +122,8 @@ def check_scalar(node: exp.Expr, context: str) -> None:
                 f"{context}: write the column name alone")
         if isinstance(sub, exp.In) and sub.args.get("query") is not None:
             raise UnsupportedQueryError(_reason(exp.Subquery(), context))
+        if isinstance(sub, exp.WidthBucket):
+            labels_of(sub)  # literal bounds and bucket count, wherever it is used
         if isinstance(sub, exp.Identifier) and not isinstance(sub.parent, exp.Column):
             parent = sub.parent
             if not isinstance(parent, exp.DataType | exp.Var | exp.Extract | exp.DateTrunc |
@@ -198,6 +203,10 @@ def labels_of(node: exp.Expression) -> tuple[Any, ...] | None:
                 unique.append(value)
         return tuple(unique)
     if isinstance(node, exp.WidthBucket):
+        parts = ("this", "min_value", "max_value", "num_buckets")
+        if any(not isinstance(node.args.get(p), exp.Expression) for p in parts):
+            raise UnsupportedQueryError("width_bucket takes 4 arguments: width_bucket(value, "
+                                        "low, high, buckets)")
         ok_n, n = literal_value(node.args["num_buckets"])
         if not ok_n or not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1_000_000:
             raise UnsupportedQueryError("width_bucket needs a literal number of buckets "

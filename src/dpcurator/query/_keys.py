@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +33,10 @@ def python_scalar(value: Any) -> Any:
     except ImportError:  # pragma: no cover - pandas is a dependency
         pass
     return value
+
+
+_KEY_TYPES = (bool, int, float, str, bytes, datetime.date, datetime.time, datetime.timedelta,
+              decimal.Decimal)
 
 
 def _rows_from_table(table: Any, names: Sequence[str]) -> list[tuple[Any, ...]]:
@@ -80,5 +86,10 @@ def public_keys(keys: Any, names: Sequence[str]) -> PublicKeys:
         raise QueryError("keys must list at least one partition")
     if any(len(r) != len(names) for r in rows):
         raise QueryError(f"each key must have {len(names)} value(s): {', '.join(names)}")
+    for row in rows:
+        for value in row:
+            if value is not None and not isinstance(value, _KEY_TYPES):
+                raise QueryError(f"keys must be plain values (numbers, text, booleans, dates "
+                                 f"or None), got a {type(value).__name__}")
     unique = list(dict.fromkeys(rows))
     return PublicKeys(tuple(unique))

@@ -42,6 +42,11 @@ _BOUNDING_MODES = ("rescale", "sample")
 # Contribution bounds are capped so that fixed-point arithmetic in the engine cannot overflow
 # (values times rows times weights stay below 2^127 in HUGEINT arithmetic).
 MAX_CONTRIBUTIONS = 1 << 20
+# Clamping bounds: magnitudes up to 1e15 (below 2^52, where doubles still hold every integer
+# and the fixed-point values and their squares stay finite and exact enough), and at least
+# 1e-100 apart (the fixed-point scale of a value, and of its square, stays a finite double).
+MAX_BOUND = 1e15
+MIN_BOUND_WIDTH = 1e-100
 
 
 def _check_name(name: Any, what: str) -> str:
@@ -87,6 +92,15 @@ class Bounds:
         hi = _check_number("upper bound", self.hi)
         if not lo < hi:
             raise BoundsError(f"bounds must satisfy lo < hi, got lo={lo!r}, hi={hi!r}")
+        for name, value in (("lower bound", lo), ("upper bound", hi)):
+            if abs(value) > MAX_BOUND:
+                raise BoundsError(
+                    f"the {name} {value:g} is too large: the largest allowed magnitude is "
+                    f"{MAX_BOUND:g} (values are summed exactly in 52-bit fixed point); "
+                    "change the column's unit, for example thousands instead of units")
+        if hi - lo < MIN_BOUND_WIDTH:
+            raise BoundsError(f"bounds lo={lo!r}, hi={hi!r} are too close: hi - lo must be at "
+                              f"least {MIN_BOUND_WIDTH:g}; change the column's unit")
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
 

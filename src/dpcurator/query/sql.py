@@ -131,12 +131,16 @@ def _number(node: exp.Expression | None, what: str) -> float:
     ok, value = ex.literal_value(node) if node is not None else (False, None)
     if not ok or isinstance(value, bool) or not isinstance(value, int | float):
         raise _unsupported(f"{what} must be a literal number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise QueryError(f"{what} is out of range") from None
 
 
 def _aggregate(node: exp.Expression, name: str | None, privacy_unit: str | None,
                bounds: Mapping[str, Bounds]) -> Aggregate | None:
-    """The plan aggregate for a SELECT item, or None if it is not an aggregate."""
+    """The plan aggregate for a SELECT item, or None if it is not an aggregate (``bounds`` is
+    keyed by lower-case column name)."""
     if isinstance(node, exp.Filter):
         raise _unsupported("aggregate FILTER clauses are not supported; use WHERE")
     if isinstance(node, exp.Window):
@@ -151,7 +155,7 @@ def _aggregate(node: exp.Expression, name: str | None, privacy_unit: str | None,
                                "WITHIN GROUP (ORDER BY column)")
         column = _column_arg(order.expressions[0].this, "PERCENTILE_CONT")
         q = _number(inner.this, "the percentile")
-        return Quantile(column, bounds.get(column), name or "", q=q)
+        return Quantile(column, bounds.get(column.lower()), name or "", q=q)
     if not isinstance(node, exp.AggFunc):
         return None
     func = node.sql_name() if not isinstance(node, exp.Anonymous) else str(node.this).upper()
@@ -175,36 +179,46 @@ def _aggregate(node: exp.Expression, name: str | None, privacy_unit: str | None,
         raise _unsupported(f"{func}(DISTINCT ...) is not supported")
     if isinstance(node, exp.Sum):
         column = _column_arg(node.this, "SUM")
-        return Sum(column, bounds.get(column), name or "")
+        return Sum(column, bounds.get(column.lower()), name or "")
     if isinstance(node, exp.Avg):
         column = _column_arg(node.this, "AVG")
-        return Mean(column, bounds.get(column), name or "")
+        return Mean(column, bounds.get(column.lower()), name or "")
     if isinstance(node, exp.Variance | exp.VariancePop):
         column = _column_arg(node.this, func)
-        return Variance(column, bounds.get(column), name or "")
+        return Variance(column, bounds.get(column.lower()), name or "")
     if isinstance(node, exp.Stddev | exp.StddevPop | exp.StddevSamp):
         column = _column_arg(node.this, func)
-        return Variance(column, bounds.get(column), name or "", std=True)
+        return Variance(column, bounds.get(column.lower()), name or "", std=True)
     if isinstance(node, exp.Median):
         column = _column_arg(node.this, "MEDIAN")
-        return Quantile(column, bounds.get(column), name or "", q=0.5)
+        return Quantile(column, bounds.get(column.lower()), name or "", q=0.5)
     if isinstance(node, exp.PercentileCont | exp.PercentileDisc | exp.ApproxQuantile |
                   exp.Quantile):
         column = _column_arg(node.this, func)
         q_node = node.args.get("expression") or node.args.get("quantile")
         q = _number(q_node, "the quantile")
-        return Quantile(column, bounds.get(column), name or "", q=q)
+        return Quantile(column, bounds.get(column.lower()), name or "", q=q)
     raise _unsupported(f"aggregate {func}() is not supported; the supported aggregates are "
                        "COUNT(*), COUNT(DISTINCT <privacy unit>), SUM, AVG, VARIANCE, STDDEV, "
                        "MEDIAN and QUANTILE_CONT")
 
 
 def _bounds_map(bounds: Mapping[str, Any] | None) -> dict[str, Bounds]:
+    """Bounds keyed by the column name in lower case: DuckDB's identifiers are
+    case-insensitive (quoted or not), so ``SUM(AMOUNT)`` takes the bounds of ``amount``."""
     if bounds is None:
         return {}
     if not isinstance(bounds, Mapping):
         raise QueryError("bounds must be a mapping {column: (lo, hi)}")
-    return {str(col): Bounds.of(value, str(col)) for col, value in bounds.items()}
+    out: dict[str, Bounds] = {}
+    for col, value in bounds.items():
+        if not isinstance(col, str):
+            raise QueryError(f"bounds must be keyed by column name, got {col!r}")
+        if col.lower() in out:
+            raise QueryError(f"bounds name the column {col!r} twice (column names are "
+                             "case-insensitive)")
+        out[col.lower()] = Bounds.of(value, col)
+    return out
 
 
 def parse_sql(
@@ -223,6 +237,22 @@ def parse_sql(
     ``bounds`` gives clamping bounds per column; ``keys`` the public partitions (a list, tuples,
     DataFrame or Arrow table); the contribution bounds default to the curator's.
     """
+    try:
+        return _parse_sql(sql, table, privacy_unit, bounds, keys, max_partitions,
+                          max_rows_per_partition, bounding)
+    except RecursionError:  # sqlglot parses and writes expressions recursively
+        raise too_deep_error() from None
+
+
+def too_deep_error() -> UnsupportedQueryError:
+    """The error for an expression nested too deeply to be parsed or written back."""
+    return UnsupportedQueryError("the query is nested too deeply (parentheses, NOT, or long "
+                                 "chains of operators); write it more simply")
+
+
+def _parse_sql(sql: str, table: str, privacy_unit: str | None,
+               bounds: Mapping[str, Any] | None, keys: Any, max_partitions: int | None,
+               max_rows_per_partition: int | None, bounding: BoundingMode | None) -> Plan:
     select = _parse(sql)
     _check_clauses(select)
     _check_from(select, table)
