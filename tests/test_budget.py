@@ -1,4 +1,6 @@
-"""The budget is a privacy filter: exact, refusing whole, thread-safe and durable."""
+"""The budget is a privacy filter: exact, refusing whole, thread-safe and durable.
+
+The ledger under it (processes, crashes, tampering) is tested in tests/test_ledger*.py."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from hypothesis import strategies as st
 
 import dpcurator as dp
 from dpcurator.accounting import RDP
-from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.conversions import zcdp_rho_for, zcdp_to_delta
-from dpcurator.errors import BudgetExceededError, InternalError, UnsupportedChargeError
+from dpcurator.errors import BudgetExceededError, LedgerIntegrityError, UnsupportedChargeError
+from dpcurator.ledger import Budget
 
 
 def test_basic_filter_accepts_until_the_total_and_refuses_whole() -> None:
@@ -114,7 +116,7 @@ def test_thread_safe_charging_never_overspends() -> None:
 
 
 def test_journal_survives_a_restart(tmp_path: Path) -> None:
-    journal = tmp_path / "ledger.jsonl"
+    journal = tmp_path / "ledger.sqlite"
     first = Budget(dp.ApproxDP(1.0, 1e-6), journal=journal)
     first.charge(dp.PureDP(0.6), "first query")
     first.charge(dp.ApproxDP(0.3, 1e-7), "second query")
@@ -123,6 +125,8 @@ def test_journal_survives_a_restart(tmp_path: Path) -> None:
     assert again.spent.epsilon == pytest.approx(0.9)
     with pytest.raises(BudgetExceededError):
         again.charge(dp.PureDP(0.2))
-    journal.write_text(journal.read_text() + "{not json\n")
-    with pytest.raises(InternalError, match="line 3"):
+    first.close()
+    again.close()
+    journal.write_bytes(b"")  # emptied: never a refund
+    with pytest.raises(LedgerIntegrityError, match="is empty"):
         Budget(dp.ApproxDP(1.0, 1e-6), journal=journal)

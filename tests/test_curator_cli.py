@@ -74,12 +74,17 @@ def test_errors_are_one_clear_line(shop: Path) -> None:
 
 
 def test_journal_shares_one_budget_across_runs(shop: Path, tmp_path: Path) -> None:
-    journal = tmp_path / "ledger.jsonl"
+    journal = tmp_path / "ledger.sqlite"
     base = [str(shop), "--sql", "SELECT COUNT(*) AS n FROM data", "--privacy-unit", "uid",
-            "--journal", str(journal), "--budget-epsilon", "1", "--json"]
-    assert run(*base, "--epsilon", "0.6")[0] == 0
-    code, out = run(*base, "--epsilon", "0.6")
+            "--journal", str(journal), "--json"]
+    assert run(*base, "--budget-epsilon", "1", "--epsilon", "0.6")[0] == 0
+    code, out = run(*base, "--epsilon", "0.6")  # the ledger's stored total applies
     assert code == 2 and json.loads(out)["type"] == "BudgetExceededError"
+    # A different total later is refused, not adopted (it would read as 99.4 remaining).
+    code, out = run(*base, "--budget-epsilon", "100", "--epsilon", "0.1")
+    assert code == 2 and "ledger raise" in json.loads(out)["error"]
+    code, out = run(*base, "--epsilon", "0.4")  # exactly what is left
+    assert code == 0 and json.loads(out)["remaining"]["epsilon"] == pytest.approx(0, abs=1e-12)
 
 
 def test_parse_bounds() -> None:

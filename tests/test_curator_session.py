@@ -130,13 +130,19 @@ def test_rounding_of_the_last_share_is_absorbed_not_refused() -> None:
 
 
 def test_journal_makes_charges_durable(tmp_path: Path) -> None:
-    journal = tmp_path / "ledger.jsonl"
+    journal = tmp_path / "ledger.sqlite"
     c = curator(budget=dp.PureDP(1.0), journal=journal)
     c.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.3)
-    lines = journal.read_text().splitlines()
-    assert len(lines) == 1 and json.loads(lines[0])["cost"]["epsilon"] == 0.3
+    entries = dp.ledger.SQLiteLedger(journal, create=False).entries()
+    assert [e.kind for e in entries] == ["open", "charge"]
+    assert entries[1].cost == dp.PureDP(0.3)
     reopened = curator(budget=dp.PureDP(1.0), journal=journal)
     assert reopened.remaining.epsilon == pytest.approx(0.7)
+    # Two curators on one ledger share its total: what one spends, the other cannot.
+    reopened.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.5)
+    assert c.remaining.epsilon == pytest.approx(0.2)
+    with pytest.raises(BudgetExceededError):
+        c.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.25, cache=False)
 
 
 def test_private_keys_spend_delta_and_public_bins_do_not() -> None:

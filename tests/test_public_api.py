@@ -10,8 +10,8 @@ from dpcurator import audit, mechanisms, noise
 
 def test_top_level_names() -> None:
     assert set(dp.__all__) == {
-        "ApproxDP", "Curator", "Neighbouring", "PureDP", "Release", "ZCDP", "__version__",
-        "accounting", "audit", "local", "mechanisms", "noise",
+        "ApproxDP", "Budget", "Curator", "Neighbouring", "PureDP", "Release", "ZCDP",
+        "__version__", "accounting", "audit", "ledger", "local", "mechanisms", "noise",
     }
     for name in dp.__all__:
         assert hasattr(dp, name)
@@ -24,6 +24,8 @@ def test_subpackage_surfaces() -> None:
     }
     assert set(audit.__all__) == {"AuditResult", "audit_epsilon", "audit_mechanism",
                                   "clopper_pearson"}
+    assert set(dp.ledger.__all__) == {"AccountState", "Amount", "Budget", "Charge", "Entry",
+                                      "LedgerReport", "SQLiteLedger", "migrate_journal"}
     assert {"SecureRandom", "SeededRandom", "sample_discrete_laplace",
             "sample_discrete_gaussian", "sample_bernoulli_exp"} <= set(noise.__all__)
 
@@ -88,3 +90,24 @@ def test_mechanisms_hand_their_profile_to_the_accountants() -> None:
     assert result.epsilon <= 5.0
     # The randomized-response profile reproduces its epsilon exactly at delta = 0.
     assert abs(account(rr.event, delta=0.0).epsilon - 1.0) < 1e-6
+
+
+def test_lazy_exports_match_what_type_checkers_see() -> None:
+    """Packages that export lazily (dpcurator._lazy) import the same names for type checkers,
+    and every public name resolves on first use."""
+    import ast
+    import importlib
+    import inspect
+
+    for name in ("dpcurator", "dpcurator.accounting"):
+        package = importlib.import_module(name)
+        tree = ast.parse(inspect.getsource(package))
+        seen: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module != "typing" and (
+                    node.module != "dpcurator._lazy"):
+                seen |= {alias.asname or alias.name for alias in node.names}
+        assert seen == set(package.__all__) - {"__version__"}, name
+        for public in package.__all__:
+            assert getattr(package, public) is not None
+        assert set(package.__all__) <= set(dir(package))

@@ -1,14 +1,26 @@
-"""dpcurator: differential privacy with exact noise, exact accounting and empirical audits."""
+"""dpcurator: differential privacy with exact noise, exact accounting and empirical audits.
 
-from dpcurator import accounting, audit, local, mechanisms, noise
-from dpcurator.accounting import ZCDP, ApproxDP, Neighbouring, PureDP
-from dpcurator.curator import Curator, Release
+The guarantees are imported at once; everything else (the curator and its engines, the
+mechanisms and their samplers, the accountants) on first use, so that ``import dpcurator``
+and every ``dpcurator`` command start quickly (see ``dpcurator._lazy``).
+"""
+
+from typing import TYPE_CHECKING
+
+from dpcurator._lazy import exports
+from dpcurator.accounting.guarantees import ZCDP, ApproxDP, Neighbouring, PureDP
+
+if TYPE_CHECKING:
+    from dpcurator import accounting, audit, ledger, local, mechanisms, noise
+    from dpcurator.curator import Curator, Release
+    from dpcurator.ledger import Budget
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ZCDP",
     "ApproxDP",
+    "Budget",
     "Curator",
     "Neighbouring",
     "PureDP",
@@ -16,7 +28,16 @@ __all__ = [
     "__version__",
     "accounting",
     "audit",
+    "ledger",
     "local",
     "mechanisms",
     "noise",
 ]
+
+__getattr__, __dir__ = exports(__name__, {
+    "Budget": "dpcurator.ledger",
+    "Curator": "dpcurator.curator",
+    "Release": "dpcurator.curator",
+    **{name: f"dpcurator.{name}" for name in
+       ("accounting", "audit", "ledger", "local", "mechanisms", "noise")},
+})

@@ -6,6 +6,8 @@
     │   ├── BudgetExceededError: the charge would take the budget past its total.
     │   ├── UnsupportedChargeError: the budget cannot account this kind of guarantee.
     │   └── UnsupportedEventError: an accountant has no sound bound for this event.
+    ├── LedgerIntegrityError: a budget ledger was damaged or tampered with (an entry edited,
+    │                         deleted or reordered); it refuses to charge until restored.
     └── InternalError (also a RuntimeError): dpcurator broke an invariant; this is a bug.
 
 No message ever contains a record's value.
@@ -17,6 +19,7 @@ __all__ = [
     "BudgetExceededError",
     "DPCuratorError",
     "InternalError",
+    "LedgerIntegrityError",
     "UnsupportedChargeError",
     "UnsupportedEventError",
     "UserError",
@@ -41,6 +44,13 @@ class UnsupportedChargeError(UserError):
 
 class UnsupportedEventError(UserError):
     """An accountant has no sound bound for this event; nothing was composed."""
+
+
+class LedgerIntegrityError(DPCuratorError):
+    """A budget ledger does not verify; nothing is charged until its owner restores it.
+
+    Never read as a refund: a ledger that cannot be trusted refuses every charge.
+    """
 
 
 class InternalError(DPCuratorError, RuntimeError):

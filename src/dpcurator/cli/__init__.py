@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from dpcurator.cli._common import JsonErrorsGroup
 from dpcurator.cli.account import account_app
 from dpcurator.cli.demo import demo
 from dpcurator.cli.explain import explain
+from dpcurator.cli.ledger import ledger_app
 from dpcurator.cli.query import query
 from dpcurator.cli.survey import survey_app
 
@@ -15,11 +17,14 @@ app = typer.Typer(
     help="Differential privacy with exact noise, exact accounting and empirical audits.",
     no_args_is_help=True,
     add_completion=False,
+    cls=JsonErrorsGroup,  # --json: usage errors too are one JSON object on stdout
 )
 app.command(help="Run the main job end to end on simulated data.")(demo)
 app.command(help="What an attacker can learn: posterior bounds for a guarantee.")(explain)
 app.command(help="Answer a DP SQL query over a CSV/Parquet file, charging a budget.")(query)
 app.add_typer(account_app, name="account", help="Privacy accounting: DP-SGD, composition.")
+app.add_typer(ledger_app, name="ledger", help="The owner's view of a budget ledger: verify, "
+              "show, export, raise, migrate.")
 app.add_typer(survey_app, name="survey", help="Local-DP surveys: simulate, estimate, plan.")
 
 

@@ -5,8 +5,9 @@
         --bounds amount=0:500 --keys regions.csv --json
 
 The file is scanned in place by DuckDB. By default the budget is what the query spends; with
-``--journal`` the charges are kept in a file, and ``--budget-epsilon`` / ``--budget-delta``
-set a total shared by every query run against that journal.
+``--journal`` the charges are kept in a ledger file (SQLite, shared safely by concurrent
+runs): ``--budget-epsilon`` / ``--budget-delta`` set its total when it is created, and later
+runs use the stored total (a different one is refused: ``dpcurator ledger raise`` changes it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 
 import typer
 
-from dpcurator.errors import DPCuratorError
+from dpcurator.cli._common import guarded, user_errors
+from dpcurator.errors import UserError
 
 __all__ = ["parse_bounds", "query"]
 
@@ -41,13 +43,39 @@ def parse_bounds(items: list[str] | None) -> dict[str, tuple[float, float]]:
 
 
 def _read_keys(path: Path) -> Any:
+    """The public keys file (CSV with a header, or Parquet) as a DataFrame; a UserError naming
+    the file when it cannot be read (the engine's message is not echoed)."""
     import duckdb
 
-    if not path.exists():
-        raise typer.BadParameter(f"keys file not found: {path}")
+    if not path.is_file():
+        raise UserError(f"--keys: no such file: {path}")
     reader = "read_parquet" if path.suffix.lower() in (".parquet", ".pq") else "read_csv"
     literal = "'" + str(path).replace("'", "''") + "'"
-    return duckdb.connect().execute(f"SELECT * FROM {reader}({literal})").fetchdf()
+    con = duckdb.connect()
+    try:
+        return con.execute(f"SELECT * FROM {reader}({literal})").fetchdf()
+    except duckdb.Error as exc:
+        raise UserError(f"--keys: cannot read {path} ({type(exc).__name__}); give a CSV file "
+                        "with a header line naming the key columns, or a Parquet file") from None
+    finally:
+        con.close()
+
+
+def _budget(journal: Path | None, epsilon: float, delta: float,
+            budget_epsilon: float | None, budget_delta: float | None) -> Any:
+    """The budget the query charges: the ledger's stored total when it exists and no total is
+    given; otherwise the total given (default: what this query spends), which a new ledger
+    stores and an existing one must already hold."""
+    import dpcurator as dp
+
+    if journal is not None and budget_epsilon is None and budget_delta is None and (
+            journal.is_file()):
+        return dp.Budget.open(journal)
+    total_epsilon = budget_epsilon if budget_epsilon is not None else epsilon
+    total_delta = budget_delta if budget_delta is not None else delta
+    total = dp.ApproxDP(total_epsilon, total_delta) if total_delta > 0 else dp.PureDP(
+        total_epsilon)
+    return dp.Budget(total, journal=journal) if journal is not None else total
 
 
 def _cell(value: Any) -> str:
@@ -56,6 +84,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+@guarded
 def query(
     data: Path = typer.Argument(..., help="CSV or Parquet file (scanned in place)."),
     sql: str = typer.Option(..., "--sql", help="DP SQL: SELECT ... FROM data ..."),
@@ -77,39 +106,35 @@ def query(
         False, "--one-row-per-person",
         help="Row-level privacy: assume every row is a different person."),
     journal: Path | None = typer.Option(
-        None, "--journal", help="Ledger file: charges persist across invocations."),
+        None, "--journal", help="Ledger file (SQLite): charges persist across invocations."),
     budget_epsilon: float | None = typer.Option(
-        None, "--budget-epsilon", help="Total epsilon of the journal (default: --epsilon)."),
+        None, "--budget-epsilon",
+        help="Total epsilon of a new ledger (default: --epsilon; an existing ledger keeps its "
+             "stored total)."),
     budget_delta: float | None = typer.Option(
-        None, "--budget-delta", help="Total delta of the journal (default: --delta)."),
+        None, "--budget-delta", help="Total delta of a new ledger (default: --delta)."),
+    allow_large_delta: bool = typer.Option(
+        False, "--allow-large-delta",
+        help="Accept a delta above 0.001 (a delta of 1/n or more can publish records as "
+             "they are)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Answer one DP SQL query about a file, with intervals and the privacy spent."""
-    import dpcurator as dp
     from dpcurator.curator import Curator
 
-    try:
-        total_epsilon = budget_epsilon if budget_epsilon is not None else epsilon
-        total_delta = budget_delta if budget_delta is not None else delta
-        budget = (dp.ApproxDP(total_epsilon, total_delta) if total_delta > 0
-                  else dp.PureDP(total_epsilon))
+    with user_errors(as_json):
+        budget = _budget(journal, epsilon, delta, budget_epsilon, budget_delta)
         curator = Curator(
             data, privacy_unit=privacy_unit, one_row_per_person=one_row_per_person,
             budget=budget, max_partitions=max_partitions,
-            max_rows_per_partition=max_rows_per_partition, journal=journal,
-            confidence=confidence)
+            max_rows_per_partition=max_rows_per_partition, confidence=confidence,
+            allow_large_delta=allow_large_delta)
         if not as_json:
             curator._engine.show_progress(True)
         release = curator.sql(sql, epsilon=epsilon, delta=delta or None,
                               bounds=parse_bounds(bounds),
                               keys=_read_keys(keys) if keys is not None else None,
                               noise=noise)
-    except (DPCuratorError, ValueError, TypeError) as exc:
-        if as_json:
-            typer.echo(json.dumps({"error": str(exc), "type": type(exc).__name__}))
-            raise typer.Exit(code=2) from None
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(code=2) from None
     result = release.to_dict()
     result["remaining"] = {k: v for k, v in vars(curator.remaining).items() if v is not None}
     if as_json:

@@ -6,7 +6,7 @@ charge is durable:
     plan     = resolve_plan(parse_sql(...) or query.plan())   # checked, nothing read
     compiled = compile_query(plan, request)                    # grids, sensitivities, noise
     engine.validate(compiled.bounded)                          # binds the SQL, reads no row
-    charge(compiled)                                           # refuses whole, or journals
+    charge(compiled)                                           # refuses whole, or commits
     exact    = engine.compute_exact_aggregates(bounded, key)   # bounding inside the engine
     kept     = select_partitions(exact)                        # private keys only
     release  = add_noise(exact, kept)                          # secure exact noise
@@ -27,19 +27,20 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.accounting import RDP, ZCDP, ApproxDP, Neighbouring, PureDP
-from dpcurator.accounting.budget import Amount, Budget, Charge
+from dpcurator.accounting.filters import Amount
 from dpcurator.engines import DuckDBEngine, column_kind
 from dpcurator.errors import BudgetExceededError, UnsupportedChargeError, UserError
+from dpcurator.ledger import Budget, Charge
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dpcurator.noise import RandomSource, resolve_source, sample_discrete_laplace
 from dpcurator.noise.samplers import sample_discrete_gaussian
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import UnknownColumnError
 from dpcurator.query.plan import Bounds, Plan
-from dpcurator.query.sql import parse_sql
+from dpcurator.query.sql import parse_sql, too_deep_error
 
-from ._compile import CompiledQuery, Defaults, compile_query, resolve_plan
-from ._privacy import PrivacyRequest
+from ._compile import CompiledQuery, Defaults, _match_column, compile_query, resolve_plan
+from ._privacy import PrivacyRequest, check_delta
 from ._quantiles import BINS, QuantileTree
 from .release import Release, check_confidence
 
@@ -100,13 +101,23 @@ class Curator:
             columns are checked once for NaN (a data-owner check; see ``check_nan``).
         max_partitions, max_rows_per_partition, bounding: default contribution bounds.
         cache: return the stored release for a repeated identical query, for free.
-        journal: a file where every charge is appended (fsync) before any release.
+        journal: the budget's ledger file (SQLite; see ``dpcurator.ledger``): every charge is
+            committed to it before any release, and every curator, thread and process using
+            the same file shares one total, which the ledger stores when it is created.
         confidence: the default interval level of releases.
         postprocess: clip counts at zero and means to their bounds (free post-processing).
         source: where noise comes from. Leave it None for the cryptographically secure
             default. A ``SeededRandom`` is INSECURE and for tests and benchmarks only.
         check_nan: refuse, at construction, declared-bound columns holding NaN (at query time
             NaN and NULL values are ignored by SUM/AVG/VARIANCE/quantiles).
+        allow_large_delta: the explicit opt-in to a delta above 0.001 (in the budget or in a
+            query). Delta is the probability that the guarantee fails outright: with delta of
+            1/n or more a mechanism may publish records as they are.
+
+    Construction is the data owner's step: a CSV file is read once in full here, and a line
+    that does not fit the column types inferred from the file's first rows is named in the
+    error (line and column, never the value), so that no query can fail on the data after
+    it was charged. An empty table is answered like any other (noisy counts around zero).
     """
 
     def __init__(
@@ -129,6 +140,7 @@ class Curator:
         check_nan: bool = True,
         connection_table: str | None = None,
         threads: int | None = None,
+        allow_large_delta: bool = False,
     ) -> None:
         self._engine = _engine_for(data, connection_table, threads)
         self.table = _check_table_name(table)
@@ -143,20 +155,28 @@ class Curator:
         else:
             if one_row_per_person:
                 raise UserError("give privacy_unit or one_row_per_person=True, not both")
-            if not isinstance(privacy_unit, str) or privacy_unit not in columns:
+            folded = [c for c in columns if isinstance(privacy_unit, str)
+                      and c.lower() == privacy_unit.lower()]  # as DuckDB matches names
+            if privacy_unit not in columns and len(folded) != 1:
                 raise UnknownColumnError(
                     f"unknown privacy unit {privacy_unit!r}: the table's columns are "
                     f"{list(columns)}")
-            self.privacy_unit = privacy_unit
+            self.privacy_unit = privacy_unit if privacy_unit in columns else folded[0]
         self._budget = _make_budget(budget, journal)
         if self._budget.total.neighbouring is not Neighbouring.ADD_REMOVE:
             raise UserError("the curator states guarantees for add/remove one privacy unit; "
                             "create the budget with the default neighbouring relation")
+        self._allow_large_delta = bool(allow_large_delta)
+        check_delta(getattr(self._budget.total, "delta", 0.0), "the budget's delta",
+                    self._allow_large_delta)
         declared = {}
-        for column, value in (bounds or {}).items():
-            if column not in columns:
-                raise UnknownColumnError(f"bounds name the column {column!r}, which the table "
-                                         f"does not have; its columns are {list(columns)}")
+        if bounds is not None and not isinstance(bounds, Mapping):
+            raise UserError("bounds must be a mapping {column: (lo, hi)}")
+        for name, value in (bounds or {}).items():
+            column = _match_column(str(name), columns, "bounds")
+            if column in declared:
+                raise UserError(f"bounds name the column {column!r} twice (column names are "
+                                "case-insensitive)")
             if column_kind(columns[column]) not in ("numeric", "boolean"):
                 raise UserError(f"bounds were given for {column!r}, which is not numeric "
                                 f"(type {columns[column]})")
@@ -165,8 +185,7 @@ class Curator:
         Plan(aggregates=(Query().count().plan().aggregates[0],),  # validates the defaults
              max_partitions=max_partitions, max_rows_per_partition=max_rows_per_partition,
              bounding=bounding)  # type: ignore[arg-type]
-        if not self._engine.has_rows():
-            raise UserError("the table is empty: there is nothing to answer questions about")
+        self._engine.check_source()  # every value read once: no query can fail on the data
         if check_nan and declared:
             bad = self._engine.nan_columns(sorted(declared))
             if bad:
@@ -252,6 +271,9 @@ class Curator:
         columns; ``keys`` lists public partitions (without keys, and unless every group key
         is binned, partitions are selected privately, which needs ``delta``).
         """
+        if isinstance(bounds, Mapping):  # a misspelt column is named, not silently unused
+            for name in bounds:
+                _match_column(str(name), self._engine.columns(), "bounds")
         plan = parse_sql(query, table=self.table, privacy_unit=self.privacy_unit,
                          bounds=bounds, keys=keys, max_partitions=max_partitions,
                          max_rows_per_partition=max_rows_per_partition,
@@ -268,17 +290,25 @@ class Curator:
         plan = query.plan() if isinstance(query, Query) else query
         if not isinstance(plan, Plan):
             raise UserError("run() takes a Query or a Plan; for SQL use curator.sql(...)")
-        plan = resolve_plan(plan, self._engine.columns(), self._defaults, self.privacy_unit)
+        try:
+            plan = resolve_plan(plan, self._engine.columns(), self._defaults,
+                                self.privacy_unit)
+        except RecursionError:  # sqlglot reads and writes expressions recursively
+            raise too_deep_error() from None
         request = PrivacyRequest.make(epsilon=epsilon, delta=delta, rho=rho, noise=noise,
-                                      weights=weights)
+                                      weights=weights,
+                                      allow_large_delta=self._allow_large_delta)
         level = check_confidence(self._confidence if confidence is None else confidence)
         use_cache = self._cache_enabled if cache is None else bool(cache)
         cache_key = (plan, request)
         with self._lock:
             if use_cache and cache_key in self._cache:
                 return _with_confidence(self._cache[cache_key], level, cached=True)
-            compiled = self._compile(plan, request)
-            statements = self._engine.validate(compiled.bounded)
+            try:
+                compiled = self._compile(plan, request)
+                statements = self._engine.validate(compiled.bounded)
+            except RecursionError:
+                raise too_deep_error() from None
             compiled = self._charge(compiled, label or repr(plan))
             release = self._answer(compiled, statements, level)
             if use_cache:
@@ -292,15 +322,23 @@ class Curator:
                              bounds=privacy.pop("bounds", None), keys=privacy.pop("keys", None))
         else:
             plan = query.plan() if isinstance(query, Query) else query
-        plan = resolve_plan(plan, self._engine.columns(), self._defaults, self.privacy_unit)
+        if not isinstance(plan, Plan):
+            raise UserError("explain() takes DP SQL text, a Query or a Plan")
         request = PrivacyRequest.make(epsilon=privacy.get("epsilon"), delta=privacy.get("delta"),
                                       rho=privacy.get("rho"), noise=privacy.get("noise"),
-                                      weights=privacy.get("weights"))
-        compiled = self._compile(plan, request)
+                                      weights=privacy.get("weights"),
+                                      allow_large_delta=self._allow_large_delta)
+        try:
+            plan = resolve_plan(plan, self._engine.columns(), self._defaults,
+                                self.privacy_unit)
+            compiled = self._compile(plan, request)
+            statements = self._engine.validate(compiled.bounded)
+        except RecursionError:  # sqlglot reads and writes expressions recursively
+            raise too_deep_error() from None
         return {
             "plan": plan,
             "cost": self._charge_cost(compiled),
-            "sql": self._engine.validate(compiled.bounded),
+            "sql": statements,
             "noise": {e.aggregate.name: e.describe() for e in compiled.estimators},
             "partition_selection": repr(compiled.selection) if compiled.selection else None,
         }

@@ -1,0 +1,217 @@
+"""The ledger under real concurrency: racing processes and threads, and ``kill -9``.
+
+Processes come from a forkserver that has imported dpcurator once, so that dozens of them
+start in a fraction of a second each; every process opens its own ledger connection.
+These tests are deterministic in what they assert (exact totals, every answer charged); only
+the interleavings vary from run to run.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import dpcurator as dp
+from dpcurator.errors import BudgetExceededError
+from dpcurator.ledger import Budget, SQLiteLedger
+
+PROCESSES = 40
+THREADS = 4
+STEP = 2.0**-5  # exactly 32 steps make 1.0: the budget is spent to its last bit
+
+
+def _context() -> Any:
+    ctx = multiprocessing.get_context("forkserver")
+    # This module too: its children import it to find their target.
+    ctx.set_forkserver_preload(["dpcurator", "dpcurator.ledger", "dpcurator.curator", __name__])
+    return ctx
+
+
+# -- workers (module level, so the forkserver's children can import them) ---------------------
+
+
+def _race_worker(path: str, barrier: Any, out: str, index: int) -> None:
+    """Two Budget objects (two connections), two threads each, all charging at the barrier."""
+    budgets = [Budget(dp.PureDP(1.0), journal=path), Budget.open(path)]
+    answered: list[str] = []
+    lock = threading.Lock()
+    local_barrier = threading.Barrier(THREADS)
+
+    def charge(thread: int) -> None:
+        label = f"p{index}-t{thread}"
+        local_barrier.wait()
+        try:
+            budgets[thread % 2].charge(dp.PureDP(STEP), label)
+        except BudgetExceededError:
+            return
+        with lock:
+            answered.append(label)
+
+    barrier.wait()  # every process is ready: go
+    threads = [threading.Thread(target=charge, args=(t,)) for t in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    Path(out).write_text("".join(f"{label}\n" for label in answered))
+
+
+def _curator_worker(path: str, data: str, barrier: Any, out: str, index: int) -> None:
+    curator = dp.Curator(data, privacy_unit="uid", budget=dp.PureDP(1.0), journal=path,
+                         threads=1)
+    barrier.wait()
+    try:
+        release = curator.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.1,
+                              label=f"curator-{index}")
+    except BudgetExceededError:
+        return
+    Path(out).write_text(f"curator-{index} {release.privacy.epsilon!r}\n")
+
+
+def _charge_forever(path: str, out: str, index: int) -> None:
+    """Charge tiny amounts as fast as possible; after each charge returns, say so."""
+    budget = Budget(dp.PureDP(1e6), journal=path)
+    with open(out, "a", buffering=1) as answered:
+        for n in range(10**9):
+            label = f"k{index}-{n}"
+            budget.charge(dp.PureDP(1e-3), label)
+            answered.write(label + "\n")  # a whole line: this answer was released
+
+
+# -- tests ---------------------------------------------------------------------------------------
+
+
+def test_racing_processes_and_threads_never_overspend(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger.sqlite")
+    Budget(dp.PureDP(1.0), journal=path).close()
+    ctx = _context()
+    barrier = ctx.Barrier(PROCESSES)
+    outs = [str(tmp_path / f"answered-{i}.txt") for i in range(PROCESSES)]
+    procs = [ctx.Process(target=_race_worker, args=(path, barrier, outs[i], i))
+             for i in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    answered = [line for out in outs for line in Path(out).read_text().split()]
+    charged = [c.label for c in Budget.open(path).ledger]
+    # 160 attempts of 1/32 each on a total of 1: exactly 32 answered, each with its charge.
+    assert len(answered) == 32
+    assert sorted(answered) == sorted(charged)
+    report = SQLiteLedger(path, create=False).verify()
+    assert report.accounts["default"].spent == [Fraction(1), Fraction(0)]
+
+
+def test_racing_curators_share_one_budget(tmp_path: Path) -> None:
+    data = tmp_path / "data.csv"
+    data.write_text("uid,x\n" + "".join(f"{i},{i % 7}\n" for i in range(200)))
+    path = str(tmp_path / "ledger.sqlite")
+    ctx = _context()
+    n = 20  # the issue's reproduction: 20 curators, each asking for 0.1 of 1.0 at once
+    barrier = ctx.Barrier(n)
+    outs = [str(tmp_path / f"curator-{i}.txt") for i in range(n)]
+    procs = [ctx.Process(target=_curator_worker, args=(path, str(data), barrier, outs[i], i))
+             for i in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    answered = [Path(o).read_text().split() for o in outs if Path(o).exists()]
+    budget = Budget.open(path)
+    charges = {c.label: c.cost.epsilon for c in budget.ledger}  # type: ignore[union-attr]
+    assert len(answered) == len(charges) >= 9  # at most ten fit (exactly: see below)
+    assert {label: float(eps) for label, eps in answered} == charges
+    assert sum(Fraction(e) for e in charges.values()) <= 1
+
+
+def test_kill_9_in_the_middle_of_charges_leaves_every_answer_charged(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger.sqlite")
+    Budget(dp.PureDP(1e6), journal=path).close()
+    ctx = _context()
+    rng = random.Random(20261125)
+    outs: list[str] = []
+    kills = 0
+    for round_ in range(4):
+        procs = []
+        for i in range(6):
+            out = str(tmp_path / f"killed-{round_}-{i}.txt")
+            outs.append(out)
+            procs.append(ctx.Process(target=_charge_forever, args=(path, out, len(outs))))
+        for p in procs:
+            p.start()
+        time.sleep(0.5)  # let them get going (each starts in well under this)
+        for p in procs:
+            time.sleep(rng.uniform(0.0, 0.05))
+            assert p.pid is not None
+            os.kill(p.pid, signal.SIGKILL)
+            kills += 1
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == -signal.SIGKILL
+    answered = []
+    for out in outs:
+        text = Path(out).read_text() if Path(out).exists() else ""
+        lines = text.split("\n")
+        answered += [line for line in lines[:-1] if line]  # the last piece may be cut short
+    ledger = SQLiteLedger(path, create=False)
+    report = ledger.verify()  # the chain is whole after 24 kills
+    charged = {e.label for e in ledger.entries() if e.kind == "charge"}
+    assert kills == 24 and len(answered) > 24  # the processes did charge before dying
+    assert set(answered) <= charged  # every answer has its committed charge
+    assert len(charged) - len(answered) <= kills  # at most one charge unanswered per kill
+    assert report.accounts["default"].spent[0] == sum(
+        (Fraction(1e-3) for _ in charged), Fraction(0))
+    # And the ledger still takes charges: no lock was left behind by the killed processes.
+    with Budget.open(path) as budget:
+        budget.charge(dp.PureDP(1e-3), "after the kills")
+
+
+def test_parallel_cli_queries_share_the_journal(tmp_path: Path) -> None:
+    """The issue's reproduction: six `dpcurator query` at once on a journal of 0.1."""
+    data = tmp_path / "data.csv"
+    data.write_text("uid,x\n" + "".join(f"{i},{i % 7}\n" for i in range(50)))
+    journal = tmp_path / "ledger.sqlite"
+    command = [sys.executable, "-m", "dpcurator", "query", str(data), "--sql",
+               "SELECT COUNT(*) FROM data", "--privacy-unit", "uid", "--journal",
+               str(journal), "--budget-epsilon", "0.1", "--epsilon", "0.1", "--json"]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for _ in range(6)]
+    results = [(r.wait(timeout=300), r.communicate()) for r in runs]
+    answered = [json.loads(out) for code, (out, _) in results if code == 0]
+    refused = [json.loads(out) for code, (out, _) in results if code == 2]
+    assert len(answered) == 1 and len(refused) == 5, results
+    assert all(r["type"] == "BudgetExceededError" for r in refused)
+    assert len(Budget.open(journal).ledger) == 1
+
+
+def test_threads_on_one_budget_object(tmp_path: Path) -> None:
+    threads = 8
+    budget = Budget(dp.PureDP(1.0), journal=tmp_path / "ledger.sqlite")
+    ok: list[int] = []
+
+    def worker() -> None:
+        for _ in range(10):
+            try:
+                budget.charge(dp.PureDP(STEP))
+                ok.append(1)
+            except BudgetExceededError:
+                pass
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert len(ok) == len(budget.ledger) == 32
