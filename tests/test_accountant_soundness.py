@@ -201,6 +201,19 @@ def test_tiny_noise_dpsgd_is_not_underreported() -> None:
     assert result.method != "pld" or math.isfinite(result.candidates["pld"])
 
 
+def test_huge_gaussian_noise_keeps_the_tight_pld_answer() -> None:
+    """Below mu = 1e-6 the analytic curve is evaluated at 1e-6 (sound, loose): it must not
+    push out the PLD's tight and sound answer (here 60x smaller)."""
+    from dpcurator.accounting import account
+    from dpcurator.accounting.events import GaussianEvent, SelfComposedEvent
+
+    exact = exact_gaussian_epsilon(math.sqrt(10) / 1e8, 1e-9)
+    result = account(SelfComposedEvent(GaussianEvent(1e8), 10), delta=1e-9)
+    assert result.method == "pld"
+    assert_not_below(result.epsilon, exact, "pld at sigma=1e8")
+    assert result.epsilon <= exact * 1.001
+
+
 def test_gaussian_at_delta_zero_is_infinite() -> None:
     # was 62.21: truncated tail mass had been placed at a finite loss
     out = run_cli("compose", "--mechanism", "gaussian", "--noise", "2", "--times", "10",

@@ -221,7 +221,10 @@ def account(
         raise UnsupportedEventError(f"no accountant could bound this event ({detail})")
     sound = dict(candidates)
     exact = sound.get("analytic-gaussian")
-    if exact is not None and math.isfinite(exact):
+    mu = _gaussian_mu(event)
+    # Below mu = 1e-6 the curve is evaluated at 1e-6 (gdp_to_epsilon): sound, no longer exact,
+    # so it is one candidate among others there, not the floor they are checked against.
+    if exact is not None and math.isfinite(exact) and mu is not None and mu >= 1e-6:
         below = [m for m, e in sound.items() if e < exact * (1.0 - _EXACT_SLACK)]
         for m in below:  # pragma: no cover - a bug in that method; never reported
             del sound[m]
