@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -88,22 +89,27 @@ def _charge_forever(path: str, out: str, index: int) -> None:
             answered.write(label + "\n")  # a whole line: this answer was released
 
 
+def _race(n: int, target: Callable[..., None],
+          arguments: Callable[[int, Any], tuple[Any, ...]]) -> None:
+    """Run ``n`` processes of ``target`` that meet at one barrier; each must exit cleanly."""
+    ctx = _context()
+    barrier = ctx.Barrier(n)
+    procs = [ctx.Process(target=target, args=arguments(i, barrier)) for i in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+
+
 # -- tests ---------------------------------------------------------------------------------------
 
 
 def test_racing_processes_and_threads_never_overspend(tmp_path: Path) -> None:
     path = str(tmp_path / "ledger.sqlite")
     Budget(dp.PureDP(1.0), journal=path).close()
-    ctx = _context()
-    barrier = ctx.Barrier(PROCESSES)
     outs = [str(tmp_path / f"answered-{i}.txt") for i in range(PROCESSES)]
-    procs = [ctx.Process(target=_race_worker, args=(path, barrier, outs[i], i))
-             for i in range(PROCESSES)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-        assert p.exitcode == 0
+    _race(PROCESSES, _race_worker, lambda i, barrier: (path, barrier, outs[i], i))
     answered = [line for out in outs for line in Path(out).read_text().split()]
     charged = [c.label for c in Budget.open(path).ledger]
     # 160 attempts of 1/32 each on a total of 1: exactly 32 answered, each with its charge.
@@ -117,17 +123,9 @@ def test_racing_curators_share_one_budget(tmp_path: Path) -> None:
     data = tmp_path / "data.csv"
     data.write_text("uid,x\n" + "".join(f"{i},{i % 7}\n" for i in range(200)))
     path = str(tmp_path / "ledger.sqlite")
-    ctx = _context()
     n = 20  # the issue's reproduction: 20 curators, each asking for 0.1 of 1.0 at once
-    barrier = ctx.Barrier(n)
     outs = [str(tmp_path / f"curator-{i}.txt") for i in range(n)]
-    procs = [ctx.Process(target=_curator_worker, args=(path, str(data), barrier, outs[i], i))
-             for i in range(n)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-        assert p.exitcode == 0
+    _race(n, _curator_worker, lambda i, barrier: (path, str(data), barrier, outs[i], i))
     answered = [Path(o).read_text().split() for o in outs if Path(o).exists()]
     budget = Budget.open(path)
     charges = {c.label: c.cost.epsilon for c in budget.ledger}  # type: ignore[union-attr]
