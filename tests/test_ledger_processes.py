@@ -213,3 +213,25 @@ def test_threads_on_one_budget_object(tmp_path: Path) -> None:
     for t in pool:
         t.join()
     assert len(ok) == len(budget.ledger) == 32
+
+
+def _charge_in_forked_child(budget: Budget, out: str) -> None:
+    budget.charge(dp.PureDP(STEP), "child")
+    Path(out).write_text("answered")
+
+
+def test_a_budget_carried_across_fork_uses_its_own_connection(tmp_path: Path) -> None:
+    """A Budget opened before a fork keeps working in the child (its own connection and lock
+    file descriptor), and parent and child still share one total."""
+    path = tmp_path / "ledger.sqlite"
+    budget = Budget(dp.PureDP(1.0), journal=path)
+    budget.charge(dp.PureDP(STEP), "parent, before")
+    out = str(tmp_path / "child.txt")
+    child = multiprocessing.get_context("fork").Process(
+        target=_charge_in_forked_child, args=(budget, out))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0 and Path(out).read_text() == "answered"
+    budget.charge(dp.PureDP(STEP), "parent, after")
+    assert [c.label for c in budget.ledger] == ["parent, before", "child", "parent, after"]
+    assert SQLiteLedger(path, create=False).verify().entries == 4

@@ -122,6 +122,9 @@ class SQLiteLedger:
             _check_is_ledger_file(self.path)
             self._db = self._guard(lambda: _connect(str(self.path)))
             self._queue = _WriterQueue(self.path)
+        self._pid = os.getpid()
+        self._inherited: list[object] = []
+        _LIVE.add(self)
         self._ledger_id = self._guard(self._read_meta)
         self._replay = Replay(self.where, genesis(self._ledger_id))
         with self._transaction(write=False):
@@ -144,6 +147,7 @@ class SQLiteLedger:
         A write transaction holds the file's write lock from its first read to its commit.
         SQLite's own errors become dpcurator errors (a lock held too long, a damaged file).
         """
+        self._reopen_after_fork()
         with self._lock, self._queue.turn(write):
             db = self._db
             saved = self._replay.snapshot()
@@ -167,6 +171,23 @@ class SQLiteLedger:
                 if isinstance(exc, sqlite3.DatabaseError):
                     raise self._damaged(exc) from None
                 raise
+
+    def _reopen_after_fork(self) -> None:
+        """In a forked child, use a connection (and lock file) of its own.
+
+        SQLite connections must not cross a fork, and a forked ``flock`` descriptor is shared
+        with the parent. The inherited ones are kept, unused and unclosed (closing them here
+        could release locks the parent holds); an in-memory ledger stays the parent's copy.
+        """
+        if self._pid == os.getpid() or self.path is None:
+            return
+        with self._lock:  # a fresh lock: _after_fork replaced the inherited one
+            if self._pid == os.getpid():
+                return
+            self._inherited += [self._db, self._queue]
+            self._db = _connect(str(self.path))
+            self._queue = _WriterQueue(self.path)
+            self._pid = os.getpid()
 
     def _damaged(self, exc: Exception) -> LedgerIntegrityError:
         return LedgerIntegrityError(
@@ -341,6 +362,20 @@ class SQLiteLedger:
         if "id" not in rows:
             raise LedgerIntegrityError(f"ledger {self.where}: its id is missing")
         return str(rows["id"])
+
+
+_LIVE: weakref.WeakSet[SQLiteLedger] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In the child, every ledger gets a new thread lock: the parent's may have been held by
+    a thread that does not exist here. Connections are replaced on first use."""
+    for ledger in list(_LIVE):
+        ledger._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class _WriterQueue:
