@@ -99,7 +99,7 @@ def test_lazy_exports_match_what_type_checkers_see() -> None:
     import importlib
     import inspect
 
-    for name in ("dpcurator", "dpcurator.accounting"):
+    for name in ("dpcurator", "dpcurator.accounting", "dpcurator.local"):
         package = importlib.import_module(name)
         tree = ast.parse(inspect.getsource(package))
         seen: set[str] = set()

@@ -5,28 +5,25 @@ given ``--json``."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 
-from dpcurator.accounting import ZCDP, PureDP
-from dpcurator.accounting.accountant import account
-from dpcurator.accounting.conversions import gdp_to_epsilon, pure_to_zcdp, zcdp_to_epsilon
-from dpcurator.accounting.dpsgd import dpsgd_epsilon, dpsgd_noise_multiplier
-from dpcurator.accounting.events import (
-    DpEvent,
-    GaussianEvent,
-    LaplaceEvent,
-    RandomizedResponseEvent,
-    SelfComposedEvent,
-)
+from dpcurator.accounting.guarantees import ZCDP, PureDP
 from dpcurator.cli._common import emit, fail, user_errors
+
+if TYPE_CHECKING:
+    from dpcurator.accounting.events import DpEvent
+
+# The accountants (SciPy, numba) are imported by the commands that use them, so that
+# ``dpcurator --help`` and the other commands start quickly.
 
 account_app = typer.Typer(no_args_is_help=True, help="Privacy accounting.")
 
 
 def _render(result: dict[str, Any]) -> None:
+    from rich.console import Console
+
     console = Console()
     line = f"epsilon = {result['epsilon']:.6g} at delta = {result['delta']:g}"
     if "method" in result:
@@ -53,6 +50,8 @@ def dpsgd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Epsilon of DP-SGD (Poisson-subsampled Gaussian steps), or the noise a target needs."""
+    from dpcurator.accounting.dpsgd import dpsgd_epsilon, dpsgd_noise_multiplier
+
     if (noise_multiplier is None) == (target_epsilon is None):
         fail("give exactly one of --noise-multiplier and --target-epsilon")
     with user_errors():
@@ -84,6 +83,9 @@ def compose(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Epsilon of K runs of one mechanism, by the tightest accountant available."""
+    from dpcurator.accounting.accountant import account
+    from dpcurator.accounting.events import SelfComposedEvent
+
     with user_errors():
         event = _single_event(mechanism, noise, sensitivity, epsilon)
         if isinstance(times, bool) or times < 1:
@@ -98,6 +100,8 @@ def compose(
 
 def _single_event(mechanism: str, noise: float | None, sensitivity: float,
                   epsilon: float | None) -> DpEvent:
+    from dpcurator.accounting.events import GaussianEvent, LaplaceEvent, RandomizedResponseEvent
+
     if mechanism == "randomized-response":
         if epsilon is None:
             raise ValueError("randomized-response needs --epsilon (its per-answer epsilon)")
@@ -129,6 +133,8 @@ def convert(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Convert a guarantee to (epsilon, delta)-DP (and pure DP to zCDP)."""
+    from dpcurator.accounting.conversions import gdp_to_epsilon, pure_to_zcdp, zcdp_to_epsilon
+
     with user_errors():
         result: dict[str, Any]
         if source == "pure":

@@ -14,15 +14,9 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from dpcurator.cli._common import guarded
-from dpcurator.cli.demo_curator import demo_curator
-from dpcurator.mechanisms.randomized_response import RandomizedResponse
-from dpcurator.noise import sample_bernoulli
 
 
 @guarded
@@ -35,6 +29,12 @@ def demo(
     confidence: float = typer.Option(0.95, min=0.5, max=0.999999, help="Interval level."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
+    import numpy as np
+
+    from dpcurator.cli.demo_curator import demo_curator
+    from dpcurator.mechanisms.randomized_response import RandomizedResponse
+    from dpcurator.noise import sample_bernoulli
+
     # The simulated population: who really ran a red light (this is the private data).
     truth = sample_bernoulli(true_rate, respondents)
     # Each respondent randomizes their own answer with two fair coins: epsilon = ln 3.
@@ -56,6 +56,9 @@ def demo(
         result["curator"] = demo_curator(as_json=True, print_output=False)
         typer.echo(json.dumps(result))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     console.print("[bold]The red-light survey[/bold] (randomized response, two fair coins)")
     table = Table(show_header=False)

@@ -11,10 +11,10 @@ few customers order far more than the rest, and one customer alone invents a cat
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["demo_curator", "shop_orders"]
 
@@ -24,6 +24,9 @@ CATEGORIES = ["books", "food", "games", "garden", "music", "sports", "toys", "tr
 
 def shop_orders(customers: int = 20_000, seed: int = 2024) -> pd.DataFrame:
     """The demo's orders table (deterministic for a given seed)."""
+    import numpy as np
+    import pandas as pd
+
     rng = np.random.default_rng(seed)
     activity = rng.pareto(1.5, customers) + 1.0  # a few very active customers
     orders = np.minimum(np.round(activity * 3).astype(int), 400)
@@ -64,6 +67,8 @@ def _rows(release: Any, truth: pd.DataFrame, names: list[str]) -> list[dict[str,
 def demo_curator(*, as_json: bool = False, customers: int = 20_000, seed: int = 2024,
                  print_output: bool = True) -> dict[str, Any]:
     """Run the curator demo; print a rich report (or JSON) and return the results."""
+    import pandas as pd
+
     import dpcurator as dp
     from dpcurator.curator import Curator
 

@@ -6,11 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from dpcurator.accounting import ApproxDP, PureDP
-from dpcurator.accounting.posterior import plot_posterior, posterior_bounds
+from dpcurator.accounting.guarantees import ApproxDP, PureDP
 from dpcurator.cli._common import emit, guarded, user_errors
 
 
@@ -23,6 +20,8 @@ def explain(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Bounds on the attacker's posterior belief that a person is in the data."""
+    from dpcurator.accounting.posterior import plot_posterior, posterior_bounds
+
     with user_errors():
         guarantee = ApproxDP(epsilon, delta) if delta > 0 else PureDP(epsilon)
         bounds = posterior_bounds(guarantee, prior)
@@ -41,6 +40,9 @@ def explain(
             result["plot"] = str(plot_posterior(plot))
 
     def render(r: dict[str, Any]) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
         console = Console()
         table = Table(title=f"What an attacker can learn at epsilon = {epsilon:g}")
         table.add_column("prior")

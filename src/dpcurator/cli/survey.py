@@ -27,27 +27,22 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import typer
 
 from dpcurator.cli._common import JsonErrorsGroup, emit, fail, guarded
 from dpcurator.errors import DPCuratorError
-from dpcurator.local import (
-    Collector,
-    ConfigError,
-    LocalRandomizer,
-    NumericRandomizer,
-    from_config,
-    make_randomizer,
-    plot_interval_widths,
-    report_variance,
-    sample_size,
-)
-from dpcurator.local.frequency import BinaryResponse, FrequencyOracle
-from dpcurator.local.survey import CATEGORICAL, MECHANISMS
-from dpcurator.noise import SeededRandom
+
+# The respondent's client is standard library only: its list of mechanisms (the same as
+# dpcurator.local.survey.MECHANISMS) and ConfigError are all that the help text and the
+# except clauses need. The randomizers (numpy, numba) are imported by the commands.
+from dpcurator.local.client import MECHANISMS, ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dpcurator.local import LocalRandomizer
 
 __all__ = ["survey_app"]
 
@@ -94,6 +89,8 @@ def _categories(categories: str | None, k: int | None, count: int | None) -> lis
 
 
 def _frequencies(text: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+    import numpy as np
+
     try:
         f = np.array([float(v) for v in text.split(",")], dtype=np.float64)
     except ValueError:
@@ -107,6 +104,8 @@ def _frequencies(text: str) -> np.ndarray[Any, np.dtype[np.float64]]:
 def _counts(shares: np.ndarray[Any, np.dtype[np.float64]],
             n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
     """Largest-remainder rounding of shares * n to integers summing to n."""
+    import numpy as np
+
     raw = shares * n
     counts = np.floor(raw).astype(np.int64)
     order = np.argsort(-(raw - counts), kind="stable")
@@ -122,6 +121,9 @@ def _result(rand: LocalRandomizer, estimate: Any) -> dict[str, Any]:
 
 def _build(mechanism: str, epsilon: float, categories: list[Any] | None, low: float,
            high: float, seed: int | None) -> LocalRandomizer:
+    from dpcurator.local import make_randomizer
+    from dpcurator.noise import SeededRandom
+
     source = SeededRandom(seed) if seed is not None else None
     try:
         return make_randomizer(mechanism, epsilon, categories=categories, low=low, high=high,
@@ -152,6 +154,12 @@ def simulate(
     reports: str | None = typer.Option(None, "--reports", help="Also write reports (JSONL)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
+    import numpy as np
+
+    from dpcurator.local import NumericRandomizer
+    from dpcurator.local.frequency import BinaryResponse, FrequencyOracle
+    from dpcurator.local.survey import CATEGORICAL
+
     try:
         freqs = _frequencies(true_frequencies) if true_frequencies is not None else None
         cats = _categories(categories, None, None if freqs is None else freqs.size)
@@ -219,6 +227,8 @@ def estimate(
     project: bool = typer.Option(False, "--project", help="Project estimates (biased)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
+    from dpcurator.local import Collector, from_config
+
     try:
         if config is not None:
             try:
@@ -267,6 +277,8 @@ def plan(
         None, "--figure", help="Save half-width vs sample size (.png or .svg)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
+    from dpcurator.local import plot_interval_widths, report_variance, sample_size
+
     try:
         cats = _categories(categories, k, None)
         rand = _build(mechanism, epsilon, cats, low, high, None)
