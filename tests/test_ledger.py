@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import dpcurator as dp
+from dpcurator.accounting.filters import FilterRule
 from dpcurator.cli import app
 from dpcurator.errors import BudgetExceededError, LedgerIntegrityError, UserError
 from dpcurator.ledger import Budget, SQLiteLedger, migrate_journal
@@ -333,3 +334,37 @@ def test_the_ledger_matches_an_exact_model(tmp_path_factory: pytest.TempPathFact
     report = SQLiteLedger(path, create=False).verify()
     assert report.accounts["default"].spent[0] == spent
     budget.close()
+
+
+# -- reservations: several accounts at once, idempotency, stored releases -----------------------
+
+
+def test_a_reservation_debits_every_account_or_none(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite")
+    ledger.open_account("dataset", FilterRule.make(dp.PureDP(1.0)))
+    ledger.open_account("alice", FilterRule.make(dp.PureDP(0.5)))
+    both = [("alice", QUARTER), ("dataset", QUARTER)]
+    first = ledger.reserve(both, analyst="alice", dataset="d", fingerprint="q1", label="q1")
+    assert [e.account for e in first.entries] == ["alice", "dataset"] and not first.replayed
+    ledger.reserve(both, analyst="alice", dataset="d", fingerprint="q2", label="q2")
+    with pytest.raises(BudgetExceededError, match="of 'alice'"):
+        ledger.reserve(both, analyst="alice", dataset="d", fingerprint="q3", label="q3")
+    # Alice's refusal wrote nothing: the dataset's account still has exactly 0.5 left.
+    assert ledger.account("dataset").spent[0] == Fraction(1, 2)  # type: ignore[union-attr]
+    assert len(ledger.requests("alice", "d")) == 2
+
+
+def test_an_idempotent_retry_is_never_charged_twice(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite")
+    ledger.open_account("a", FilterRule.make(dp.PureDP(1.0)))
+    ask = {"analyst": "alice", "dataset": "d", "label": "q", "idempotency_key": "k1"}
+    made = ledger.reserve([("a", QUARTER)], fingerprint="f", **ask)
+    again = ledger.reserve([("a", QUARTER)], fingerprint="f", **ask)
+    assert again.replayed and again.request.id == made.request.id and not again.entries
+    assert len(ledger.entries("a")) == 2  # the open and one charge
+    with pytest.raises(UserError, match="another request"):
+        ledger.reserve([("a", QUARTER)], fingerprint="other", **ask)
+    # The first stored release wins; a second worker gets it back, never its own.
+    assert ledger.store_release(made.request.id, '{"v": 1}') == '{"v": 1}'
+    assert ledger.store_release(made.request.id, '{"v": 2}') == '{"v": 1}'
+    assert ledger.request(made.request.id).release == '{"v": 1}'  # type: ignore[union-attr]

@@ -25,7 +25,8 @@ def test_subpackage_surfaces() -> None:
     assert set(audit.__all__) == {"AuditResult", "audit_epsilon", "audit_mechanism",
                                   "clopper_pearson"}
     assert set(dp.ledger.__all__) == {"AccountState", "Amount", "Budget", "Charge", "Entry",
-                                      "LedgerReport", "SQLiteLedger", "migrate_journal"}
+                                      "Ledger", "LedgerReport", "Reservation", "SQLiteLedger",
+                                      "StoredRequest", "migrate_journal"}
     assert {"SecureRandom", "SeededRandom", "sample_discrete_laplace",
             "sample_discrete_gaussian", "sample_bernoulli_exp"} <= set(noise.__all__)
 

@@ -2,8 +2,10 @@
 
 - ``Budget``: a privacy filter whose state lives in a ledger (in memory, or a SQLite file
   shared by every thread and process that opens it).
-- ``SQLiteLedger``: the ledger itself: hash-chained, append-only entries; the total stored
-  when an account is opened; one conditional debit per transaction.
+- ``Ledger``: the ledger itself, whatever holds it: hash-chained, append-only entries; the
+  total stored when an account is opened; one conditional debit (of one or several accounts)
+  per transaction; the service's requests and their stored releases. ``SQLiteLedger`` holds
+  it in a SQLite file (the default) or in memory.
 - ``migrate_journal``: turn a JSONL journal of dpcurator 0.1 into a ledger.
 
 The owner's view is ``dpcurator ledger verify|show|export|raise|migrate LEDGER``.
@@ -13,7 +15,8 @@ from dpcurator.accounting.filters import Amount
 
 from ._chain import AccountState, Entry
 from ._journal import migrate_journal
-from ._sqlite import LedgerReport, SQLiteLedger
+from ._ledger import Ledger, LedgerReport, Reservation, StoredRequest
+from ._sqlite import SQLiteLedger
 from .budget import Budget, Charge
 
 __all__ = [
@@ -22,7 +25,10 @@ __all__ = [
     "Budget",
     "Charge",
     "Entry",
+    "Ledger",
     "LedgerReport",
+    "Reservation",
     "SQLiteLedger",
+    "StoredRequest",
     "migrate_journal",
 ]
