@@ -44,7 +44,7 @@ from ._privacy import PrivacyRequest, check_delta
 from ._quantiles import BINS, QuantileTree
 from .release import Release, check_confidence
 
-__all__ = ["Curator", "CuratorQuery"]
+__all__ = ["Curator", "CuratorQuery", "PreparedQuery", "ResolvedQuery", "charge_cost"]
 
 BudgetLike = PureDP | ApproxDP | ZCDP | RDP | Budget
 _SLACK = 1e-9  # a request this close above the remaining budget is calibrated to it
@@ -287,6 +287,27 @@ class Curator:
             weights: Mapping[str, float] | None = None, confidence: float | None = None,
             cache: bool | None = None, label: str | None = None) -> Release:
         """Answer a query built with ``Query`` (or a ``Plan``), spending what is given."""
+        resolved = self.resolve(query, epsilon=epsilon, delta=delta, rho=rho, noise=noise,
+                                weights=weights, confidence=confidence)
+        use_cache = self._cache_enabled if cache is None else bool(cache)
+        with self._lock:
+            if use_cache and resolved.key in self._cache:
+                return _with_confidence(self._cache[resolved.key], resolved.level, cached=True)
+            prepared = self.prepare(resolved)
+            compiled = self._charge(prepared.compiled,
+                                    label or repr(prepared.compiled.plan))
+            release = self._answer(compiled, prepared.statements, prepared.level,
+                                   self._charge_cost(compiled))
+            if use_cache:
+                self._cache[resolved.key] = release
+            return release
+
+    def resolve(self, query: Query | Plan, *, epsilon: float | None = None,
+                delta: float | None = None, rho: float | None = None,
+                noise: str | None = None, weights: Mapping[str, float] | None = None,
+                confidence: float | None = None) -> ResolvedQuery:
+        """The query with this curator's defaults and the privacy asked, checked (cheap:
+        nothing is compiled or read). Its ``key`` says when two queries are the same release."""
         plan = query.plan() if isinstance(query, Query) else query
         if not isinstance(plan, Plan):
             raise UserError("run() takes a Query or a Plan; for SQL use curator.sql(...)")
@@ -299,21 +320,34 @@ class Curator:
                                       weights=weights,
                                       allow_large_delta=self._allow_large_delta)
         level = check_confidence(self._confidence if confidence is None else confidence)
-        use_cache = self._cache_enabled if cache is None else bool(cache)
-        cache_key = (plan, request)
-        with self._lock:
-            if use_cache and cache_key in self._cache:
-                return _with_confidence(self._cache[cache_key], level, cached=True)
-            try:
-                compiled = self._compile(plan, request)
-                statements = self._engine.validate(compiled.bounded)
-            except RecursionError:
-                raise too_deep_error() from None
-            compiled = self._charge(compiled, label or repr(plan))
-            release = self._answer(compiled, statements, level)
-            if use_cache:
-                self._cache[cache_key] = release
-            return release
+        return ResolvedQuery(plan, request, level)
+
+    def prepare(self, resolved: ResolvedQuery) -> PreparedQuery:
+        """Compile and cost a resolved query, and check it against the table's types, without
+        charging anything or reading a row. What it returns can be charged (by ``run``, or by
+        a service's ledger: ``cost_in``) and then ``answer``-ed."""
+        try:
+            compiled = self._compile(resolved.plan, resolved.request)
+            statements = self._engine.validate(compiled.bounded)
+        except RecursionError:
+            raise too_deep_error() from None
+        return PreparedQuery(compiled, list(statements), resolved.level)
+
+    def answer(self, prepared: PreparedQuery, privacy: PureDP | ApproxDP | ZCDP) -> Release:
+        """Run a prepared query and add its noise; the caller has charged ``privacy`` for it.
+
+        Nothing is charged here: this is the stage a service calls after its own ledger
+        reserved the cost (``cost_in``) for every account concerned.
+        """
+        release = self._answer(prepared.compiled, prepared.statements, prepared.level, privacy)
+        if self._cache_enabled:
+            with self._lock:
+                self._cache.setdefault(prepared.key, release)
+        return release
+
+    def cost_in(self, prepared: PreparedQuery, composition: str) -> PureDP | ApproxDP | ZCDP:
+        """What a prepared query costs in a budget of the given composition."""
+        return charge_cost(prepared.compiled, composition)
 
     def explain(self, query: Query | Plan | str, **privacy: Any) -> dict[str, Any]:
         """What a query would run and cost, and its noise, without charging or reading rows."""
@@ -324,17 +358,10 @@ class Curator:
             plan = query.plan() if isinstance(query, Query) else query
         if not isinstance(plan, Plan):
             raise UserError("explain() takes DP SQL text, a Query or a Plan")
-        request = PrivacyRequest.make(epsilon=privacy.get("epsilon"), delta=privacy.get("delta"),
-                                      rho=privacy.get("rho"), noise=privacy.get("noise"),
-                                      weights=privacy.get("weights"),
-                                      allow_large_delta=self._allow_large_delta)
-        try:
-            plan = resolve_plan(plan, self._engine.columns(), self._defaults,
-                                self.privacy_unit)
-            compiled = self._compile(plan, request)
-            statements = self._engine.validate(compiled.bounded)
-        except RecursionError:  # sqlglot reads and writes expressions recursively
-            raise too_deep_error() from None
+        prepared = self.prepare(self.resolve(
+            plan, epsilon=privacy.get("epsilon"), delta=privacy.get("delta"),
+            rho=privacy.get("rho"), noise=privacy.get("noise"), weights=privacy.get("weights")))
+        compiled, statements, plan = prepared.compiled, prepared.statements, prepared.compiled.plan
         return {
             "plan": plan,
             "cost": self._charge_cost(compiled),
@@ -354,24 +381,7 @@ class Curator:
 
     def _charge_cost(self, compiled: CompiledQuery) -> PureDP | ApproxDP | ZCDP:
         """The guarantee to charge, in the budget's currency (tightest valid statement)."""
-        if self._budget.composition == "basic":
-            if isinstance(compiled.cost, ZCDP):
-                raise UserError("this curator's budget is (epsilon, delta); ask with epsilon= "
-                                "(and delta=, noise='gaussian' for Gaussian noise), not rho=")
-            return compiled.cost
-        if compiled.selection is not None:
-            raise UserError("this curator's budget is zCDP, which cannot account a private "
-                            "partition selection (approximate DP); pass keys=... (public "
-                            "partitions) or use an (epsilon, delta) budget")
-        # zCDP of the parts: Laplace eps -> eps^2 / 2 (Bun and Steinke 2016, Prop. 1.4);
-        # Gaussian parts (quantile trees included) already in rho. Summed exactly, rounded up.
-        total: Fraction = sum((Fraction(e) ** 2 / 2 for e in compiled.pure_epsilons),
-                              Fraction(0))
-        total += sum(Fraction(r) for r in compiled.rhos)
-        value = float(total)
-        if Fraction(value) < total:
-            value = math.nextafter(value, math.inf)
-        return ZCDP(value)
+        return charge_cost(compiled, self._budget.composition)
 
     def _charge(self, compiled: CompiledQuery, label: str) -> CompiledQuery:
         """Charge the query, durably, or refuse it whole (nothing charged, nothing run)."""
@@ -418,7 +428,8 @@ class Curator:
             return None
         return smaller, new_cost
 
-    def _answer(self, compiled: CompiledQuery, statements: list[str], level: float) -> Release:
+    def _answer(self, compiled: CompiledQuery, statements: list[str], level: float,
+                privacy: PureDP | ApproxDP | ZCDP) -> Release:
         key = int(resolve_source(self._source).words(1)[0])
         exact = self._engine.compute_exact_aggregates(compiled.bounded, key)
         plan = compiled.plan
@@ -467,10 +478,63 @@ class Curator:
             mechanisms["partition_selection"] = [{"mechanism": repr(compiled.selection)}]
         return Release(
             keys=tuple(keys), group_columns=tuple(k.name for k in plan.group_by),
-            values=values, privacy=self._charge_cost(compiled), plan=plan,
+            values=values, privacy=privacy, plan=plan,
             sql=tuple(exact.sql or statements), confidence=level, mechanisms=mechanisms,
             _intervals=intervals,
             secure=bool(getattr(resolve_source(self._source), "secure", False)))
+
+@dataclass(frozen=True)
+class ResolvedQuery:
+    """A query with the curator's defaults applied and the privacy asked (``Curator.resolve``)."""
+
+    plan: Plan
+    request: PrivacyRequest
+    level: float
+
+    @property
+    def key(self) -> tuple[Plan, PrivacyRequest]:
+        """What makes two queries the same release (the interval level is post-processing)."""
+        return (self.plan, self.request)
+
+
+@dataclass(frozen=True)
+class PreparedQuery:
+    """A query checked, compiled and costed, not yet charged or run (``Curator.prepare``)."""
+
+    compiled: CompiledQuery
+    statements: list[str]
+    level: float
+
+    @property
+    def key(self) -> tuple[Plan, PrivacyRequest]:
+        """What makes two queries the same release (the interval level is post-processing)."""
+        return (self.compiled.plan, self.compiled.request)
+
+
+def charge_cost(compiled: CompiledQuery, composition: str) -> PureDP | ApproxDP | ZCDP:
+    """The guarantee to charge for a compiled query, in a budget's currency."""
+    if composition == "basic":
+        if isinstance(compiled.cost, ZCDP):
+            raise UserError("this budget is (epsilon, delta); ask with epsilon= "
+                            "(and delta=, noise='gaussian' for Gaussian noise), not rho=")
+        return compiled.cost
+    if compiled.selection is not None:
+        raise UserError("this budget is zCDP, which cannot account a private partition "
+                        "selection (approximate DP); pass keys=... (public partitions) or use "
+                        "an (epsilon, delta) budget")
+    if composition != "zcdp":
+        raise UserError(f"queries are charged to (epsilon, delta) or zCDP budgets, not "
+                        f"{composition!r} ones")
+    # zCDP of the parts: Laplace eps -> eps^2 / 2 (Bun and Steinke 2016, Prop. 1.4);
+    # Gaussian parts (quantile trees included) already in rho. Summed exactly, rounded up.
+    total: Fraction = sum((Fraction(e) ** 2 / 2 for e in compiled.pure_epsilons),
+                          Fraction(0))
+    total += sum(Fraction(r) for r in compiled.rhos)
+    value = float(total)
+    if Fraction(value) < total:
+        value = math.nextafter(value, math.inf)
+    return ZCDP(value)
+
 
 def _noisy_tree(tree: QuantileTree, histograms: Mapping[str, Any], plan: Plan,
                 keys: tuple[tuple[Any, ...], ...]) -> npt.NDArray[np.int64]:

@@ -24,6 +24,7 @@ from dpcurator.accounting.filters import Amount, Composition, Cost, FilterRule
 from dpcurator.errors import UnsupportedChargeError, UserError
 
 from ._chain import AccountState, Entry
+from ._ledger import Ledger
 from ._sqlite import SQLiteLedger
 
 __all__ = ["Amount", "Budget", "Charge"]
@@ -53,6 +54,8 @@ class Budget:
             for ZCDP and ``"rdp"`` for RDP totals.
         journal: the ledger file (SQLite), created with ``total`` if it does not exist.
         account: the account in the ledger (one file may hold several budgets).
+        ledger: an open ledger to use instead of a ``journal`` path (several budgets, say a
+            service's, sharing one connection).
     """
 
     def __init__(
@@ -62,15 +65,20 @@ class Budget:
         composition: Composition | None = None,
         journal: str | os.PathLike[str] | None = None,
         account: str = DEFAULT_ACCOUNT,
+        ledger: Ledger | None = None,
     ) -> None:
-        if total is None and journal is None:
+        if total is None and journal is None and ledger is None:
             raise UserError("a Budget needs its total (or the journal of an existing ledger)")
+        if journal is not None and ledger is not None:
+            raise UserError("give journal= (a ledger's path) or ledger= (an open ledger), not "
+                            "both")
         if total is not None and not isinstance(total, Cost):
             raise UnsupportedChargeError(
                 "total must be a PureDP, ApproxDP, ZCDP or RDP guarantee, "
                 f"got {type(total).__name__}")
         rule = FilterRule.make(total, composition) if total is not None else None
-        self._store = SQLiteLedger(journal)
+        self._owns_store = ledger is None
+        self._store: Ledger = ledger if ledger is not None else SQLiteLedger(journal)
         self.account = account
         try:
             if rule is None:
@@ -81,7 +89,8 @@ class Budget:
             else:
                 state = self._store.open_account(account, rule)
         except BaseException:
-            self._store.close()
+            if self._owns_store:
+                self._store.close()
             raise
         self.composition: Composition = state.rule.composition
 
@@ -96,8 +105,14 @@ class Budget:
 
     @property
     def path(self) -> Path | None:
-        """The ledger file, or None for an in-memory budget."""
-        return self._store.path
+        """The ledger file, or None for an in-memory budget or one not in a file."""
+        path = getattr(self._store, "path", None)
+        return path if isinstance(path, Path) else None
+
+    @property
+    def ledger_store(self) -> Ledger:
+        """The ledger this budget's account lives in."""
+        return self._store
 
     @property
     def total(self) -> Cost:
@@ -153,8 +168,10 @@ class Budget:
         return state.rule.amount(left, up=False)
 
     def close(self) -> None:
-        """Close the ledger's connection (the object cannot charge afterwards)."""
-        self._store.close()
+        """Close the ledger's connection if this budget opened it (a ``ledger=`` given to it
+        stays open); the object cannot charge afterwards."""
+        if self._owns_store:
+            self._store.close()
 
     def __enter__(self) -> Budget:
         return self
