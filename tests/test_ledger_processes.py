@@ -1,7 +1,9 @@
 """The ledger under real concurrency: racing processes and threads, and ``kill -9``.
 
 Processes come from a forkserver that has imported dpcurator once, so that dozens of them
-start in a fraction of a second each; every process opens its own ledger connection.
+start in a fraction of a second each; every process opens its own ledger connection. The
+ledger tests run once for each database (``ledger_factory`` in conftest.py: a SQLite file,
+and a schema on the test run's PostgreSQL server).
 These tests are deterministic in what they assert (exact totals, every answer charged); only
 the interleavings vary from run to run.
 """
@@ -24,7 +26,7 @@ from typing import Any
 
 import dpcurator as dp
 from dpcurator.errors import BudgetExceededError
-from dpcurator.ledger import Budget, SQLiteLedger
+from dpcurator.ledger import Budget, open_ledger
 
 PROCESSES = 40
 THREADS = 4
@@ -34,7 +36,8 @@ STEP = 2.0**-5  # exactly 32 steps make 1.0: the budget is spent to its last bit
 def _context() -> Any:
     ctx = multiprocessing.get_context("forkserver")
     # This module too: its children import it to find their target.
-    ctx.set_forkserver_preload(["dpcurator", "dpcurator.ledger", "dpcurator.curator", __name__])
+    ctx.set_forkserver_preload(["dpcurator", "dpcurator.ledger", "dpcurator.curator",
+                                "dpcurator.ledger._postgres", __name__])
     return ctx
 
 
@@ -105,8 +108,9 @@ def _race(n: int, target: Callable[..., None],
 # -- tests ---------------------------------------------------------------------------------------
 
 
-def test_racing_processes_and_threads_never_overspend(tmp_path: Path) -> None:
-    path = str(tmp_path / "ledger.sqlite")
+def test_racing_processes_and_threads_never_overspend(
+        tmp_path: Path, ledger_factory: Callable[[], str]) -> None:
+    path = ledger_factory()
     Budget(dp.PureDP(1.0), journal=path).close()
     outs = [str(tmp_path / f"answered-{i}.txt") for i in range(PROCESSES)]
     _race(PROCESSES, _race_worker, lambda i, barrier: (path, barrier, outs[i], i))
@@ -115,7 +119,7 @@ def test_racing_processes_and_threads_never_overspend(tmp_path: Path) -> None:
     # 160 attempts of 1/32 each on a total of 1: exactly 32 answered, each with its charge.
     assert len(answered) == 32
     assert sorted(answered) == sorted(charged)
-    report = SQLiteLedger(path, create=False).verify()
+    report = open_ledger(path, create=False).verify()
     assert report.accounts["default"].spent == [Fraction(1), Fraction(0)]
 
 
@@ -134,8 +138,9 @@ def test_racing_curators_share_one_budget(tmp_path: Path) -> None:
     assert sum(Fraction(e) for e in charges.values()) <= 1
 
 
-def test_kill_9_in_the_middle_of_charges_leaves_every_answer_charged(tmp_path: Path) -> None:
-    path = str(tmp_path / "ledger.sqlite")
+def test_kill_9_in_the_middle_of_charges_leaves_every_answer_charged(
+        tmp_path: Path, ledger_factory: Callable[[], str]) -> None:
+    path = ledger_factory()
     Budget(dp.PureDP(1e6), journal=path).close()
     ctx = _context()
     rng = random.Random(20261125)
@@ -163,7 +168,7 @@ def test_kill_9_in_the_middle_of_charges_leaves_every_answer_charged(tmp_path: P
         text = Path(out).read_text() if Path(out).exists() else ""
         lines = text.split("\n")
         answered += [line for line in lines[:-1] if line]  # the last piece may be cut short
-    ledger = SQLiteLedger(path, create=False)
+    ledger = open_ledger(path, create=False)
     report = ledger.verify()  # the chain is whole after 24 kills
     charged = {e.label for e in ledger.entries() if e.kind == "charge"}
     assert kills == 24 and len(answered) > 24  # the processes did charge before dying
@@ -194,9 +199,9 @@ def test_parallel_cli_queries_share_the_journal(tmp_path: Path) -> None:
     assert len(Budget.open(journal).ledger) == 1
 
 
-def test_threads_on_one_budget_object(tmp_path: Path) -> None:
+def test_threads_on_one_budget_object(ledger_factory: Callable[[], str]) -> None:
     threads = 8
-    budget = Budget(dp.PureDP(1.0), journal=tmp_path / "ledger.sqlite")
+    budget = Budget(dp.PureDP(1.0), journal=ledger_factory())
     ok: list[int] = []
 
     def worker() -> None:
@@ -220,10 +225,12 @@ def _charge_in_forked_child(budget: Budget, out: str) -> None:
     Path(out).write_text("answered")
 
 
-def test_a_budget_carried_across_fork_uses_its_own_connection(tmp_path: Path) -> None:
+def test_a_budget_carried_across_fork_uses_its_own_connection(
+        tmp_path: Path, ledger_factory: Callable[[], str]) -> None:
     """A Budget opened before a fork keeps working in the child (its own connection and lock
-    file descriptor), and parent and child still share one total."""
-    path = tmp_path / "ledger.sqlite"
+    file descriptor), and parent and child still share one total; the child leaves the
+    parent's connection alone."""
+    path = ledger_factory()
     budget = Budget(dp.PureDP(1.0), journal=path)
     budget.charge(dp.PureDP(STEP), "parent, before")
     out = str(tmp_path / "child.txt")
@@ -234,4 +241,4 @@ def test_a_budget_carried_across_fork_uses_its_own_connection(tmp_path: Path) ->
     assert child.exitcode == 0 and Path(out).read_text() == "answered"
     budget.charge(dp.PureDP(STEP), "parent, after")
     assert [c.label for c in budget.ledger] == ["parent, before", "child", "parent, after"]
-    assert SQLiteLedger(path, create=False).verify().entries == 4
+    assert open_ledger(path, create=False).verify().entries == 4

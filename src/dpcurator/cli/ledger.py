@@ -6,6 +6,9 @@
     dpcurator ledger raise ledger.sqlite --epsilon 2 --delta 1e-6
     dpcurator ledger migrate old-journal.jsonl --epsilon 1
 
+LEDGER is a SQLite file or a ``postgresql://`` URL (``?schema=NAME`` for a schema other than
+``dpcurator_ledger``); these commands never create a ledger, and never print a URL's password.
+
 ``verify`` exits 0 when the whole chain checks out, 1 when it does not (with the first bad
 entry named), 2 on a usage error. Keep the head hash that ``show`` and ``verify`` print
 somewhere else: ``verify --expect-head`` then also detects a ledger rolled back or rewritten
@@ -25,15 +28,28 @@ from dpcurator.cli._common import emit, user_errors
 
 ledger_app = typer.Typer(no_args_is_help=True, help="The owner's view of a budget ledger.")
 
-_PATH = typer.Argument(..., help="The ledger file (SQLite).")
+_PATH = typer.Argument(..., help="The ledger: a SQLite file, or a postgresql:// URL.")
 _ACCOUNT = typer.Option("default", "--account", help="The account (budget) in the ledger.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 
 
-def _open(path: Path) -> Any:
-    from dpcurator.ledger import SQLiteLedger
+def _open(target: str) -> Any:
+    from dpcurator.ledger import open_ledger
 
-    return SQLiteLedger(path, create=False)
+    return open_ledger(target, create=False)
+
+
+def _shown(target: str) -> str:
+    """The ledger as printed: a URL without its password."""
+    from dpcurator.ledger._open import is_postgres_url, mask_url
+
+    return mask_url(target) if is_postgres_url(target) else target
+
+
+def _is_url(target: str) -> bool:
+    from dpcurator.ledger._open import is_postgres_url
+
+    return is_postgres_url(target)
 
 
 def _fraction_text(values: list[Any]) -> list[float]:
@@ -56,7 +72,7 @@ def _account_view(state: Any) -> dict[str, Any]:
 
 @ledger_app.command()
 def verify(
-    path: Path = _PATH,
+    path: str = _PATH,
     expect_head: str | None = typer.Option(
         None, "--expect-head", help="A head hash recorded earlier: it must still be in the "
                                     "chain (detects a rollback or rewrite from there on)."),
@@ -66,7 +82,7 @@ def verify(
     from dpcurator.errors import LedgerIntegrityError
 
     with user_errors(as_json):
-        if not path.is_file():
+        if not _is_url(path) and not Path(path).is_file():
             raise ValueError(f"no ledger at {path}")
         try:
             ledger = _open(path)
@@ -76,10 +92,10 @@ def verify(
                 found = next((e.seq for e in ledger.entries() if e.hash == expect_head), None)
             ledger.close()
         except LedgerIntegrityError as exc:
-            failed = {"ok": False, "ledger": str(path), "error": str(exc)}
+            failed = {"ok": False, "ledger": _shown(path), "error": str(exc)}
             emit(failed, as_json, lambda r: typer.echo(f"NOT OK: {r['error']}"))
             raise typer.Exit(code=1) from None
-    result: dict[str, Any] = {"ok": True, "ledger": str(path), "entries": report.entries,
+    result: dict[str, Any] = {"ok": True, "ledger": _shown(path), "entries": report.entries,
                               "head": report.head,
                               "accounts": {k: _account_view(v)
                                            for k, v in report.accounts.items()}}
@@ -111,7 +127,7 @@ def _render_accounts(result: dict[str, Any]) -> None:
 
 @ledger_app.command()
 def show(
-    path: Path = _PATH,
+    path: str = _PATH,
     last: int = typer.Option(10, "--last", min=0, help="How many recent entries to list."),
     as_json: bool = _JSON,
 ) -> None:
@@ -122,7 +138,7 @@ def show(
         entries = ledger.entries()
         ledger.close()
     recent = entries[-last:] if last else []
-    result = {"ledger": str(path), "entries": report.entries, "head": report.head,
+    result = {"ledger": _shown(path), "entries": report.entries, "head": report.head,
               "accounts": {k: _account_view(v) for k, v in report.accounts.items()},
               "recent": [_entry_view(e) for e in recent]}
     emit(result, as_json, _render_show)
@@ -146,7 +162,7 @@ def _render_show(result: dict[str, Any]) -> None:
 
 @ledger_app.command("export")
 def export_(
-    path: Path = _PATH,
+    path: str = _PATH,
     account: str | None = typer.Option(None, "--account", help="Only this account."),
     as_json: bool = _JSON,
 ) -> None:
@@ -156,7 +172,7 @@ def export_(
         entries = [e.to_json() for e in ledger.entries(account)]
         ledger.close()
     if as_json:
-        typer.echo(json.dumps({"ledger": str(path), "entries": entries}))
+        typer.echo(json.dumps({"ledger": _shown(path), "entries": entries}))
         return
     for entry in entries:
         typer.echo(json.dumps(entry, sort_keys=True))
@@ -183,7 +199,7 @@ def _total(current: Any, epsilon: float | None, delta: float | None,
 
 @ledger_app.command("raise")
 def raise_(
-    path: Path = _PATH,
+    path: str = _PATH,
     epsilon: float | None = typer.Option(None, "--epsilon", help="The new total epsilon."),
     delta: float | None = typer.Option(None, "--delta", help="The new total delta."),
     rho: float | None = typer.Option(None, "--rho", help="The new total rho (zCDP)."),
@@ -196,12 +212,12 @@ def raise_(
         ledger = _open(path)
         state = ledger.account(account)
         if state is None:
-            raise ValueError(f"ledger {path} has no account {account!r}")
+            raise ValueError(f"ledger {_shown(path)} has no account {account!r}")
         total = _total(state.rule.total, epsilon, delta, rho)
         entry = ledger.raise_total(account, total, label or "raised with dpcurator ledger raise")
         state = ledger.account(account)
         ledger.close()
-    result = {"ledger": str(path), "account": account, "entry": entry.seq,
+    result = {"ledger": _shown(path), "account": account, "entry": entry.seq,
               **_account_view(state)}
     emit(result, as_json, lambda r: typer.echo(
         f"raised {account} to {r['total']} (entry {r['entry']}); remaining {r['remaining']}"))

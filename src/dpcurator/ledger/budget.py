@@ -2,11 +2,12 @@
 
 ``Budget`` is a privacy filter (see ``dpcurator.accounting.filters`` for the composition rules
 and their sources) whose state lives in a ledger, never in the object: every ``charge`` is
-one conditional debit in one SQLite transaction, committed (on disk, for a file ledger)
-before it returns. So any number of ``Budget`` objects, threads and processes on one ledger
-file share one total and can never spend more than it, and a process killed at any moment
-leaves every answered query with its charge. Without a ``journal`` the ledger is an
-in-memory SQLite database private to the object.
+one conditional debit in one transaction of the ledger's database, committed (on disk, for
+a file or a PostgreSQL ledger) before it returns. So any number of ``Budget`` objects,
+threads and processes on one ledger (a SQLite file, or a ``postgresql://`` URL) share one
+total and can never spend more than it, and a process killed at any moment leaves every
+answered query with its charge. Without a ``journal`` the ledger is an in-memory SQLite
+database private to the object.
 
 The total is stored when the ledger is created. Opening the ledger again with a different
 total is refused; the owner raises it explicitly (``Budget.raise_total``, or
@@ -25,7 +26,7 @@ from dpcurator.errors import UnsupportedChargeError, UserError
 
 from ._chain import AccountState, Entry
 from ._ledger import Ledger
-from ._sqlite import SQLiteLedger
+from ._open import open_ledger
 
 __all__ = ["Amount", "Budget", "Charge"]
 
@@ -52,8 +53,10 @@ class Budget:
             out: ``Budget.open``).
         composition: the filter's rule, by default ``"basic"`` for PureDP/ApproxDP, ``"zcdp"``
             for ZCDP and ``"rdp"`` for RDP totals.
-        journal: the ledger file (SQLite), created with ``total`` if it does not exist.
-        account: the account in the ledger (one file may hold several budgets).
+        journal: the ledger: a SQLite file, or a ``postgresql://`` URL (``?schema=NAME``
+            optional; needs ``dpcurator[postgres]``), created with ``total`` if it does not
+            exist.
+        account: the account in the ledger (one ledger may hold several budgets).
         ledger: an open ledger to use instead of a ``journal`` path (several budgets, say a
             service's, sharing one connection).
     """
@@ -78,7 +81,7 @@ class Budget:
                 f"got {type(total).__name__}")
         rule = FilterRule.make(total, composition) if total is not None else None
         self._owns_store = ledger is None
-        self._store: Ledger = ledger if ledger is not None else SQLiteLedger(journal)
+        self._store: Ledger = ledger if ledger is not None else open_ledger(journal)
         self.account = account
         try:
             if rule is None:
@@ -96,10 +99,16 @@ class Budget:
 
     @classmethod
     def open(cls, journal: str | os.PathLike[str], account: str = DEFAULT_ACCOUNT) -> Budget:
-        """The budget an existing ledger holds, with the total stored in it."""
-        if not Path(journal).exists():
-            raise UserError(f"no ledger at {journal}")
-        return cls(None, journal=journal, account=account)
+        """The budget an existing ledger (a file, or a ``postgresql://`` URL) holds, with
+        the total stored in it; a ledger that does not exist is refused, never created."""
+        store = open_ledger(journal, create=False)
+        try:
+            budget = cls(None, ledger=store, account=account)
+        except BaseException:
+            store.close()
+            raise
+        budget._owns_store = True
+        return budget
 
     # -- what it holds -------------------------------------------------------------------------
 
@@ -181,7 +190,7 @@ class Budget:
 
     def __repr__(self) -> str:
         state = self._current()
-        where = f", journal={str(self.path)!r}" if self.path is not None else ""
+        where = f", journal={self._store.where!r}" if self._store.where != ":memory:" else ""
         return (f"Budget(total={state.rule.total}, composition={self.composition!r}, "
                 f"charges={state.charges}{where})")
 
