@@ -11,7 +11,8 @@ from dpcurator import audit, mechanisms, noise
 def test_top_level_names() -> None:
     assert set(dp.__all__) == {
         "ApproxDP", "Budget", "Curator", "Neighbouring", "PureDP", "Release", "ZCDP",
-        "__version__", "accounting", "audit", "ledger", "local", "mechanisms", "noise",
+        "__version__", "accounting", "audit", "connect", "ledger", "local", "mechanisms",
+        "noise",
     }
     for name in dp.__all__:
         assert hasattr(dp, name)
@@ -25,8 +26,10 @@ def test_subpackage_surfaces() -> None:
     assert set(audit.__all__) == {"AuditResult", "audit_epsilon", "audit_mechanism",
                                   "clopper_pearson"}
     assert set(dp.ledger.__all__) == {"AccountState", "Amount", "Budget", "Charge", "Entry",
-                                      "Ledger", "LedgerReport", "Reservation", "SQLiteLedger",
-                                      "StoredRequest", "migrate_journal"}
+                                      "Ledger", "LedgerReport", "PostgresLedger",
+                                      "Reservation", "SQLiteLedger", "StoredRequest",
+                                      "migrate_journal", "open_ledger"}
+    assert all(getattr(dp.ledger, name) is not None for name in dp.ledger.__all__)
     assert {"SecureRandom", "SeededRandom", "sample_discrete_laplace",
             "sample_discrete_gaussian", "sample_bernoulli_exp"} <= set(noise.__all__)
 
@@ -100,7 +103,7 @@ def test_lazy_exports_match_what_type_checkers_see() -> None:
     import importlib
     import inspect
 
-    for name in ("dpcurator", "dpcurator.accounting", "dpcurator.local"):
+    for name in ("dpcurator", "dpcurator.accounting", "dpcurator.local", "dpcurator.server"):
         package = importlib.import_module(name)
         tree = ast.parse(inspect.getsource(package))
         seen: set[str] = set()

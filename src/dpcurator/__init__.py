@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from dpcurator import accounting, audit, ledger, local, mechanisms, noise
     from dpcurator.curator import Curator, Release
     from dpcurator.ledger import Budget
+    from dpcurator.server.client import connect
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "__version__",
     "accounting",
     "audit",
+    "connect",
     "ledger",
     "local",
     "mechanisms",
@@ -38,6 +40,7 @@ __getattr__, __dir__ = exports(__name__, {
     "Budget": "dpcurator.ledger",
     "Curator": "dpcurator.curator",
     "Release": "dpcurator.curator",
+    "connect": "dpcurator.server.client",
     **{name: f"dpcurator.{name}" for name in
        ("accounting", "audit", "ledger", "local", "mechanisms", "noise")},
 })

@@ -10,6 +10,7 @@ from dpcurator.cli.demo import demo
 from dpcurator.cli.explain import explain
 from dpcurator.cli.ledger import ledger_app
 from dpcurator.cli.query import query
+from dpcurator.cli.serve import serve_app
 from dpcurator.cli.survey import survey_app
 
 app = typer.Typer(
@@ -25,6 +26,7 @@ app.command(help="Answer a DP SQL query over a CSV/Parquet file, charging a budg
 app.add_typer(account_app, name="account", help="Privacy accounting: DP-SGD, composition.")
 app.add_typer(ledger_app, name="ledger", help="The owner's view of a budget ledger: verify, "
               "show, export, raise, migrate.")
+app.add_typer(serve_app, name="serve")
 app.add_typer(survey_app, name="survey", help="Local-DP surveys: simulate, estimate, plan.")
 
 

@@ -78,6 +78,52 @@ def _budget(journal: Path | None, epsilon: float, delta: float,
     return dp.Budget(total, journal=journal) if journal is not None else total
 
 
+def _remote_query(server: str, token: str, dataset: str, sql: str, epsilon: float,
+                  delta: float, noise: str | None, confidence: float,
+                  keys: Path | None) -> dict[str, Any]:
+    from dpcurator.server.client import connect
+
+    key_values = None
+    if keys is not None:
+        frame = _read_keys(keys)
+        key_values = [list(row) if len(row) > 1 else row[0]
+                      for row in frame.itertuples(index=False, name=None)]
+    curator = connect(server, token, dataset=dataset)
+    return curator.sql(sql, epsilon=epsilon, delta=delta or None, noise=noise,
+                       confidence=confidence, keys=key_values)
+
+
+def _show_remote(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    rows, intervals = result.get("rows", []), result.get("intervals", [])
+    level = result.get("confidence", 0.95)
+    table = Table(title=f"DP answer ({level:.0%} intervals)"
+                        + (" (cached, free)" if result.get("cached") else ""))
+    names = list(rows[0]) if rows else []
+    for name in names:
+        table.add_column(name, justify="right")
+        if intervals and name in intervals[0]:
+            table.add_column(f"{level:.0%} interval", justify="right")
+    for row, bounds in zip(rows, intervals or [{}] * len(rows), strict=False):
+        cells = []
+        for name in names:
+            value = row[name]
+            cells.append(_cell(value) if value is not None else "-")
+            if name in bounds:
+                low, high = bounds[name]
+                cells.append("-" if low is None else f"[{_cell(low)}, {_cell(high)}]")
+        table.add_row(*cells)
+    console = Console()
+    console.print(table)
+    console.print(f"privacy spent: {result.get('privacy')}  (query {result.get('query_id')})")
+    console.print(f"budget remaining: {result.get('remaining')}")
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         return "-" if math.isnan(value) else f"{value:,.4g}"
@@ -86,7 +132,8 @@ def _cell(value: Any) -> str:
 
 @guarded
 def query(
-    data: Path = typer.Argument(..., help="CSV or Parquet file (scanned in place)."),
+    data: Path = typer.Argument(
+        ..., help="CSV or Parquet file (scanned in place), or with --server a dataset's name."),
     sql: str = typer.Option(..., "--sql", help="DP SQL: SELECT ... FROM data ..."),
     privacy_unit: str | None = typer.Option(
         None, "--privacy-unit", help="Column identifying whose data a row is."),
@@ -117,11 +164,36 @@ def query(
         False, "--allow-large-delta",
         help="Accept a delta above 0.001 (a delta of 1/n or more can publish records as "
              "they are)."),
+    server: str | None = typer.Option(
+        None, "--server", help="A curator service's URL: DATA is then a dataset's name there."),
+    token: str | None = typer.Option(
+        None, "--token", envvar="DPCURATOR_TOKEN",
+        help="Your token for --server (or the DPCURATOR_TOKEN environment variable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Answer one DP SQL query about a file, with intervals and the privacy spent."""
+    """Answer one DP SQL query about a file, or a dataset of a curator service (--server),
+    with intervals and the privacy spent."""
     from dpcurator.curator import Curator
 
+    if server is not None:
+        local = {"--privacy-unit": privacy_unit, "--bounds": bounds, "--journal": journal,
+                 "--budget-epsilon": budget_epsilon, "--budget-delta": budget_delta,
+                 "--one-row-per-person": one_row_per_person or None,
+                 "--allow-large-delta": allow_large_delta or None,
+                 "--max-partitions": None if max_partitions == 1 else max_partitions,
+                 "--max-rows-per-partition": (None if max_rows_per_partition == 1
+                                              else max_rows_per_partition)}
+        with user_errors(as_json):
+            given = [name for name, value in local.items() if value]
+            if given:
+                raise ValueError(f"{', '.join(given)} belong to the curator's configuration, "
+                                 "not to a query sent with --server")
+            if not token:
+                raise ValueError("--server needs --token (or DPCURATOR_TOKEN)")
+            remote = _remote_query(server, token, str(data), sql, epsilon, delta, noise,
+                                   confidence, keys)
+        _show_remote(remote, as_json)
+        return
     with user_errors(as_json):
         budget = _budget(journal, epsilon, delta, budget_epsilon, budget_delta)
         curator = Curator(

@@ -302,6 +302,10 @@ def _unit_bound(kind: str, budget: float, k: int, multiplier: int) -> tuple[int,
         scale = CANONICAL_SCALE
         while exact * scale * (k * multiplier) >= 2**52:  # keep k m M exact in a double
             scale //= 2
+        if scale < 1:
+            raise UserError(f"epsilon {budget:g} is too large: this query's noise cannot be "
+                            f"calibrated above epsilon = {2**51 * k * multiplier:.3g} (its "
+                            "answer would be exact, no longer private)")
         bound = math.floor(exact * scale)
         if bound < MIN_RESOLUTION:
             raise UserError("epsilon is too small for this query's contribution bounds; "

@@ -19,9 +19,11 @@ else lives here, once:
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -97,8 +99,11 @@ class Ledger(ABC):
     def _start(self, ledger_id: str) -> None:
         """Called by the subclass once its database is open: verifies the whole chain."""
         self._lock = threading.RLock()
+        _LIVE.add(self)
         self._ledger_id = ledger_id
         self._replay = Replay(self.where, genesis(ledger_id))
+        self._published: dict[str, AccountState] = {}
+        self._published_seq = -1
         with self._transaction(write=False):
             pass
 
@@ -129,6 +134,9 @@ class Ledger(ABC):
                 # Entries appended in a transaction that did not commit are not the ledger's.
                 self._replay.restore(saved)
                 raise
+            if self._replay.seq != self._published_seq:
+                self._published = {k: copy_state(v) for k, v in self._replay.accounts.items()}
+                self._published_seq = self._replay.seq
 
     def _catch_up(self, db: Connection) -> None:
         """Verify what was appended since the last look; refuse if history changed."""
@@ -178,6 +186,13 @@ class Ledger(ABC):
         with self._transaction(write=False):
             state = self._replay.accounts.get(name)
             return None if state is None else copy_state(state)
+
+    def last_known(self, name: str) -> AccountState | None:
+        """The account as this process last saw it committed, without waiting for a lock or
+        reading the database: for showing, never for deciding (another process may have
+        charged since). A copy."""
+        state = self._published.get(name)
+        return None if state is None else copy_state(state)
 
     def accounts(self) -> dict[str, AccountState]:
         """Every account's current state (copies)."""
@@ -265,15 +280,20 @@ class Ledger(ABC):
     # -- requests: reserve first, store the release, replay it -----------------------------------
 
     def reserve(self, debits: Sequence[tuple[str, Cost]], *, analyst: str, dataset: str,
-                fingerprint: str, label: str,
-                idempotency_key: str | None = None) -> Reservation:
+                fingerprint: str, label: str, idempotency_key: str | None = None,
+                release: str | None = None) -> Reservation:
         """Debit every account and record the request, in one transaction.
 
         With an ``idempotency_key`` that this analyst already used on this dataset, nothing
         is charged and the earlier request is returned (``replayed``); if it was for another
         request (another ``fingerprint``) a ``UserError`` says so. Raises
-        ``BudgetExceededError`` (nothing written) when any debit does not fit.
+        ``BudgetExceededError`` (nothing written) when any debit does not fit. A request
+        answered by a release already made (``release``, with no debits: free) is recorded
+        with that release in the same transaction, so no request is ever left without either
+        its charge or its release.
         """
+        if release is None and not debits:
+            raise ValueError("a request without debits must come with its release")
         with self._transaction(write=True) as db:
             if idempotency_key is not None:
                 found = _one_request(db, "analyst = ? AND dataset = ? AND idempotency_key = ?",
@@ -289,11 +309,11 @@ class Ledger(ABC):
             created = time.time()
             first = entries[0].seq if entries else 0
             db.execute(f"INSERT INTO requests ({_REQUEST_COLUMNS}) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (request_id, analyst, dataset, idempotency_key, fingerprint, created,
-                        first, label))
+                        first, label, release))
             return Reservation(StoredRequest(request_id, analyst, dataset, idempotency_key,
-                                             fingerprint, created, first, label, None),
+                                             fingerprint, created, first, label, release),
                                tuple(entries), replayed=False)
 
     def store_release(self, request_id: str, release: str) -> str:
@@ -350,6 +370,22 @@ class Ledger(ABC):
                                            "was being verified")
             return LedgerReport(self.where, replay.seq, replay.hash,
                                 {k: copy_state(v) for k, v in replay.accounts.items()})
+
+
+_LIVE: weakref.WeakSet[Ledger] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child every ledger gets a new thread lock: the parent's may have been held
+    by a thread that does not exist here. Each subclass replaces its connection on first use
+    in the child."""
+    for ledger in list(_LIVE):
+        if hasattr(ledger, "_lock"):
+            ledger._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class IdempotencyConflict(UserError):

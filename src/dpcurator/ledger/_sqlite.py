@@ -29,7 +29,6 @@ import os
 import secrets
 import sqlite3
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -113,7 +112,6 @@ class SQLiteLedger(Ledger):
             self._queue = _WriterQueue(self.path)
         self._pid = os.getpid()
         self._inherited: list[object] = []
-        _LIVE.add(self)
         self._start(self._guard(self._read_meta))
 
     def _guard(self, action: Callable[[], T]) -> T:
@@ -159,7 +157,7 @@ class SQLiteLedger(Ledger):
         """
         if self._pid == os.getpid() or self.path is None:
             return
-        with self._lock:  # a fresh lock: _after_fork replaced the inherited one
+        with self._lock:  # a fresh lock: Ledger's fork hook replaced the inherited one
             if self._pid == os.getpid():
                 return
             self._inherited += [self._db, self._queue]
@@ -188,21 +186,6 @@ class SQLiteLedger(Ledger):
             raise LedgerIntegrityError(f"ledger {self.where}: its id is missing")
         self._db.executescript(_REQUESTS)  # ledgers made before the service had no requests
         return str(rows["id"])
-
-
-_LIVE: weakref.WeakSet[SQLiteLedger] = weakref.WeakSet()
-
-
-def _after_fork() -> None:
-    """In the child, every ledger gets a new thread lock: the parent's may have been held by
-    a thread that does not exist here. Connections are replaced on first use."""
-    for ledger in list(_LIVE):
-        if hasattr(ledger, "_lock"):
-            ledger._lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
 
 
 class _WriterQueue:

@@ -1,0 +1,244 @@
+"""The service's configuration: datasets, analysts, the ledger, limits (a TOML file).
+
+    ledger = "ledger.sqlite"                 # or "postgresql://..."
+    [datasets.orders]
+    path = "orders.csv"                      # CSV or Parquet, relative to this file
+    privacy_unit = "customer_id"
+    bounds = { amount = [0, 500] }
+    keys = { region = ["north", "south"] }   # public group keys (optional)
+    budget = { epsilon = 3.0, delta = 1e-6 } # for all analysts together
+    [analysts.alice]
+    token_sha256 = "<hex sha-256 of alice's token>"
+    budgets = { orders = { epsilon = 1.0, delta = 1e-7 } }
+    [limits]                                 # optional; these are the defaults
+    max_body_bytes = 65536
+    requests_per_second = 100.0
+    burst = 200
+
+Tokens are never stored: only their SHA-256 (``dpcurator serve token NAME`` makes one). Every
+problem is reported as a ``ConfigError`` naming the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpcurator.accounting.guarantees import ZCDP, ApproxDP, PureDP
+from dpcurator.errors import UserError
+
+__all__ = ["AnalystConfig", "ConfigError", "DatasetConfig", "Limits", "ServiceConfig",
+           "load_config"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+Total = PureDP | ApproxDP | ZCDP
+
+
+class ConfigError(UserError):
+    """The service's configuration is wrong; the message names the key."""
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    name: str
+    path: Path
+    privacy_unit: str | None
+    one_row_per_person: bool
+    bounds: dict[str, tuple[float, float]]
+    keys: dict[str, list[Any]] | None
+    budget: Total
+    max_partitions: int
+    max_rows_per_partition: int
+    allow_large_delta: bool
+
+
+@dataclass(frozen=True)
+class AnalystConfig:
+    name: str
+    token_sha256: str
+    budgets: dict[str, Total]
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 65536
+    requests_per_second: float = 100.0
+    burst: int = 200
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    ledger: str
+    datasets: dict[str, DatasetConfig]
+    analysts: dict[str, AnalystConfig]
+    limits: Limits = field(default_factory=Limits)
+    audit_log: Path | None = None
+
+
+def load_config(path: str | Path) -> ServiceConfig:
+    """Read and check a service configuration file (paths are relative to it)."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"no configuration file at {file}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the configuration {file}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+    return parse_config(data, base=file.parent)
+
+
+def parse_config(data: dict[str, Any], *, base: Path) -> ServiceConfig:
+    _only(data, {"ledger", "datasets", "analysts", "limits", "audit_log"}, "the configuration")
+    ledger = data.get("ledger", "ledger.sqlite")
+    if not isinstance(ledger, str) or not ledger:
+        raise ConfigError("ledger must be a file path or a postgresql:// URL")
+    if not ledger.startswith(("postgresql://", "postgres://")):
+        ledger = str((base / ledger).resolve())
+    datasets = {name: _dataset(name, spec, base)
+                for name, spec in _table(data, "datasets", required=True).items()}
+    analysts = {name: _analyst(name, spec, datasets)
+                for name, spec in _table(data, "analysts", required=True).items()}
+    seen: dict[str, str] = {}
+    for analyst in analysts.values():
+        if analyst.token_sha256 in seen:
+            raise ConfigError(f"analysts {seen[analyst.token_sha256]!r} and {analyst.name!r} "
+                              "have the same token_sha256; give each analyst a token of their own")
+        seen[analyst.token_sha256] = analyst.name
+    limits = _limits(_table(data, "limits"))
+    audit = data.get("audit_log")
+    if audit is not None and not isinstance(audit, str):
+        raise ConfigError("audit_log must be a file path")
+    return ServiceConfig(ledger, datasets, analysts, limits,
+                         (base / audit).resolve() if audit else None)
+
+
+def _table(data: dict[str, Any], key: str, *, required: bool = False) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise ConfigError(f"the configuration needs a [{key}.NAME] table")
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a table")
+    return value
+
+
+def _only(data: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{where} has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
+    where = f"[datasets.{name}]"
+    if not _NAME.match(name):
+        raise ConfigError(f"dataset name {name!r}: use letters, digits, '_', '-' or '.'")
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where} must be a table")
+    _only(spec, {"path", "privacy_unit", "one_row_per_person", "bounds", "keys", "budget",
+                 "max_partitions", "max_rows_per_partition", "allow_large_delta"}, where)
+    path = spec.get("path")
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{where} needs path = \"<CSV or Parquet file>\"")
+    unit = spec.get("privacy_unit")
+    per_person = spec.get("one_row_per_person", False)
+    if unit is not None and not isinstance(unit, str):
+        raise ConfigError(f"{where} privacy_unit must be a column name")
+    if not isinstance(per_person, bool) or (unit is None) != per_person:
+        raise ConfigError(f"{where} needs privacy_unit = \"<column>\", or the explicit "
+                          "one_row_per_person = true (every row a different person)")
+    bounds = {}
+    for column, pair in (spec.get("bounds") or {}).items():
+        if (not isinstance(pair, list) or len(pair) != 2
+                or not all(_is_number(v) for v in pair) or not pair[0] < pair[1]):
+            raise ConfigError(f"{where} bounds.{column} must be [low, high] with low < high")
+        bounds[str(column)] = (float(pair[0]), float(pair[1]))
+    keys = spec.get("keys")
+    if keys is not None:
+        if (not isinstance(keys, dict) or len(keys) != 1
+                or not all(isinstance(v, list) and v for v in keys.values())):
+            raise ConfigError(f"{where} keys must be {{ column = [value, ...] }} (one column)")
+        keys = {str(k): list(v) for k, v in keys.items()}
+    return DatasetConfig(
+        name=name, path=(base / path).resolve(), privacy_unit=unit,
+        one_row_per_person=per_person, bounds=bounds, keys=keys,
+        budget=_total(spec.get("budget"), f"{where} budget"),
+        max_partitions=_positive_int(spec.get("max_partitions", 1), f"{where} max_partitions"),
+        max_rows_per_partition=_positive_int(spec.get("max_rows_per_partition", 1),
+                                             f"{where} max_rows_per_partition"),
+        allow_large_delta=bool(spec.get("allow_large_delta", False)))
+
+
+def _analyst(name: str, spec: Any, datasets: dict[str, DatasetConfig]) -> AnalystConfig:
+    where = f"[analysts.{name}]"
+    if not _NAME.match(name):
+        raise ConfigError(f"analyst name {name!r}: use letters, digits, '_', '-' or '.'")
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where} must be a table")
+    _only(spec, {"token_sha256", "budgets"}, where)
+    token = spec.get("token_sha256")
+    if not isinstance(token, str) or not _SHA256.match(token):
+        raise ConfigError(f"{where} token_sha256 must be 64 lowercase hex digits (the SHA-256 "
+                          "of the analyst's token; `dpcurator serve token NAME` makes one)")
+    budgets = {}
+    for dataset, total in (spec.get("budgets") or {}).items():
+        if dataset not in datasets:
+            raise ConfigError(f"{where} budgets name the dataset {dataset!r}, which is not "
+                              f"configured; datasets: {sorted(datasets)}")
+        budgets[str(dataset)] = _total(total, f"{where} budgets.{dataset}")
+    if not budgets:
+        raise ConfigError(f"{where} needs budgets = {{ DATASET = {{ epsilon = ... }} }}")
+    return AnalystConfig(name, token, budgets)
+
+
+def _total(value: Any, where: str) -> Total:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be {{ epsilon = E, delta = D }} or {{ rho = R }}")
+    _only(value, {"epsilon", "delta", "rho"}, where)
+    for key, number in value.items():
+        if not _is_number(number) or not math.isfinite(float(number)) or number < 0:
+            raise ConfigError(f"{where}: {key} must be a finite number >= 0")
+    try:
+        if "rho" in value:
+            if "epsilon" in value or "delta" in value:
+                raise ConfigError(f"{where}: give rho, or epsilon and delta, not both")
+            return ZCDP(float(value["rho"]))
+        if "epsilon" not in value:
+            raise ConfigError(f"{where} needs epsilon (and delta), or rho")
+        delta = float(value.get("delta", 0.0))
+        return ApproxDP(float(value["epsilon"]), delta) if delta > 0 else PureDP(
+            float(value["epsilon"]))
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _limits(spec: dict[str, Any]) -> Limits:
+    _only(spec, {"max_body_bytes", "requests_per_second", "burst"}, "[limits]")
+    default = Limits()
+    rate = spec.get("requests_per_second", default.requests_per_second)
+    if not _is_number(rate) or not 0 < rate < math.inf:
+        raise ConfigError("[limits] requests_per_second must be a positive number")
+    return Limits(
+        max_body_bytes=_positive_int(spec.get("max_body_bytes", default.max_body_bytes),
+                                     "[limits] max_body_bytes"),
+        requests_per_second=float(rate),
+        burst=_positive_int(spec.get("burst", default.burst), "[limits] burst"))
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} must be a whole number >= 1")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,415 @@
+"""The curator service's logic, apart from HTTP: who may ask what, and reserve-first answers.
+
+One ``Service`` holds the datasets (a ``Curator`` each, over its engine), the analysts (known by
+the SHA-256 of their token), and one ledger with an account per dataset (the global budget, so
+that colluding analysts together cannot exceed it) and one per analyst and dataset.
+
+A query goes through these stages, and nothing is read before the charge is committed:
+
+    resolve   the DP SQL with the dataset's defaults and the privacy asked (400 if wrong)
+    replay    the same release made before (any analyst): returned free, ``cached``
+    prepare   compile, cost and check against the table's types (400 if wrong)
+    reserve   one ledger transaction debits the analyst's and the dataset's accounts and
+              records the request (403 ``budget_exhausted`` if either does not fit; a retry
+              with the same Idempotency-Key finds the request instead of paying again)
+    answer    the engine runs and noise is added
+    store     the release is stored under the request, once; only the stored one is sent
+
+A failure after ``reserve`` keeps the charge and sends nothing that was not stored; a retry with
+the same key then completes the request (its charge already covers exactly one release).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dpcurator.accounting.filters import Cost, FilterRule
+from dpcurator.curator import Curator, Release
+from dpcurator.curator._session import PreparedQuery, ResolvedQuery
+from dpcurator.errors import BudgetExceededError, DPCuratorError, LedgerIntegrityError
+from dpcurator.ledger import Budget, Ledger
+from dpcurator.ledger._ledger import IdempotencyConflict, fingerprint
+from dpcurator.noise import RandomSource
+from dpcurator.query.plan import Plan
+from dpcurator.query.sql import parse_sql
+
+from ._config import AnalystConfig, DatasetConfig, ServiceConfig
+
+__all__ = ["QueryBody", "Service", "ServiceError"]
+
+T = TypeVar("T")
+_MAX_SQL = 20_000
+_CACHE_SIZE = 4096
+
+
+class ServiceError(Exception):
+    """A refusal with its HTTP status and error type; the message never holds a record."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+@dataclass(frozen=True)
+class QueryBody:
+    """What an analyst sends (after the HTTP layer checked the JSON's shape)."""
+
+    sql: str
+    epsilon: float | None = None
+    delta: float | None = None
+    rho: float | None = None
+    noise: str | None = None
+    confidence: float | None = None
+    keys: tuple[Any, ...] | None = None
+
+    def identity(self, dataset: str) -> str:
+        """The request's fingerprint, for Idempotency-Key checks."""
+        return fingerprint(dataset, json.dumps(
+            [self.sql, self.epsilon, self.delta, self.rho, self.noise, self.confidence,
+             list(self.keys) if self.keys is not None else None], default=str))
+
+
+@dataclass
+class _Dataset:
+    config: DatasetConfig
+    curator: Curator
+    account: str
+
+
+
+class _Limiter:
+    """A token bucket per analyst: ``rate`` requests a second, up to ``burst`` at once."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, who: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            tokens, then = self._buckets.get(who, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+            if tokens < 1:
+                self._buckets[who] = (tokens, now)
+                return False
+            self._buckets[who] = (tokens - 1, now)
+            return True
+
+
+class _AuditLog:
+    """Append-only JSON lines: who asked what, the outcome and what it cost (never data)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        if path is not None:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def write(self, **record: Any) -> None:
+        if self._fd is None:
+            return
+        record = {"time": time.time(), **record}
+        line = (json.dumps(record, default=str, allow_nan=False) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class Service:
+    """The curator service: datasets, analysts, one ledger; no HTTP (see ``_app``)."""
+
+    def __init__(self, config: ServiceConfig, *, source: RandomSource | None = None) -> None:
+        from dpcurator.ledger import open_ledger
+
+        self.config = config
+        self.ledger: Ledger = open_ledger(config.ledger)
+        self.datasets: dict[str, _Dataset] = {}
+        for name, spec in config.datasets.items():
+            budget = Budget(spec.budget, ledger=self.ledger, account=f"dataset/{name}")
+            curator = Curator(
+                str(spec.path), privacy_unit=spec.privacy_unit, budget=budget,
+                one_row_per_person=spec.one_row_per_person, bounds=spec.bounds or None,
+                max_partitions=spec.max_partitions,
+                max_rows_per_partition=spec.max_rows_per_partition,
+                allow_large_delta=spec.allow_large_delta, source=source)
+            self.datasets[name] = _Dataset(spec, curator, budget.account)
+        self._analysts = dict(config.analysts)
+        for analyst in self._analysts.values():
+            for dataset, total in analyst.budgets.items():
+                self.ledger.open_account(self.account_of(analyst, dataset),
+                                         FilterRule.make(total))
+        self._limiter = _Limiter(config.limits.requests_per_second, config.limits.burst)
+        audit = config.audit_log
+        if audit is None and not config.ledger.startswith(("postgresql:", "postgres:")):
+            audit = Path(config.ledger).with_suffix(".audit.jsonl")
+        self.audit = _AuditLog(audit)
+        self._released: OrderedDict[tuple[str, Plan, Any], tuple[str, Release]] = OrderedDict()
+        self._released_lock = threading.Lock()
+
+    # -- who is asking -------------------------------------------------------------------------
+
+    def authenticate(self, token: str | None) -> AnalystConfig:
+        """The analyst whose token this is (compared in constant time), or 401."""
+        if token:
+            digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+            found = None
+            for analyst in self._analysts.values():
+                if hmac.compare_digest(digest, analyst.token_sha256):
+                    found = analyst
+            if found is not None:
+                return found
+        raise ServiceError(401, "unauthorized", "a valid bearer token is required")
+
+    def admit(self, analyst: AnalystConfig) -> None:
+        """Rate limit per analyst (429)."""
+        if not self._limiter.take(analyst.name):
+            raise ServiceError(429, "rate_limited", "too many requests; slow down and retry")
+
+    def dataset(self, analyst: AnalystConfig, name: str) -> _Dataset:
+        """A dataset the analyst has a budget on; any other name is 404, as if it did not
+        exist (an analyst learns nothing of the datasets of others)."""
+        found = self.datasets.get(name)
+        if found is None or name not in analyst.budgets:
+            raise ServiceError(404, "not_found", f"no dataset {name!r}")
+        return found
+
+    @staticmethod
+    def account_of(analyst: AnalystConfig, dataset: str) -> str:
+        return f"analyst/{analyst.name}/{dataset}"
+
+    # -- asking --------------------------------------------------------------------------------
+
+    def cached_answer(self, analyst: AnalystConfig, name: str, body: QueryBody,
+                      idempotency_key: str | None = None) -> dict[str, Any] | None:
+        """The fast path: a release already made for the same query, sent again for free.
+
+        No engine, no database, no lock held by a writer: cheap enough to run on the event
+        loop. None when the full path (``query``) is needed: no such release, or a request
+        that carries an idempotency key (which the ledger must record).
+        """
+        if idempotency_key is not None:
+            return None
+        data = self.dataset(analyst, name)
+        resolved = self._resolve(data, body)
+        hit = self._cached(name, resolved)
+        if hit is None:
+            return None
+        return self._response(analyst, name, hit[0], hit[1].to_dict(resolved.level),
+                              cached=True)
+
+    def query(self, analyst: AnalystConfig, name: str, body: QueryBody,
+              idempotency_key: str | None = None) -> dict[str, Any]:
+        """Answer a query: reserve first, answer, store, send (see the module docstring)."""
+        data = self.dataset(analyst, name)
+        resolved = self._resolve(data, body)
+        hit = self._cached(name, resolved)
+        if hit is not None and idempotency_key is None:
+            return self._response(analyst, name, hit[0], hit[1].to_dict(resolved.level),
+                                  cached=True)
+        prepared = None
+        reserve = functools.partial(
+            self.ledger.reserve, analyst=analyst.name, dataset=name,
+            fingerprint=body.identity(name), label=f"{analyst.name}: {body.sql}"[:2000],
+            idempotency_key=idempotency_key)
+        try:
+            if hit is not None:  # free: the key is recorded with the release already made
+                reservation = reserve([], release=json.dumps(hit[1].to_dict(resolved.level),
+                                                             allow_nan=False))
+            else:
+                prepared = _user(lambda: data.curator.prepare(resolved))
+                reservation = reserve(self._costs(analyst, data, prepared))
+        except BudgetExceededError as exc:
+            raise ServiceError(403, "budget_exhausted", str(exc)) from None
+        except IdempotencyConflict as exc:
+            raise ServiceError(409, "idempotency_conflict", str(exc)) from None
+        except LedgerIntegrityError as exc:
+            raise ServiceError(503, "ledger_unavailable", str(exc)) from None
+        request = reservation.request
+        if request.release is not None:  # a retry of an answered request, or a free one
+            return self._response(analyst, name, request.id, json.loads(request.release),
+                                  cached=True)
+        # Charged, not yet answered: this request, or one that a failure interrupted (its
+        # charge covers exactly one release, and none was sent).
+        if prepared is None:
+            prepared = _user(lambda: data.curator.prepare(resolved))
+        privacy = _user(lambda: data.curator.cost_in(prepared, self._composition(
+            data.account)))
+        release = data.curator.answer(prepared, privacy)
+        stored = self.ledger.store_release(request.id, json.dumps(
+            release.to_dict(resolved.level), allow_nan=False))
+        with self._released_lock:
+            self._released[(name, resolved.plan, resolved.request)] = (request.id, release)
+            self._released.move_to_end((name, resolved.plan, resolved.request))
+            while len(self._released) > _CACHE_SIZE:
+                self._released.popitem(last=False)
+        return self._response(analyst, name, request.id, json.loads(stored),
+                              cached=reservation.replayed)
+
+    def _cached(self, name: str, resolved: ResolvedQuery) -> tuple[str, Release] | None:
+        with self._released_lock:
+            return self._released.get((name, resolved.plan, resolved.request))
+
+    def _costs(self, analyst: AnalystConfig, data: _Dataset,
+               prepared: PreparedQuery) -> Sequence[tuple[str, Cost]]:
+        """The query's cost in the analyst's account and in the dataset's."""
+        accounts = (self.account_of(analyst, data.config.name), data.account)
+        return [(account, _user(functools.partial(data.curator.cost_in, prepared,
+                                                  self._composition(account))))
+                for account in accounts]
+
+    def explain(self, analyst: AnalystConfig, name: str, body: QueryBody) -> dict[str, Any]:
+        """The cost (in the analyst's and the dataset's budgets) and the noise; free."""
+        data = self.dataset(analyst, name)
+        prepared = _user(lambda: data.curator.prepare(self._resolve(data, body)))
+        account = self.account_of(analyst, name)
+        cost = _user(lambda: data.curator.cost_in(prepared, self._composition(account)))
+        noise = {e.aggregate.name: [_with_error(d) for d in e.describe()]
+                 for e in prepared.compiled.estimators}
+        return {"cost": _guarantee_json(cost),
+                "dataset_cost": _guarantee_json(_user(lambda: data.curator.cost_in(
+                    prepared, self._composition(data.account)))),
+                "noise": noise,
+                "partition_selection": (repr(prepared.compiled.selection)
+                                        if prepared.compiled.selection else None),
+                "confidence": prepared.level}
+
+    def budget(self, analyst: AnalystConfig, name: str) -> dict[str, Any]:
+        data = self.dataset(analyst, name)
+        return {**self._account_view(self.account_of(analyst, name)),
+                "dataset": self._account_view(data.account)}
+
+    def history(self, analyst: AnalystConfig, name: str) -> list[dict[str, Any]]:
+        """The analyst's own requests on the dataset, with their stored releases."""
+        self.dataset(analyst, name)
+        return [{"query_id": r.id, "time": r.created, "label": r.label,
+                 "release": json.loads(r.release) if r.release is not None else None}
+                for r in self.ledger.requests(analyst.name, name)]
+
+    def replay(self, analyst: AnalystConfig, name: str, query_id: str) -> dict[str, Any]:
+        """A stored release of the analyst's, again, for free."""
+        self.dataset(analyst, name)
+        request = self.ledger.request(query_id)
+        if (request is None or request.analyst != analyst.name or request.dataset != name
+                or request.release is None):
+            raise ServiceError(404, "not_found", f"no stored release {query_id!r}")
+        return self._response(analyst, name, request.id, json.loads(request.release),
+                              cached=True)
+
+    def catalogue(self, analyst: AnalystConfig) -> list[dict[str, Any]]:
+        """The analyst's datasets: schema, bounds, public keys, privacy unit (all public)."""
+        out = []
+        for name in sorted(analyst.budgets):
+            data = self.datasets[name]
+            spec = data.config
+            out.append({"name": name, "columns": data.curator.columns,
+                        "privacy_unit": spec.privacy_unit,
+                        "bounds": {k: list(v) for k, v in spec.bounds.items()},
+                        "keys": spec.keys, "max_partitions": spec.max_partitions,
+                        "max_rows_per_partition": spec.max_rows_per_partition})
+        return out
+
+    def close(self) -> None:
+        for data in self.datasets.values():
+            data.curator.close()
+        self.ledger.close()
+        self.audit.close()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _resolve(self, data: _Dataset, body: QueryBody) -> ResolvedQuery:
+        unit = data.config.privacy_unit
+        plan = _parse(body.sql, unit, body.keys)
+        configured = data.config.keys
+        if body.keys is None and configured and plan.keys is None and len(plan.group_by) == 1:
+            # The dataset's public keys apply to a query grouped by exactly that column.
+            ((column, values),) = configured.items()
+            if plan.group_by[0].expression.strip('"').lower() == column.lower():
+                plan = _parse(body.sql, unit, tuple(values))
+        return _user(lambda: data.curator.resolve(
+            plan, epsilon=body.epsilon, delta=body.delta, rho=body.rho, noise=body.noise,
+            confidence=body.confidence))
+
+    def _composition(self, account: str) -> str:
+        state = self.ledger.last_known(account)  # an account's composition never changes
+        assert state is not None
+        return state.rule.composition
+
+    def _account_view(self, account: str, *, fresh: bool = True) -> dict[str, Any]:
+        state = self.ledger.account(account) if fresh else self.ledger.last_known(account)
+        assert state is not None
+        left = [max(lim - s, 0 * lim) for lim, s in zip(state.limits, state.spent, strict=True)]
+        return {"total": _guarantee_json(state.rule.total),
+                "spent": _amount_json(state.rule.amount(state.spent, up=True)),
+                "remaining": _amount_json(state.rule.amount(left, up=False))}
+
+    def _response(self, analyst: AnalystConfig, name: str, query_id: str,
+                  release: dict[str, Any], *, cached: bool) -> dict[str, Any]:
+        # As this process last committed it: no read of the database on the answer's path.
+        remaining = self._account_view(self.account_of(analyst, name), fresh=False)["remaining"]
+        return {**release, "query_id": query_id, "cached": cached, "remaining": remaining}
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_cached(sql: str, privacy_unit: str | None, keys: tuple[Any, ...] | None) -> Plan:
+    return parse_sql(sql, table="data", privacy_unit=privacy_unit, keys=keys)
+
+
+def _parse(sql: str, privacy_unit: str | None, keys: tuple[Any, ...] | None) -> Plan:
+    if len(sql) > _MAX_SQL:
+        raise ServiceError(400, "bad_request", f"sql is longer than {_MAX_SQL} characters")
+    return _user(lambda: _parse_cached(sql, privacy_unit, keys))
+
+
+def _user(action: Callable[[], T]) -> T:
+    """Run ``action``; a dpcurator user error becomes 400 with its (record-free) message."""
+    try:
+        return action()
+    except ServiceError:
+        raise
+    except DPCuratorError as exc:
+        if isinstance(exc, LedgerIntegrityError):
+            raise ServiceError(503, "ledger_unavailable", str(exc)) from None
+        raise ServiceError(400, "bad_request", " ".join(str(exc).split())) from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ServiceError(400, "bad_request", f"the query could not be read "
+                           f"({type(exc).__name__})") from None
+
+
+def _guarantee_json(cost: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"guarantee": type(cost).__name__}
+    for name in ("epsilon", "delta", "rho"):
+        if hasattr(cost, name):
+            out[name] = getattr(cost, name)
+    return out
+
+
+def _amount_json(amount: Any) -> dict[str, Any]:
+    return {k: v for k, v in vars(amount).items() if v is not None}
+
+
+def _with_error(described: dict[str, Any]) -> dict[str, Any]:
+    """A measure's noise with the half-width of its 95% error interval."""
+    out = dict(described)
+    if "scale" in out:  # (discrete) Laplace: P(|Z| > t) <= exp(-t / b)
+        out["error_95"] = out["scale"] * math.log(20)
+    elif "sigma" in out:  # (discrete) Gaussian: about 1.96 sigma
+        out["error_95"] = 1.96 * out["sigma"]
+    return out

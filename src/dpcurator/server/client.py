@@ -1,0 +1,151 @@
+"""A remote curator: the service's API with the library's names (``dp.connect``).
+
+    import dpcurator as dp
+    orders = dp.connect("http://127.0.0.1:8000", token, dataset="orders")
+    release = orders.sql("SELECT region, COUNT(*) AS n FROM data GROUP BY region", epsilon=0.5)
+    release["rows"], orders.remaining, orders.ledger
+
+Standard library only (``urllib``), so an analyst's machine needs nothing but dpcurator. Every
+refusal raises the ``DPCuratorError`` the library would raise (``BudgetExceededError`` for a
+spent budget, ``UserError`` for a bad query), with the service's message.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from dpcurator.errors import BudgetExceededError, DPCuratorError, UserError
+
+__all__ = ["RemoteCurator", "RemoteError", "connect"]
+
+
+class RemoteError(DPCuratorError):
+    """The service could not be reached, or answered with an error that is not the caller's."""
+
+
+def connect(url: str, token: str, *, dataset: str | None = None,
+            timeout: float = 300.0) -> RemoteCurator:
+    """A remote curator for ``dataset`` (or, if the analyst has exactly one, that one)."""
+    return RemoteCurator(url, token, dataset=dataset, timeout=timeout)
+
+
+class RemoteCurator:
+    """The same ``.sql()``, ``.explain()``, ``.remaining`` and ``.ledger`` as ``dp.Curator``,
+    answered by a curator service; releases come back as the JSON the service sends."""
+
+    def __init__(self, url: str, token: str, *, dataset: str | None = None,
+                 timeout: float = 300.0) -> None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise UserError(f"url must start with http:// or https://, got {url!r}")
+        if not isinstance(token, str) or not token:
+            raise UserError("token must be the analyst's token (a non-empty string)")
+        self.url = url.rstrip("/")
+        self._token = token
+        self.timeout = timeout
+        if dataset is None:
+            names = [d["name"] for d in self.datasets()]
+            if len(names) != 1:
+                raise UserError(f"this token has {len(names)} datasets {names}; "
+                                "choose one: connect(url, token, dataset=...)")
+            dataset = names[0]
+        self.dataset = dataset
+
+    # -- the library's names -------------------------------------------------------------------
+
+    def sql(self, query: str, *, epsilon: float | None = None, delta: float | None = None,
+            rho: float | None = None, noise: str | None = None,
+            confidence: float | None = None, keys: list[Any] | None = None,
+            idempotency_key: str | None = None) -> dict[str, Any]:
+        """Answer a DP SQL query: ``{"rows", "intervals", "privacy", "query_id", "cached",
+        "remaining"}``. A retry after a lost answer is safe: the request carries an
+        idempotency key (made here unless given), so it is never charged twice."""
+        body = _drop_none({"sql": query, "epsilon": epsilon, "delta": delta, "rho": rho,
+                           "noise": noise, "confidence": confidence, "keys": keys})
+        key = idempotency_key or secrets.token_hex(16)
+        return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/queries", body,
+                          {"Idempotency-Key": key}, retries=2)
+
+    def explain(self, query: str, **privacy: Any) -> dict[str, Any]:
+        """The cost and noise of a query, charging nothing."""
+        body = _drop_none({"sql": query, **privacy})
+        return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/explain", body)
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        """``{"total", "spent", "remaining", "dataset": {...}}``."""
+        return self._call("GET", f"/v1/datasets/{_quote(self.dataset)}/budget")
+
+    @property
+    def remaining(self) -> dict[str, Any]:
+        """What is left of this analyst's budget on the dataset."""
+        remaining: dict[str, Any] = self.budget["remaining"]
+        return remaining
+
+    @property
+    def ledger(self) -> list[dict[str, Any]]:
+        """This analyst's releases on the dataset, oldest first, each replayable for free."""
+        releases: list[dict[str, Any]] = self._call(
+            "GET", f"/v1/datasets/{_quote(self.dataset)}/history")["releases"]
+        return releases
+
+    def release(self, query_id: str) -> dict[str, Any]:
+        """A stored release again, for free."""
+        return self._call("GET", f"/v1/datasets/{_quote(self.dataset)}/queries/"
+                                 f"{_quote(query_id)}")
+
+    def datasets(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._call("GET", "/v1/datasets")["datasets"]
+        return found
+
+    # -- transport -----------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
+              headers: dict[str, str] | None = None, retries: int = 0) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self._token}", "Accept": "application/json",
+            **({"Content-Type": "application/json"} if data is not None else {}),
+            **(headers or {})})
+        for attempt in range(retries + 1):
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    answer: dict[str, Any] = json.loads(response.read())
+                    return answer
+            except urllib.error.HTTPError as exc:
+                raise _error_of(exc) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                if attempt == retries:
+                    raise RemoteError(f"cannot reach the curator at {self.url}: "
+                                      f"{getattr(exc, 'reason', exc)}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def __repr__(self) -> str:
+        return f"RemoteCurator({self.url!r}, dataset={self.dataset!r})"
+
+
+def _error_of(exc: urllib.error.HTTPError) -> DPCuratorError:
+    try:
+        detail = json.loads(exc.read())["error"]
+        kind, message = str(detail["type"]), str(detail["message"])
+    except (ValueError, KeyError, TypeError):
+        kind, message = "http", f"HTTP {exc.code}"
+    if kind == "budget_exhausted":
+        return BudgetExceededError(message)
+    if exc.code in (400, 404, 409, 413):
+        return UserError(message)
+    if exc.code == 401:
+        return UserError(f"the curator refused the token: {message}")
+    return RemoteError(f"the curator answered {exc.code} ({kind}): {message}")
+
+
+def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def _quote(text: str) -> str:
+    return urllib.parse.quote(text, safe="")

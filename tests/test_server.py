@@ -1,0 +1,332 @@
+"""The curator service, in process (FastAPI's test client): routes, budgets, refusals.
+
+Live servers (uvicorn on loopback, many processes, ``kill -9``) are in
+tests/test_server_live.py; fuzzing in tests/test_server_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server extra is not installed")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+import dpcurator as dp
+from dpcurator.ledger import SQLiteLedger
+from dpcurator.server import ConfigError, create_app, load_config
+
+SECRET = 271828.5  # one record's amount: it must never appear in anything the service says
+ALICE, BOB, EVE = "alice-token-0123456789", "bob-token-0123456789", "eve-token-0123456789"
+COUNT = "SELECT COUNT(*) AS n FROM data"
+BY_REGION = "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM data GROUP BY region"
+
+
+def sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def write_service(folder: Path, *, extra: str = "", rows: int = 3000) -> Path:
+    """orders.csv (customers, regions, amounts; one secret amount) and curator.toml."""
+    rng = random.Random(7)
+    lines = ["customer_id,region,amount"]
+    regions = ["north", "south", "east", "west"]
+    for _ in range(rows):
+        lines.append(f"{rng.randrange(rows // 4)},{rng.choice(regions)},"
+                     f"{rng.uniform(0, 400):.2f}")
+    lines.append(f"999999,north,{SECRET}")
+    (folder / "orders.csv").write_text("\n".join(lines) + "\n")
+    (folder / "visits.csv").write_text("visitor,page\n1,a\n2,b\n")
+    config = folder / "curator.toml"
+    config.write_text(f"""
+ledger = "ledger.sqlite"
+[datasets.orders]
+path = "orders.csv"
+privacy_unit = "customer_id"
+bounds = {{ amount = [0, 500] }}
+keys = {{ region = ["north", "south", "east", "west"] }}
+budget = {{ epsilon = 3.0, delta = 1e-6 }}
+[datasets.visits]
+path = "visits.csv"
+privacy_unit = "visitor"
+budget = {{ epsilon = 1.0 }}
+[analysts.alice]
+token_sha256 = "{sha(ALICE)}"
+budgets = {{ orders = {{ epsilon = 1.0, delta = 1e-7 }} }}
+[analysts.bob]
+token_sha256 = "{sha(BOB)}"
+budgets = {{ orders = {{ epsilon = 2.5 }}, visits = {{ epsilon = 1.0 }} }}
+[analysts.eve]
+token_sha256 = "{sha(EVE)}"
+budgets = {{ visits = {{ epsilon = 1.0 }} }}
+{extra}""")
+    return config
+
+
+@pytest.fixture
+def service_dir(tmp_path: Path) -> Path:
+    write_service(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def client(service_dir: Path) -> Iterator[TestClient]:
+    app = create_app(load_config(service_dir / "curator.toml"))
+    with TestClient(app) as test_client:
+        yield test_client
+    app.state.service.close()
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def ask(client: TestClient, token: str, sql: str = COUNT, dataset: str = "orders",
+        key: str | None = None, **privacy: Any) -> Any:
+    headers = auth(token) | ({"Idempotency-Key": key} if key else {})
+    return client.post(f"/v1/datasets/{dataset}/queries", headers=headers,
+                       json={"sql": sql, **({"epsilon": 0.1} | privacy)})
+
+
+def charges(folder: Path, account: str) -> int:
+    return sum(1 for e in SQLiteLedger(folder / "ledger.sqlite", create=False).entries(account)
+               if e.kind == "charge")
+
+
+# -- the minimal configuration of the issue, as written -----------------------------------------
+
+
+def test_the_minimal_configuration_works_as_written(tmp_path: Path) -> None:
+    (tmp_path / "orders.csv").write_text("customer_id,amount\n1,10\n2,20\n3,30\n")
+    (tmp_path / "curator.toml").write_text(f"""ledger = "ledger.sqlite"
+[datasets.orders]
+path = "orders.csv"
+privacy_unit = "customer_id"
+bounds = {{ amount = [0, 500] }}
+budget = {{ epsilon = 3.0, delta = 1e-6 }}
+[analysts.alice]
+token_sha256 = "{sha(ALICE)}"
+budgets = {{ orders = {{ epsilon = 1.0, delta = 1e-7 }} }}
+""")
+    app = create_app(load_config(tmp_path / "curator.toml"))
+    with TestClient(app) as c:
+        answer = ask(c, ALICE, "SELECT COUNT(*) AS n, AVG(amount) AS mean FROM data",
+                     epsilon=0.5)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert set(body) >= {"rows", "intervals", "privacy", "query_id", "cached"}
+        assert body["privacy"]["epsilon"] == 0.5 and body["cached"] is False
+        assert body["remaining"]["epsilon"] == 0.5
+    app.state.service.close()
+    assert (tmp_path / "ledger.sqlite").exists()  # relative to the configuration file
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[datasets.x]\npath='a.csv'\nbudget={epsilon=1}\n[analysts.a]\n"
+     f"token_sha256='{sha('t')}'\nbudgets={{x={{epsilon=1}}}}", "privacy_unit"),
+    ("[datasets.x]\npath='a.csv'\nprivacy_unit='u'\nbudget={epsilon=1}\n[analysts.a]\n"
+     "token_sha256='short'\nbudgets={x={epsilon=1}}", "token_sha256"),
+    ("[datasets.x]\npath='a.csv'\nprivacy_unit='u'\nbudget={epsilon=1}\n[analysts.a]\n"
+     f"token_sha256='{sha('t')}'\nbudgets={{y={{epsilon=1}}}}", "not configured"),
+    ("[datasets.x]\npath='a.csv'\nprivacy_unit='u'\nbudget={epsilon=-1}\n", "epsilon"),
+    ("ledger = 3", "ledger"),
+    ("[datasets.x", "not valid TOML"),
+    ("surprise = 1", "unknown key"),
+])
+def test_configuration_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "c.toml").write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path / "c.toml")
+
+
+# -- answers and budgets ---------------------------------------------------------------------
+
+
+def test_a_query_is_charged_to_the_analyst_and_the_dataset(client: TestClient,
+                                                           service_dir: Path) -> None:
+    answer = ask(client, ALICE, BY_REGION, epsilon=0.4)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    # The configured public keys apply to a GROUP BY region: all four, no delta spent.
+    assert sorted(r["region"] for r in body["rows"]) == ["east", "north", "south", "west"]
+    assert body["privacy"] == {"guarantee": "PureDP", "epsilon": 0.4, "delta": 0.0,
+                               "neighbouring": "add/remove one privacy unit"}
+    budget = client.get("/v1/datasets/orders/budget", headers=auth(ALICE)).json()
+    assert budget["spent"]["epsilon"] == pytest.approx(0.4)
+    assert budget["remaining"]["epsilon"] == pytest.approx(0.6)
+    assert budget["dataset"]["spent"]["epsilon"] == pytest.approx(0.4)
+    assert budget["dataset"]["total"]["epsilon"] == 3.0
+    assert charges(service_dir, "analyst/alice/orders") == 1
+    assert charges(service_dir, "dataset/orders") == 1
+
+
+def test_a_spent_budget_is_403_and_charges_nothing(client: TestClient,
+                                                   service_dir: Path) -> None:
+    assert ask(client, ALICE, epsilon=0.9).status_code == 200
+    refused = ask(client, ALICE, "SELECT COUNT(*) AS m FROM data", epsilon=0.2)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["type"] == "budget_exhausted"
+    assert charges(service_dir, "analyst/alice/orders") == 1
+    assert charges(service_dir, "dataset/orders") == 1
+
+
+def test_the_dataset_budget_binds_colluding_analysts(service_dir: Path) -> None:
+    # Alice may spend 1 and Bob 2.5 on orders, but orders as a whole only 3.
+    app = create_app(load_config(service_dir / "curator.toml"))
+    with TestClient(app) as c:
+        assert ask(c, ALICE, epsilon=1.0).status_code == 200
+        assert ask(c, BOB, "SELECT COUNT(*) AS b FROM data", epsilon=2.0).status_code == 200
+        refused = ask(c, BOB, "SELECT COUNT(*) AS c FROM data", epsilon=0.25)
+        assert refused.status_code == 403 and "dataset/orders" in refused.json()["error"][
+            "message"]
+        bob = c.get("/v1/datasets/orders/budget", headers=auth(BOB)).json()
+        assert bob["remaining"]["epsilon"] == pytest.approx(0.5)  # his own is not the limit
+    app.state.service.close()
+    assert charges(service_dir, "dataset/orders") == 2
+
+
+def test_identical_queries_and_retries_are_free(client: TestClient, service_dir: Path) -> None:
+    first = ask(client, ALICE, epsilon=0.3, key="k-1").json()
+    retry = ask(client, ALICE, epsilon=0.3, key="k-1").json()
+    assert retry["query_id"] == first["query_id"] and retry["cached"] is True
+    assert retry["rows"] == first["rows"]
+    again = ask(client, ALICE, epsilon=0.3).json()  # the same query, no key: the cache
+    assert again["cached"] is True and again["rows"] == first["rows"]
+    keyed = ask(client, ALICE, epsilon=0.3, key="k-2").json()  # a new key, the same query
+    assert keyed["cached"] is True and keyed["rows"] == first["rows"]
+    assert ask(client, ALICE, epsilon=0.3, key="k-2").json()["query_id"] == keyed["query_id"]
+    assert charges(service_dir, "analyst/alice/orders") == 1
+    conflict = ask(client, ALICE, "SELECT COUNT(*) AS other FROM data", key="k-1")
+    assert conflict.status_code == 409
+    assert conflict.json()["error"]["type"] == "idempotency_conflict"
+    assert charges(service_dir, "analyst/alice/orders") == 1
+
+
+def test_history_and_replay_are_the_analysts_own(client: TestClient) -> None:
+    made = ask(client, ALICE, epsilon=0.2).json()
+    history = client.get("/v1/datasets/orders/history", headers=auth(ALICE)).json()
+    assert [r["query_id"] for r in history["releases"]] == [made["query_id"]]
+    assert history["releases"][0]["release"]["rows"] == made["rows"]
+    replay = client.get(f"/v1/datasets/orders/queries/{made['query_id']}", headers=auth(ALICE))
+    assert replay.status_code == 200 and replay.json()["rows"] == made["rows"]
+    # Bob cannot read Alice's release, even knowing its id.
+    other = client.get(f"/v1/datasets/orders/queries/{made['query_id']}", headers=auth(BOB))
+    assert other.status_code == 404
+    assert client.get("/v1/datasets/orders/history", headers=auth(BOB)).json() == {
+        "releases": []}
+
+
+def test_explain_is_free(client: TestClient, service_dir: Path) -> None:
+    explained = client.post("/v1/datasets/orders/explain", headers=auth(ALICE),
+                            json={"sql": BY_REGION, "epsilon": 0.5}).json()
+    assert explained["cost"]["epsilon"] == 0.5
+    assert explained["noise"]["n"][0]["error_95"] > 0
+    assert charges(service_dir, "analyst/alice/orders") == 0
+
+
+def test_analysts_see_only_their_datasets(client: TestClient) -> None:
+    names = [d["name"] for d in client.get("/v1/datasets", headers=auth(EVE)).json()["datasets"]]
+    assert names == ["visits"]
+    for route in ("budget", "history"):
+        answer = client.get(f"/v1/datasets/orders/{route}", headers=auth(EVE))
+        assert answer.status_code == 404
+    assert ask(client, EVE).status_code == 404
+    assert ask(client, EVE, dataset="no-such-dataset").status_code == 404
+
+
+# -- refusals: the right status, a JSON error, nothing charged, no record ------------------------
+
+REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
+    ("no token", {"headers": {}}, 401, "unauthorized"),
+    ("wrong token", {"headers": auth("nope")}, 401, "unauthorized"),
+    ("not a query", {"json": {"sql": "DROP TABLE data", "epsilon": 0.1}}, 400, "bad_request"),
+    ("rows, not aggregates", {"json": {"sql": "SELECT amount FROM data", "epsilon": 0.1}},
+     400, "bad_request"),
+    ("injection", {"json": {"sql": "SELECT COUNT(*) FROM data; DELETE FROM data",
+                            "epsilon": 0.1}}, 400, "bad_request"),
+    ("other table", {"json": {"sql": "SELECT COUNT(*) FROM read_csv('/etc/passwd')",
+                              "epsilon": 0.1}}, 400, "bad_request"),
+    ("unknown column", {"json": {"sql": "SELECT SUM(secret) FROM data", "epsilon": 0.1}},
+     400, "bad_request"),
+    ("negative epsilon", {"json": {"sql": COUNT, "epsilon": -1}}, 400, "bad_request"),
+    ("huge epsilon", {"json": {"sql": COUNT, "epsilon": 1e308}}, 400, "bad_request"),
+    ("epsilon past the budget", {"json": {"sql": COUNT, "epsilon": 2.0}}, 403,
+     "budget_exhausted"),
+    ("delta too large", {"json": {"sql": COUNT, "epsilon": 0.1, "delta": 0.5}}, 400,
+     "bad_request"),
+    ("no privacy", {"json": {"sql": COUNT}}, 400, "bad_request"),
+    ("extra field", {"json": {"sql": COUNT, "epsilon": 0.1, "x": 1}}, 400, "bad_request"),
+    ("malformed JSON", {"content": b'{"sql": "SELECT', "headers_extra": {
+        "Content-Type": "application/json"}}, 400, "bad_request"),
+    ("not an object", {"json": [1, 2]}, 400, "bad_request"),
+    ("body of 10 MB", {"content": b" " * 10_000_000, "headers_extra": {
+        "Content-Type": "application/json"}}, 413, "too_large"),
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in REFUSALS])
+def test_refusals_are_json_errors_that_charge_nothing(client: TestClient, service_dir: Path,
+                                                      case: str) -> None:
+    _, spec, status, kind = next(c for c in REFUSALS if c[0] == case)
+    headers = spec.get("headers", auth(ALICE)) | spec.get("headers_extra", {})
+    kwargs = ({"json": spec["json"]} if "json" in spec else
+              {"content": spec["content"]} if "content" in spec else
+              {"json": {"sql": COUNT, "epsilon": 0.1}})
+    answer = client.post("/v1/datasets/orders/queries", headers=headers, **kwargs)
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == kind and error["message"]
+    assert str(SECRET) not in answer.text and "271828" not in answer.text
+    assert charges(service_dir, "analyst/alice/orders") == 0
+    assert charges(service_dir, "dataset/orders") == 0
+
+
+def test_the_rate_limit_is_per_analyst(service_dir: Path) -> None:
+    config = write_service(service_dir, extra="[limits]\nrequests_per_second = 1\nburst = 3\n")
+    app = create_app(load_config(config))
+    with TestClient(app) as c:
+        statuses = [c.get("/v1/datasets", headers=auth(ALICE)).status_code for _ in range(5)]
+        assert statuses[:3] == [200, 200, 200] and 429 in statuses[3:]
+        assert c.get("/v1/datasets", headers=auth(BOB)).status_code == 200
+        limited = next(r for r in (c.get("/v1/datasets", headers=auth(ALICE))
+                                   for _ in range(3)) if r.status_code == 429)
+        assert limited.json()["error"]["type"] == "rate_limited"
+    app.state.service.close()
+
+
+def test_the_audit_log_says_who_asked_what_and_what_it_cost(client: TestClient,
+                                                            service_dir: Path) -> None:
+    ask(client, ALICE, epsilon=0.2)
+    ask(client, ALICE, "SELECT nothing", epsilon=0.2)
+    ask(client, BOB, dataset="visits", epsilon=0.1)
+    lines = [json.loads(line) for line in
+             (service_dir / "ledger.audit.jsonl").read_text().splitlines()]
+    assert [(r["analyst"], r["dataset"], r["status"]) for r in lines] == [
+        ("alice", "orders", 200), ("alice", "orders", 400), ("bob", "visits", 200)]
+    assert lines[0]["cost"]["epsilon"] == 0.2 and lines[1]["error"] == "bad_request"
+    assert str(SECRET) not in (service_dir / "ledger.audit.jsonl").read_text()
+
+
+def test_health_and_docs(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    spec = client.get("/openapi.json").json()
+    assert "/v1/datasets/{name}/queries" in spec["paths"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_a_changed_total_is_refused_at_start(service_dir: Path) -> None:
+    create_app(load_config(service_dir / "curator.toml")).state.service.close()
+    text = (service_dir / "curator.toml").read_text().replace("epsilon = 3.0", "epsilon = 30.0")
+    (service_dir / "curator.toml").write_text(text)
+    with pytest.raises(dp.errors.UserError, match="ledger raise"):
+        create_app(load_config(service_dir / "curator.toml"))

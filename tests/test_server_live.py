@@ -1,0 +1,233 @@
+"""The service for real: uvicorn on loopback, clients in several processes, ``kill -9``.
+
+What must hold (issue 12): 200 concurrent clients racing to overspend one analyst budget and
+one dataset budget never charge more than either, every answered query is charged exactly
+once, idempotent retries are never charged twice; after the server is killed under load and
+restarted, the ledger verifies, every release a client received has its charge, no charge is
+lost, and a retry completes a request the kill interrupted without paying again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server extra is not installed")
+pytest.importorskip("uvicorn", reason="the server extra is not installed")
+
+import dpcurator as dp
+from dpcurator.ledger import SQLiteLedger
+from dpcurator.server.client import connect
+
+LOAD = str(Path(__file__).with_name("_service_load.py"))
+ALICE, BOB = "alice-live-token-000000", "bob-live-token-000000"
+STEP = Fraction(1, 32)
+
+
+def _sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def write_config(folder: Path) -> Path:
+    rows = ["customer_id,region,amount"] + [f"{i % 400},{['n', 's'][i % 2]},{i % 90}"
+                                            for i in range(4000)]
+    (folder / "orders.csv").write_text("\n".join(rows) + "\n")
+    config = folder / "curator.toml"
+    config.write_text(f"""ledger = "ledger.sqlite"
+[datasets.orders]
+path = "orders.csv"
+privacy_unit = "customer_id"
+bounds = {{ amount = [0, 100] }}
+budget = {{ epsilon = 1.5 }}
+[analysts.alice]
+token_sha256 = "{_sha(ALICE)}"
+budgets = {{ orders = {{ epsilon = 1.0 }} }}
+[analysts.bob]
+token_sha256 = "{_sha(BOB)}"
+budgets = {{ orders = {{ epsilon = 1.0 }} }}
+[limits]
+requests_per_second = 10000
+burst = 10000
+""")
+    return config
+
+
+class LiveServer:
+    """``python -m dpcurator serve`` in a process of its own, on a free loopback port."""
+
+    def __init__(self, config: Path) -> None:
+        self.config = config
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dpcurator", "serve", "--config", str(self.config),
+             "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited: {self.process.stderr.read().decode()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("the server did not start in 60 s")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[LiveServer]:
+    server = LiveServer(write_config(tmp_path))
+    server.start()
+    yield server
+    server.stop()
+
+
+def _load(server: LiveServer, token: str, prefix: str, threads: int, out: Path,
+          repeat: bool = False) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, LOAD, server.url, token, "orders", prefix,
+                             str(threads), str(out)] + (["--repeat"] if repeat else []))
+
+
+def _answers(folder: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for out in sorted(folder.glob("load-*.jsonl"))
+            for line in out.read_text().splitlines() if line.strip()]
+
+
+def test_python_and_cli_clients(live: LiveServer, tmp_path: Path) -> None:
+    orders = dp.connect(live.url, ALICE, dataset="orders")
+    answer = orders.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.25)
+    assert answer["privacy"]["epsilon"] == 0.25 and answer["rows"][0]["n"] > 0
+    assert orders.remaining == {"epsilon": 0.75, "delta": 0.0}
+    assert [r["query_id"] for r in orders.ledger] == [answer["query_id"]]
+    assert connect(live.url, BOB).dataset == "orders"  # the only one: chosen for you
+    with pytest.raises(dp.errors.BudgetExceededError):
+        orders.sql("SELECT COUNT(*) AS m FROM data", epsilon=0.9)
+    with pytest.raises(dp.errors.UserError, match="token"):
+        dp.connect(live.url, "wrong", dataset="orders").sql("SELECT COUNT(*) FROM data",
+                                                            epsilon=0.1)
+    command = [sys.executable, "-m", "dpcurator", "query", "orders", "--server", live.url,
+               "--sql", "SELECT COUNT(*) AS k FROM data", "--epsilon", "0.5", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DPCURATOR_TOKEN": ALICE})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["remaining"] == {"epsilon": 0.25, "delta": 0.0}
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "DPCURATOR_TOKEN": ALICE})
+    assert again.returncode == 0 and json.loads(again.stdout)["cached"] is True  # free
+    other = [*command[:8], "SELECT COUNT(*) AS k2 FROM data", *command[9:]]
+    refused = subprocess.run(other, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "DPCURATOR_TOKEN": ALICE})
+    assert refused.returncode == 2
+    assert json.loads(refused.stdout)["type"] == "BudgetExceededError"
+
+
+def test_200_clients_racing_never_overspend(live: LiveServer, tmp_path: Path) -> None:
+    # 4 processes of 50 threads: 100 clients as Alice, 100 as Bob, each asking 1/32 and then
+    # retrying with the same key. Alice and Bob may spend 1 each (32 queries), the dataset
+    # 1.5 (48 queries): the dataset's budget binds.
+    clients = [_load(live, token, f"{name}{p}", 50, tmp_path / f"load-{name}{p}.jsonl")
+               for name, token in (("alice", ALICE), ("bob", BOB)) for p in range(2)]
+    for client in clients:
+        assert client.wait(timeout=600) == 0
+    answers = _answers(tmp_path)
+    firsts: dict[str, dict[str, object]] = {}
+    for a in answers:
+        firsts.setdefault(str(a["key"]), a)
+    answered = {k: a for k, a in firsts.items() if a["status"] == 200}
+    refused = [a for a in firsts.values() if a["status"] != 200]
+    assert len(firsts) == 200
+    assert all(a["status"] == 403 and a["error"] == "budget_exhausted" for a in refused)
+    ledger = SQLiteLedger(live.config.parent / "ledger.sqlite", create=False)
+    report = ledger.verify()
+    spent = {name: state.spent[0] for name, state in report.accounts.items()}
+    assert spent["dataset/orders"] == Fraction(3, 2)  # exactly the total: 48 queries
+    assert spent["analyst/alice/orders"] <= 1 and spent["analyst/bob/orders"] <= 1
+    # Every answered query charged exactly once (to both accounts); retries free.
+    assert len(answered) == 48
+    charged = [e for e in ledger.entries("dataset/orders") if e.kind == "charge"]
+    assert len(charged) == 48
+    retries = [a for a in answers if a["status"] == 200 and a is not firsts[str(a["key"])]]
+    assert len(retries) == 48 and all(a["cached"] is True for a in retries)
+    assert all(a["query_id"] == answered[str(a["key"])]["query_id"] for a in retries)
+    stored = {r.id for name in ("alice", "bob") for r in ledger.requests(name, "orders")}
+    assert stored == {str(a["query_id"]) for a in answered.values()}
+
+
+def test_kill_9_under_load_then_restart(live: LiveServer, tmp_path: Path) -> None:
+    clients = [_load(live, token, f"{name}k", 25, tmp_path / f"load-{name}.jsonl",
+                     repeat=True) for name, token in (("alice", ALICE), ("bob", BOB))]
+    deadline = time.monotonic() + 60
+    while len(_answers(tmp_path)) < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    live.kill()  # in the middle of the load
+    for client in clients:
+        client.wait(timeout=120)
+    received = [a for a in _answers(tmp_path) if a["status"] == 200]
+    assert received, "the clients got nothing before the kill"
+    live.start()  # the same configuration and ledger
+    ledger = SQLiteLedger(live.config.parent / "ledger.sqlite", create=False)
+    ledger.verify()
+    requests = {r.id: r for name in ("alice", "bob") for r in ledger.requests(name, "orders")}
+    entries = {e.seq: e for e in ledger.entries()}
+    # Every release a client received is stored, with its charges (the analyst's, then the
+    # dataset's, in the request's transaction), and is the one it got.
+    for answer in received:
+        request = requests[str(answer["query_id"])]
+        assert request.release is not None
+        assert json.loads(request.release)["rows"] == answer["rows"]
+        mine, dataset = entries[request.first_entry], entries[request.first_entry + 1]
+        assert (mine.account, dataset.account) == (f"analyst/{request.analyst}/orders",
+                                                   "dataset/orders")
+        assert mine.kind == dataset.kind == "charge" and mine.label == request.label
+    # No charge without its request, none lost: one dataset charge per request.
+    dataset_charges = [e for e in ledger.entries("dataset/orders") if e.kind == "charge"]
+    assert len(dataset_charges) == len(requests)
+    # Retrying every request after the restart completes the interrupted ones, for free.
+    for request in requests.values():
+        key = request.idempotency_key
+        assert key is not None
+        thread, n = key.rsplit("-", 2)[-2:]
+        token = ALICE if request.analyst == "alice" else BOB
+        prefix = key.rsplit("-", 2)[0]
+        sql = f"SELECT COUNT(*) AS c_{prefix.replace('-', '_')}_{thread}_{n} FROM data"
+        again = dp.connect(live.url, token, dataset="orders").sql(
+            sql, epsilon=2.0**-5, idempotency_key=key)
+        assert again["query_id"] == request.id and again["cached"] is True
+    after = SQLiteLedger(live.config.parent / "ledger.sqlite", create=False)
+    assert len([e for e in after.entries("dataset/orders") if e.kind == "charge"]) == len(
+        requests)
+    assert all(r.release is not None for name in ("alice", "bob")
+               for r in after.requests(name, "orders"))
