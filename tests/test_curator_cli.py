@@ -103,3 +103,13 @@ def test_demo_part_runs_and_hides_escargots() -> None:
     first = results["queries"][0]["rows"][0]
     assert {"dp", "interval", "true", "error"} <= set(first["orders"])
     json.dumps(results)
+
+
+def test_a_postgresql_journal(shop: Path, postgres_ledger_url: str) -> None:
+    base = [str(shop), "--sql", "SELECT COUNT(*) AS n FROM data", "--privacy-unit", "uid",
+            "--journal", postgres_ledger_url, "--json"]
+    assert run(*base, "--budget-epsilon", "1", "--epsilon", "0.6")[0] == 0
+    code, out = run(*base, "--epsilon", "0.6")  # the stored total: 0.4 left
+    assert code == 2 and json.loads(out)["type"] == "BudgetExceededError"
+    code, out = run(*base, "--epsilon", "0.4")  # exactly what is left
+    assert code == 0 and json.loads(out)["remaining"]["epsilon"] == pytest.approx(0, abs=1e-12)

@@ -330,3 +330,25 @@ def test_a_changed_total_is_refused_at_start(service_dir: Path) -> None:
     (service_dir / "curator.toml").write_text(text)
     with pytest.raises(dp.errors.UserError, match="ledger raise"):
         create_app(load_config(service_dir / "curator.toml"))
+
+
+def test_the_service_on_a_postgresql_ledger(tmp_path: Path, postgres_ledger_url: str) -> None:
+    """The same flow with ``ledger = "postgresql://..."``, on the run's real server."""
+    config = write_service(tmp_path)
+    text = config.read_text().replace('ledger = "ledger.sqlite"',
+                                      f'ledger = "{postgres_ledger_url}"')
+    config.write_text(text)
+    app = create_app(load_config(config))
+    with TestClient(app) as c:
+        first = ask(c, ALICE, epsilon=0.5, key="pg-1").json()
+        assert first["cached"] is False and first["remaining"]["epsilon"] == 0.5
+        assert ask(c, ALICE, epsilon=0.5, key="pg-1").json()["query_id"] == first["query_id"]
+        refused = ask(c, ALICE, "SELECT COUNT(*) AS other FROM data", epsilon=0.75)
+        assert refused.status_code == 403
+        assert c.get("/v1/datasets/orders/budget", headers=auth(ALICE)).json()[
+            "dataset"]["spent"]["epsilon"] == 0.5
+    ledger = app.state.service.ledger
+    assert len([e for e in ledger.entries("dataset/orders") if e.kind == "charge"]) == 1
+    assert ledger.verify().entries == 8  # 6 accounts opened, one debit of two accounts
+    app.state.service.close()
+    assert (tmp_path / "audit.jsonl").read_text().count('"status": 200') == 2

@@ -61,16 +61,23 @@ def _read_keys(path: Path) -> Any:
         con.close()
 
 
-def _budget(journal: Path | None, epsilon: float, delta: float,
+def _budget(journal: str | None, epsilon: float, delta: float,
             budget_epsilon: float | None, budget_delta: float | None) -> Any:
     """The budget the query charges: the ledger's stored total when it exists and no total is
     given; otherwise the total given (default: what this query spends), which a new ledger
-    stores and an existing one must already hold."""
+    stores and an existing one must already hold. ``journal`` is a file or a
+    ``postgresql://`` URL."""
     import dpcurator as dp
+    from dpcurator.ledger._open import is_postgres_url
 
-    if journal is not None and budget_epsilon is None and budget_delta is None and (
-            journal.is_file()):
-        return dp.Budget.open(journal)
+    if journal is not None and budget_epsilon is None and budget_delta is None:
+        if Path(journal).is_file():
+            return dp.Budget.open(journal)
+        if is_postgres_url(journal):
+            try:
+                return dp.Budget.open(journal)
+            except UserError:
+                pass  # no ledger there yet: created below with this query's total
     total_epsilon = budget_epsilon if budget_epsilon is not None else epsilon
     total_delta = budget_delta if budget_delta is not None else delta
     total = dp.ApproxDP(total_epsilon, total_delta) if total_delta > 0 else dp.PureDP(
@@ -152,8 +159,9 @@ def query(
     one_row_per_person: bool = typer.Option(
         False, "--one-row-per-person",
         help="Row-level privacy: assume every row is a different person."),
-    journal: Path | None = typer.Option(
-        None, "--journal", help="Ledger file (SQLite): charges persist across invocations."),
+    journal: str | None = typer.Option(
+        None, "--journal", help="Ledger: a SQLite file, or a postgresql:// URL; charges "
+                                "persist across invocations."),
     budget_epsilon: float | None = typer.Option(
         None, "--budget-epsilon",
         help="Total epsilon of a new ledger (default: --epsilon; an existing ledger keeps its "

@@ -10,6 +10,7 @@
     [analysts.alice]
     token_sha256 = "<hex sha-256 of alice's token>"
     budgets = { orders = { epsilon = 1.0, delta = 1e-7 } }
+    audit_log = "audit.jsonl"                # default: beside the ledger (or this file)
     [limits]                                 # optional; these are the defaults
     max_body_bytes = 65536
     requests_per_second = 100.0
@@ -99,7 +100,7 @@ def parse_config(data: dict[str, Any], *, base: Path) -> ServiceConfig:
     ledger = data.get("ledger", "ledger.sqlite")
     if not isinstance(ledger, str) or not ledger:
         raise ConfigError("ledger must be a file path or a postgresql:// URL")
-    if not ledger.startswith(("postgresql://", "postgres://")):
+    if not _is_url(ledger):
         ledger = str((base / ledger).resolve())
     datasets = {name: _dataset(name, spec, base)
                 for name, spec in _table(data, "datasets", required=True).items()}
@@ -115,8 +116,16 @@ def parse_config(data: dict[str, Any], *, base: Path) -> ServiceConfig:
     audit = data.get("audit_log")
     if audit is not None and not isinstance(audit, str):
         raise ConfigError("audit_log must be a file path")
-    return ServiceConfig(ledger, datasets, analysts, limits,
-                         (base / audit).resolve() if audit else None)
+    if audit is None:  # beside the ledger file, or beside the configuration
+        audit_path = (Path(ledger).with_suffix(".audit.jsonl") if not _is_url(ledger)
+                      else (base / "audit.jsonl").resolve())
+    else:
+        audit_path = (base / audit).resolve()
+    return ServiceConfig(ledger, datasets, analysts, limits, audit_path)
+
+
+def _is_url(ledger: str) -> bool:
+    return ledger.startswith(("postgresql://", "postgres://"))
 
 
 def _table(data: dict[str, Any], key: str, *, required: bool = False) -> dict[str, Any]:

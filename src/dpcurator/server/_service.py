@@ -157,10 +157,7 @@ class Service:
                 self.ledger.open_account(self.account_of(analyst, dataset),
                                          FilterRule.make(total))
         self._limiter = _Limiter(config.limits.requests_per_second, config.limits.burst)
-        audit = config.audit_log
-        if audit is None and not config.ledger.startswith(("postgresql:", "postgres:")):
-            audit = Path(config.ledger).with_suffix(".audit.jsonl")
-        self.audit = _AuditLog(audit)
+        self.audit = _AuditLog(config.audit_log)
         self._released: OrderedDict[tuple[str, Plan, Any], tuple[str, Release]] = OrderedDict()
         self._released_lock = threading.Lock()
 
