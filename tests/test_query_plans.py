@@ -114,3 +114,39 @@ def test_group_key_and_default_names() -> None:
     assert plan.group_by == (GroupKey("c", '"category"'),)
     assert [a.name for a in plan.aggregates] == ["sum_v", "mean_v", "variance_v"]
     assert isinstance(plan.aggregates[1], Mean)
+
+
+def test_plans_round_trip_through_json() -> None:
+    """The builder's plan and the SQL front end's are the same JSON, and it reads back."""
+    import json
+
+    from dpcurator.query import Query, parse_sql, plan_from_json, plan_to_json
+
+    built = (Query().where("amount > 10").group_by("region").count("n")
+             .sum("amount", bounds=(0, 500), name="total")
+             .quantile("amount", 0.9, bounds=(0, 500), name="p90")
+             .with_keys(["north", "south"]).plan())
+    parsed = parse_sql("SELECT region, COUNT(*) AS n, SUM(amount) AS total, "
+                       "QUANTILE(amount, 0.9) AS p90 FROM data WHERE amount > 10 "
+                       "GROUP BY region", bounds={"amount": (0, 500)},
+                       keys=["north", "south"])
+    assert plan_to_json(built) == plan_to_json(parsed)
+    text = json.dumps(plan_to_json(built))
+    assert plan_from_json(json.loads(text)) == built
+
+
+@pytest.mark.parametrize("bad", [
+    [], {"aggregates": []}, {"aggregates": [{"kind": "drop"}]},
+    {"aggregates": [{"kind": "count"}], "sql": "x"},
+    {"aggregates": [{"kind": "sum"}]},
+    {"aggregates": [{"kind": "sum", "column": "a", "bounds": [1]}]},
+    {"aggregates": [{"kind": "count"}], "keys": [["a"]]},
+    {"aggregates": [{"kind": "count"}], "group_by": [{"name": "g"}]},
+    {"aggregates": [{"kind": "count"}], "max_partitions": 0},
+])
+def test_bad_json_plans_are_query_errors(bad: object) -> None:
+    from dpcurator.query import plan_from_json
+    from dpcurator.query.errors import QueryError
+
+    with pytest.raises(QueryError):
+        plan_from_json(bad)

@@ -352,3 +352,30 @@ def test_the_service_on_a_postgresql_ledger(tmp_path: Path, postgres_ledger_url:
     assert ledger.verify().entries == 8  # 6 accounts opened, one debit of two accounts
     app.state.service.close()
     assert (tmp_path / "audit.jsonl").read_text().count('"status": 200') == 2
+
+
+def test_a_plan_from_the_builder_is_answered_like_its_sql(client: TestClient,
+                                                          service_dir: Path) -> None:
+    from dpcurator.query import Query, plan_to_json
+
+    plan = Query().group_by("region").count("n").sum("amount", name="total").plan()
+    answer = client.post("/v1/datasets/orders/queries", headers=auth(ALICE),
+                         json={"plan": plan_to_json(plan), "epsilon": 0.4})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    # The configured public keys applied (a GROUP BY region), as for the SQL.
+    assert sorted(r["region"] for r in body["rows"]) == ["east", "north", "south", "west"]
+    # The same plan again is the same release, free; so is its SQL (the same plan).
+    again = client.post("/v1/datasets/orders/queries", headers=auth(ALICE),
+                        json={"plan": plan_to_json(plan), "epsilon": 0.4}).json()
+    assert again["cached"] is True and again["rows"] == body["rows"]
+    assert ask(client, ALICE, BY_REGION, epsilon=0.4).json()["cached"] is True
+    assert charges(service_dir, "analyst/alice/orders") == 1
+    for bad in ({"plan": {"aggregates": [{"kind": "drop"}]}, "epsilon": 0.1},
+                {"plan": plan_to_json(plan), "sql": COUNT, "epsilon": 0.1},
+                {"epsilon": 0.1},
+                {"plan": {"aggregates": [{"kind": "count"}], "where": "1=1; DROP TABLE x"},
+                 "epsilon": 0.1}):
+        refused = client.post("/v1/datasets/orders/queries", headers=auth(ALICE), json=bad)
+        assert refused.status_code == 400, refused.text
+    assert charges(service_dir, "analyst/alice/orders") == 1

@@ -133,6 +133,10 @@ def test_python_and_cli_clients(live: LiveServer, tmp_path: Path) -> None:
     assert orders.remaining == {"epsilon": 0.75, "delta": 0.0}
     assert [r["query_id"] for r in orders.ledger] == [answer["query_id"]]
     assert connect(live.url, BOB).dataset == "orders"  # the only one: chosen for you
+    from dpcurator.query import Query
+
+    built = connect(live.url, BOB).run(Query().count("rows"), epsilon=0.1)
+    assert built["privacy"]["epsilon"] == 0.1 and built["rows"][0]["rows"] > 0
     with pytest.raises(dp.errors.BudgetExceededError):
         orders.sql("SELECT COUNT(*) AS m FROM data", epsilon=0.9)
     with pytest.raises(dp.errors.UserError, match="token"):

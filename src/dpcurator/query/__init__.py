@@ -6,6 +6,7 @@
     True
 """
 
+from dpcurator.query._plan_json import plan_from_json, plan_to_json
 from dpcurator.query.bounding import BoundedQuery, HistogramSpec, MeasureSpec, ValueSpec
 from dpcurator.query.builder import Query, bins, column_key, expression_key, width_bucket
 from dpcurator.query.errors import (
@@ -54,5 +55,7 @@ __all__ = [
     "column_key",
     "expression_key",
     "parse_sql",
+    "plan_from_json",
+    "plan_to_json",
     "width_bucket",
 ]

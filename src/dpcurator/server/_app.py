@@ -20,6 +20,7 @@ query is refused depends only on the query, the schema and the budgets, never on
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -48,12 +49,14 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 class QueryRequest(BaseModel):
-    """A DP SQL query and the privacy it may spend."""
+    """A DP SQL query (or the builder's plan as JSON) and the privacy it may spend."""
 
     model_config = ConfigDict(extra="forbid")
 
-    sql: str = Field(min_length=1, max_length=20_000,
-                     description="DP SQL: SELECT ... FROM data [WHERE ...] [GROUP BY ...]")
+    sql: str | None = Field(None, min_length=1, max_length=20_000,
+                            description="DP SQL: SELECT ... FROM data [WHERE ...] [GROUP BY ...]")
+    plan: dict[str, Any] | None = Field(
+        None, description="instead of sql: a plan as dpcurator.query.plan_to_json writes it")
     epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)
     delta: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False)
     rho: float | None = Field(None, gt=0, allow_inf_nan=False)
@@ -63,11 +66,19 @@ class QueryRequest(BaseModel):
         None, max_length=100_000, description="public partitions for the GROUP BY keys")
 
     def body(self) -> QueryBody:
+        if (self.sql is None) == (self.plan is None):
+            raise ServiceError(400, "bad_request", "give the query as sql or as plan (one)")
         keys = None
         if self.keys is not None:
             keys = tuple(tuple(k) if isinstance(k, list) else k for k in self.keys)
+        plan = (json.dumps(self.plan, sort_keys=True, allow_nan=False)
+                if self.plan is not None else None)
         return QueryBody(self.sql, self.epsilon, self.delta, self.rho, self.noise,
-                         self.confidence, keys)
+                         self.confidence, keys, plan)
+
+    @property
+    def text(self) -> str:
+        return self.sql if self.sql is not None else "plan"
 
 
 class ErrorDetail(BaseModel):
@@ -117,21 +128,22 @@ def create_app(config: ServiceConfig | Service, *, docs: bool = True) -> FastAPI
     async def query(name: str, body: QueryRequest, who: Analyst,
                     idempotency_key: Annotated[str | None, Header(max_length=200)] = None
                     ) -> dict[str, Any]:
-        asked = body.body()
+        asked = _audited(service, who, name, "query", body.text, body.body)
         # A release already made is sent from the event loop (no engine, no database);
         # anything else runs in a worker thread: reserve, answer, store.
-        fast = _audited(service, who, name, "query", body.sql,
+        fast = _audited(service, who, name, "query", asked.text,
                         lambda: service.cached_answer(who, name, asked, idempotency_key))
         if fast is not None:
             return fast
         return await run_in_threadpool(
-            _audited, service, who, name, "query", body.sql,
+            _audited, service, who, name, "query", asked.text,
             lambda: service.query(who, name, asked, idempotency_key))
 
     @app.post("/v1/datasets/{name}/explain", summary="Cost and noise of a query (free)")
     def explain(name: str, body: QueryRequest, who: Analyst) -> dict[str, Any]:
-        return _audited(service, who, name, "explain", body.sql,
-                        lambda: service.explain(who, name, body.body()))
+        asked = _audited(service, who, name, "explain", body.text, body.body)
+        return _audited(service, who, name, "explain", asked.text,
+                        lambda: service.explain(who, name, asked))
 
     @app.get("/v1/datasets/{name}/budget", summary="The analyst's and the dataset's budget")
     def budget(name: str, who: Analyst) -> dict[str, Any]:

@@ -21,6 +21,7 @@ the same key then completes the request (its charge already covers exactly one r
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -42,6 +43,8 @@ from dpcurator.errors import BudgetExceededError, DPCuratorError, LedgerIntegrit
 from dpcurator.ledger import Budget, Ledger
 from dpcurator.ledger._ledger import IdempotencyConflict, fingerprint
 from dpcurator.noise import RandomSource
+from dpcurator.query._keys import public_keys
+from dpcurator.query._plan_json import plan_from_json
 from dpcurator.query.plan import Plan
 from dpcurator.query.sql import parse_sql
 
@@ -64,21 +67,29 @@ class ServiceError(Exception):
 
 @dataclass(frozen=True)
 class QueryBody:
-    """What an analyst sends (after the HTTP layer checked the JSON's shape)."""
+    """What an analyst sends (after the HTTP layer checked the JSON's shape): DP SQL text,
+    or the builder's plan as JSON (``dpcurator.query.plan_to_json``)."""
 
-    sql: str
+    sql: str | None
     epsilon: float | None = None
     delta: float | None = None
     rho: float | None = None
     noise: str | None = None
     confidence: float | None = None
     keys: tuple[Any, ...] | None = None
+    plan: str | None = None  # the plan's JSON text, canonical (sorted keys)
 
     def identity(self, dataset: str) -> str:
         """The request's fingerprint, for Idempotency-Key checks."""
         return fingerprint(dataset, json.dumps(
-            [self.sql, self.epsilon, self.delta, self.rho, self.noise, self.confidence,
-             list(self.keys) if self.keys is not None else None], default=str))
+            [self.sql, self.plan, self.epsilon, self.delta, self.rho, self.noise,
+             self.confidence, list(self.keys) if self.keys is not None else None],
+            default=str))
+
+    @property
+    def text(self) -> str:
+        """What the audit log and the ledger's label show of the query."""
+        return self.sql if self.sql is not None else f"plan {self.plan}"
 
 
 @dataclass
@@ -224,7 +235,7 @@ class Service:
         prepared = None
         reserve = functools.partial(
             self.ledger.reserve, analyst=analyst.name, dataset=name,
-            fingerprint=body.identity(name), label=f"{analyst.name}: {body.sql}"[:2000],
+            fingerprint=body.identity(name), label=f"{analyst.name}: {body.text}"[:2000],
             idempotency_key=idempotency_key)
         try:
             if hit is not None:  # free: the key is recorded with the release already made
@@ -333,13 +344,18 @@ class Service:
 
     def _resolve(self, data: _Dataset, body: QueryBody) -> ResolvedQuery:
         unit = data.config.privacy_unit
-        plan = _parse(body.sql, unit, body.keys)
+        if body.plan is not None:
+            plan = _plan(body.plan, body.keys)
+        else:
+            assert body.sql is not None
+            plan = _parse(body.sql, unit, body.keys)
         configured = data.config.keys
         if body.keys is None and configured and plan.keys is None and len(plan.group_by) == 1:
             # The dataset's public keys apply to a query grouped by exactly that column.
             ((column, values),) = configured.items()
             if plan.group_by[0].expression.strip('"').lower() == column.lower():
-                plan = _parse(body.sql, unit, tuple(values))
+                plan = dataclasses.replace(plan, keys=_user(lambda: public_keys(
+                    [(v,) for v in values], [plan.group_by[0].name])))
         return _user(lambda: data.curator.resolve(
             plan, epsilon=body.epsilon, delta=body.delta, rho=body.rho, noise=body.noise,
             confidence=body.confidence))
@@ -367,6 +383,18 @@ class Service:
 @functools.lru_cache(maxsize=1024)
 def _parse_cached(sql: str, privacy_unit: str | None, keys: tuple[Any, ...] | None) -> Plan:
     return parse_sql(sql, table="data", privacy_unit=privacy_unit, keys=keys)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_cached(text: str, keys: tuple[Any, ...] | None) -> Plan:
+    plan = plan_from_json(json.loads(text))
+    if keys is not None:
+        plan = dataclasses.replace(plan, keys=public_keys(keys, [k.name for k in plan.group_by]))
+    return plan
+
+
+def _plan(text: str, keys: tuple[Any, ...] | None) -> Plan:
+    return _user(lambda: _plan_cached(text, keys))
 
 
 def _parse(sql: str, privacy_unit: str | None, keys: tuple[Any, ...] | None) -> Plan:

@@ -70,6 +70,23 @@ class RemoteCurator:
         return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/queries", body,
                           {"Idempotency-Key": key}, retries=2)
 
+    def run(self, query: Any, *, epsilon: float | None = None, delta: float | None = None,
+            rho: float | None = None, noise: str | None = None,
+            confidence: float | None = None, idempotency_key: str | None = None
+            ) -> dict[str, Any]:
+        """Answer a query built with ``dpcurator.query.Query`` (or a ``Plan``), sent as the
+        plan's JSON; otherwise as ``sql``."""
+        from dpcurator.query import Plan, Query, plan_to_json
+
+        plan = query.plan() if isinstance(query, Query) else query
+        if not isinstance(plan, Plan):
+            raise UserError("run() takes a Query or a Plan; for SQL use sql(...)")
+        body = _drop_none({"plan": plan_to_json(plan), "epsilon": epsilon, "delta": delta,
+                           "rho": rho, "noise": noise, "confidence": confidence})
+        key = idempotency_key or secrets.token_hex(16)
+        return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/queries", body,
+                          {"Idempotency-Key": key}, retries=2)
+
     def explain(self, query: str, **privacy: Any) -> dict[str, Any]:
         """The cost and noise of a query, charging nothing."""
         body = _drop_none({"sql": query, **privacy})
