@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+from scipy import stats
 from typer.testing import CliRunner
 
 from dpcurator.cli import app
@@ -21,10 +23,34 @@ def run_json(*args: str) -> dict[str, object]:
 
 
 def test_demo_json() -> None:
-    out = run_json("demo", "--respondents", "2000")
-    assert out["respondents"] == 2000
-    lo, hi = out["interval"]  # type: ignore[misc]
-    assert lo < out["estimate"] < hi  # type: ignore[operator]
+    """The demo's survey estimate is close to the true rate, by an exact binomial test.
+
+    The demo draws each respondent's truth as Bernoulli(0.3) (``--true-rate``), then the
+    two-coin protocol reports yes with probability 3/4 when the truth is yes and 1/4 when it
+    is no: every report is independently yes with probability 0.3 * 3/4 + 0.7 * 1/4 = 0.4, so
+    the number of yes reports Y is exactly Binomial(n, 0.4). The unbiased estimate is
+    (Y / n - 1/4) / (1/2), so Y = n (estimate + 1/2) / 2. A wrong randomizer or estimator (no
+    debiasing gives 0.4, a wrong coin another rate) moves Y many standard deviations away
+    (the test's acceptance region is about +-0.026 around 0.3 in the estimate).
+
+    False-failure probability: at most 1e-7 for the exact binomial test (each tail of
+    Binomial(40000, 0.4) at 5e-8), plus 1e-7 for the estimate against the respondents' own
+    true share t (Hoeffding, given the truths: the reports are independent, so
+    P[|Y/n - E[Y/n]| >= s] <= 2 exp(-2 n s^2) = 1e-7 for s = sqrt(ln(2e7) / (2n)), and the
+    estimate's error is 2 |Y/n - E[Y/n]|): 2e-7 in all. The demo's randomness is secure (not
+    seeded), so these are the real probabilities of a false failure.
+    """
+    n, true_rate = 40_000, 0.3
+    out = run_json("demo", "--respondents", str(n), "--true-rate", str(true_rate))
+    assert out["respondents"] == n
+    estimate = float(out["estimate"])  # type: ignore[arg-type]
+    yes = n * (estimate + 0.5) / 2
+    assert abs(yes - round(yes)) < 1e-6, estimate  # the unbiased estimate of a count
+    yes_rate = true_rate * 3 / 4 + (1 - true_rate) / 4
+    assert stats.binom.cdf(round(yes), n, yes_rate) > 5e-8, estimate
+    assert stats.binom.sf(round(yes) - 1, n, yes_rate) > 5e-8, estimate
+    shown = float(out["true_rate"])  # type: ignore[arg-type]
+    assert abs(estimate - shown) <= 2 * math.sqrt(math.log(2e7) / (2 * n)), (estimate, shown)
     assert abs(out["epsilon"] - 1.0986) < 1e-3  # type: ignore[operator]
 
 
