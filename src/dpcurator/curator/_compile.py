@@ -5,10 +5,11 @@ Small pure passes, in order:
 - ``resolve_plan``: fill the curator's defaults (bounds, contribution caps, bounding mode),
   check every column against the schema; Plan -> Plan.
 - ``compile_query``: split the privacy request, choose each measure's fixed-point grid from
-  its noise scale, derive integer sensitivities, and build the mechanisms; nothing is read.
+  its noise scale, derive integer sensitivities, and build the mechanisms and the events they
+  will run (what the query is charged: see ``_cost``); nothing is read.
 
-Estimators (one per aggregate) turn noisy measures into released values and intervals;
-a quantile's estimator is a ``QuantileTree`` (see ``_quantiles``).
+Estimators (one per aggregate, ``_estimators``) turn noisy measures into released values and
+intervals; a quantile's estimator reads a ``QuantileTree`` (see ``_quantiles``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
+from dpcurator.accounting.events import ComposedEvent, DpEvent
 from dpcurator.errors import InternalError, UserError
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dpcurator.mechanisms.partition_selection import (
@@ -58,12 +56,12 @@ from dpcurator.query.plan import (
 )
 
 from . import _privacy
+from ._cost import check_within, stated_event
+from ._estimators import Estimator, NoisyMeasure
 from ._privacy import PrivacyRequest
 from ._quantiles import BINS, QuantileTree
 
 __all__ = ["CompiledQuery", "Defaults", "compile_query", "resolve_plan"]
-
-FloatArray = npt.NDArray[np.float64]
 
 CANONICAL_SCALE = 2**40  # every Laplace measure's noise scale, in its integer units
 MIN_RESOLUTION = 2**20  # one row's value spans at least this many integer units
@@ -151,132 +149,15 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     )
 
 
-# -- noisy measures -------------------------------------------------------------------------
-
-
-@dataclass
-class NoisyMeasure:
-    """A measure, its mechanism and the real value of one of its integer units."""
-
-    spec: MeasureSpec
-    mechanism: DiscreteLaplace | DiscreteGaussian
-    unit: Fraction
-
-    def half_width(self, alpha: float) -> float:
-        """w with P[|noise| > w] <= alpha, in real units (exact for the integer noise)."""
-        return float(self.mechanism.accuracy(alpha) * self.unit)
-
-    def describe(self) -> dict[str, Any]:
-        m = self.mechanism
-        kind = "discrete Laplace" if isinstance(m, DiscreteLaplace) else "discrete Gaussian"
-        scale = (float(m.scale * self.unit) if isinstance(m, DiscreteLaplace)
-                 else float(m.noise_sigma(2) * self.unit))
-        return {"measure": self.spec.kind, "noise": kind,
-                "scale" if isinstance(m, DiscreteLaplace) else "sigma": scale,
-                "guarantee": str(m.guarantee)}
-
-
-@dataclass
-class Estimator:
-    """Turns an aggregate's noisy measures into values and (1 - alpha) intervals.
-
-    A quantile has no engine measures: its ``tree`` is released from the engine's histogram.
-    """
-
-    aggregate: Aggregate
-    measures: list[NoisyMeasure]
-    postprocess: bool
-    tree: QuantileTree | None = None
-
-    def describe(self) -> list[dict[str, Any]]:
-        """The noise of every measure (for ``explain`` and the release's ``mechanisms``)."""
-        described = [m.describe() for m in self.measures]
-        return described + ([self.tree.describe()] if self.tree is not None else [])
-
-    def estimate(self, noisy: list[npt.NDArray[Any]]) -> FloatArray:
-        agg = self.aggregate
-        reals = [_to_real(v, m.unit) for v, m in zip(noisy, self.measures, strict=True)]
-        if isinstance(agg, Count | CountUnits):
-            value = reals[0]
-            return np.maximum(value, 0.0) if self.postprocess else value
-        assert agg.bounds is not None
-        if isinstance(agg, Sum):
-            return _sign_clip(reals[0], agg.bounds) if self.postprocess else reals[0]
-        count, total = reals[0], reals[1]
-        mid = agg.bounds.midpoint
-        half = (agg.bounds.hi - agg.bounds.lo) / 2
-        safe = np.maximum(count, 1.0)
-        mean_c = np.clip(total / safe, -half, half)
-        if isinstance(agg, Mean):
-            return mid + mean_c
-        assert isinstance(agg, Variance)
-        squares = reals[2]
-        var = np.clip(squares / safe - mean_c * mean_c, 0.0, half * half)
-        return np.sqrt(var) if agg.std else var
-
-    def interval(self, noisy: list[npt.NDArray[Any]], alpha: float
-                 ) -> tuple[FloatArray, FloatArray]:
-        agg = self.aggregate
-        parts = len(self.measures)
-        widths = [m.half_width(alpha / parts) for m in self.measures]
-        reals = [_to_real(v, m.unit) for v, m in zip(noisy, self.measures, strict=True)]
-        if isinstance(agg, Count | CountUnits | Sum):
-            lo, hi = reals[0] - widths[0], reals[0] + widths[0]
-            if self.postprocess:  # the truth obeys the same sign constraint: coverage holds
-                sign = agg.bounds if isinstance(agg, Sum) else Bounds(0.0, 1.0)
-                lo, hi = _sign_clip(lo, sign), _sign_clip(hi, sign)
-            return lo, hi
-        assert agg.bounds is not None
-        half = (agg.bounds.hi - agg.bounds.lo) / 2
-        mid = agg.bounds.midpoint
-        c_lo = reals[0] - widths[0]
-        c_hi = reals[0] + widths[0]
-        s_lo = reals[1] - widths[1]
-        s_hi = reals[1] + widths[1]
-        # The true count is >= 1 in any partition with a value; where c_lo < 1 nothing is known.
-        usable = c_lo >= 1.0
-        c_lo_safe = np.where(usable, c_lo, 1.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            m_lo = np.minimum(s_lo / c_lo_safe, s_lo / c_hi)
-            m_hi = np.maximum(s_hi / c_lo_safe, s_hi / c_hi)
-        m_lo = np.where(usable, np.clip(m_lo, -half, half), -half)
-        m_hi = np.where(usable, np.clip(m_hi, -half, half), half)
-        if isinstance(agg, Mean):
-            return mid + m_lo, mid + m_hi
-        assert isinstance(agg, Variance)
-        q_lo = np.maximum(reals[2] - widths[2], 0.0)
-        q_hi = reals[2] + widths[2]
-        sq_max = np.maximum(m_lo * m_lo, m_hi * m_hi)
-        sq_min = np.where((m_lo <= 0) & (m_hi >= 0), 0.0, np.minimum(m_lo * m_lo, m_hi * m_hi))
-        v_lo = np.where(usable, q_lo / np.maximum(c_hi, 1.0) - sq_max, 0.0)
-        v_hi = np.where(usable, q_hi / c_lo_safe - sq_min, half * half)
-        v_lo = np.clip(v_lo, 0.0, half * half)
-        v_hi = np.clip(v_hi, 0.0, half * half)
-        if agg.std:
-            return np.sqrt(v_lo), np.sqrt(v_hi)
-        return v_lo, v_hi
-
-
-def _sign_clip(values: FloatArray, bounds: Bounds | None) -> FloatArray:
-    """Counts, and sums of non-negative (non-positive) values, cannot be negative (positive)."""
-    if bounds is None:
-        return values
-    if bounds.lo >= 0:
-        return np.maximum(values, 0.0)
-    if bounds.hi <= 0:
-        return np.minimum(values, 0.0)
-    return values
-
-
-def _to_real(values: npt.NDArray[Any], unit: Fraction) -> FloatArray:
-    if values.dtype == object:
-        return np.array([float(Fraction(int(v)) * unit) for v in values], dtype=np.float64)
-    return values.astype(np.float64) * float(unit)
-
-
 @dataclass
 class CompiledQuery:
-    """Everything needed to run one query, built before anything is charged or read."""
+    """Everything needed to run one query, built before anything is charged or read.
+
+    ``events`` is what it will run, in order, each part at its mechanism's guarantee: the
+    partition selection (private keys only), then every aggregate's mechanisms (its measures',
+    or its quantile tree's); ``cost`` is the guarantee the query states (its request), which
+    the events compose within. ``_cost.query_cost`` prices them in a budget's currency.
+    """
 
     plan: Plan
     request: PrivacyRequest
@@ -284,8 +165,12 @@ class CompiledQuery:
     estimators: list[Estimator]
     selection: PartitionSelection | None
     cost: PureDP | ApproxDP | ZCDP
-    pure_epsilons: list[float]
-    rhos: list[float]
+    events: tuple[DpEvent, ...]
+
+    @property
+    def event(self) -> ComposedEvent:
+        """The query's events, composed (run one after another on the same data)."""
+        return ComposedEvent(self.events)
 
 
 def _unit_bound(kind: str, budget: float, k: int, multiplier: int) -> tuple[int, float]:
@@ -418,8 +303,7 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
         measures=tuple(measure_list), histograms=tuple(histograms), selection_units=private)
 
     estimators: list[Estimator] = []
-    pure_epsilons: list[float] = []
-    rhos: list[float] = []
+    events: list[DpEvent] = []
     for index, (agg, measures, budget) in enumerate(per_aggregate):
         mechanisms: list[DiscreteLaplace | DiscreteGaussian]
         if isinstance(agg, Quantile):
@@ -432,24 +316,20 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
                                   _unit_of(spec)) for spec, used in measures]
             estimators.append(Estimator(agg, noisy, postprocess))
             mechanisms = [m.mechanism for m in noisy]
-        for mechanism in mechanisms:
-            g = mechanism.guarantee
-            if isinstance(g, PureDP):
-                pure_epsilons.append(g.epsilon)
-            elif isinstance(g, ZCDP):
-                rhos.append(g.rho)
-            else:
-                raise InternalError("a curator mechanism is neither pure nor zCDP; this is a bug")
+        events.extend(stated_event(m.guarantee) for m in mechanisms)
 
     selection = None
     if allocation.selection is not None:
         sel_eps, sel_delta = allocation.selection
         selection = choose_partition_selection(epsilon=sel_eps, delta=sel_delta,
                                                max_partitions=k, source=source)
-        pure_epsilons.append(sel_eps)
-    _check_composition(allocation, pure_epsilons, rhos, request)
-    return CompiledQuery(plan, request, bounded, estimators, selection, allocation.cost,
-                         pure_epsilons, rhos)
+        events.insert(0, stated_event(selection.guarantee))  # it runs first
+    query = CompiledQuery(plan, request, bounded, estimators, selection, allocation.cost,
+                          tuple(events))
+    # The events compose within the request, exactly (the shares were rounded down).
+    check_within(query.event, epsilon=request.epsilon, delta=request.delta,
+                 rho=sum((Fraction(v) for v in allocation.rho.values()), Fraction(0)))
+    return query
 
 
 def _unit_of(spec: MeasureSpec) -> Fraction:
@@ -458,19 +338,3 @@ def _unit_of(spec: MeasureSpec) -> Fraction:
         assert spec.value is not None
         return 1 / Fraction(spec.value.scale)
     return Fraction(1, spec.weight)
-
-
-def _check_composition(allocation: _privacy.Allocation, pure: list[float], rhos: list[float],
-                       request: PrivacyRequest) -> None:
-    """The mechanisms' guarantees compose to at most the request (exactly), or it is a bug."""
-    if request.kind == "gaussian":
-        spent = sum(Fraction(r) for r in rhos)
-        if spent > sum(Fraction(v) for v in allocation.rho.values()):
-            raise InternalError("the mechanisms' rho exceed the allocation; this is a bug")
-        if request.epsilon is not None and sum(Fraction(e) for e in pure) > Fraction(
-                request.epsilon):
-            raise InternalError("the selection's epsilon exceeds the request; this is a bug")
-        return
-    assert request.epsilon is not None
-    if sum(Fraction(e) for e in pure) > Fraction(request.epsilon):
-        raise InternalError("the mechanisms' epsilons exceed the request; this is a bug")

@@ -6,10 +6,11 @@ charge is durable:
     plan     = resolve_plan(parse_sql(...) or query.plan())   # checked, nothing read
     compiled = compile_query(plan, request)                    # grids, sensitivities, noise
     engine.validate(compiled.bounded)                          # binds the SQL, reads no row
-    charge(compiled)                                           # refuses whole, or commits
+    charge(compiled)                                           # its events, priced once
     exact    = engine.compute_exact_aggregates(bounded, key)   # bounding inside the engine
-    kept     = select_partitions(exact)                        # private keys only
-    release  = add_noise(exact, kept)                          # secure exact noise
+    kept     = select_partitions(compiled, exact)              # private keys only
+    noisy    = add_noise(compiled, exact, kept)                # secure exact noise
+    values   = estimate(compiled.estimators, noisy)            # post-processing
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from dpcurator.accounting import RDP, ZCDP, ApproxDP, Neighbouring, PureDP
 from dpcurator.accounting.filters import Amount
-from dpcurator.engines import DuckDBEngine, column_kind
+from dpcurator.engines import DuckDBEngine, ExactAggregates, column_kind
 from dpcurator.errors import BudgetExceededError, UnsupportedChargeError, UserError
 from dpcurator.ledger import Budget, Charge
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
@@ -40,6 +40,8 @@ from dpcurator.query.plan import Bounds, Plan
 from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._compile import CompiledQuery, Defaults, _match_column, compile_query, resolve_plan
+from ._cost import query_cost
+from ._estimators import Intervals, Noisy, estimate
 from ._privacy import PrivacyRequest, check_delta
 from ._quantiles import BINS, QuantileTree
 from .release import Release, check_confidence
@@ -430,58 +432,27 @@ class Curator:
 
     def _answer(self, compiled: CompiledQuery, statements: list[str], level: float,
                 privacy: PureDP | ApproxDP | ZCDP) -> Release:
-        key = int(resolve_source(self._source).words(1)[0])
+        """Run a charged query: one call per stage, the data's shape after each."""
+        key = int(resolve_source(self._source).words(1)[0])  # the engine's sampling key
         exact = self._engine.compute_exact_aggregates(compiled.bounded, key)
+        # exact: E partitions found, each with its exact integer measures and histograms
+        kept = select_partitions(compiled, exact)
+        # kept: P released keys, each with its row in exact (-1: no row, a public key unseen)
+        noisy = add_noise(compiled, exact, kept)
+        # noisy: per aggregate, its noisy integer measures (P,) each, or noisy trees (P, 2047)
+        values = estimate(compiled.estimators, noisy)
+        # values: per aggregate, P released floats
         plan = compiled.plan
-        n_exact = len(exact.keys)
-        # Which partitions are released, and where each one's exact values are.
-        if plan.keys is not None:
-            keys = plan.keys.values
-            where = {int(k[0]): i for i, k in enumerate(exact.keys)}
-            rows = [where.get(i, -1) for i in range(len(keys))]
-        elif not plan.group_by:
-            keys = ((),)
-            rows = [0 if n_exact else -1]
-        else:
-            assert compiled.selection is not None and exact.selection_units is not None
-            kept = compiled.selection.release(np.asarray(exact.selection_units, dtype=np.int64))
-            chosen = sorted((i for i in range(n_exact) if kept[i]),
-                            key=lambda i: _sort_key(exact.keys[i]))
-            keys = tuple(exact.keys[i] for i in chosen)
-            rows = chosen
-        values: dict[str, npt.NDArray[np.float64]] = {}
-        noisy_parts: dict[str, list[npt.NDArray[Any]]] = {}
-        noisy_trees: dict[str, npt.NDArray[np.int64]] = {}
-        for estimator in compiled.estimators:
-            name = estimator.aggregate.name
-            if estimator.tree is not None:
-                noisy_trees[name] = _noisy_tree(estimator.tree, exact.histograms, plan, keys)
-                values[name] = estimator.tree.estimate(noisy_trees[name])
-                continue
-            parts = []
-            for measure in estimator.measures:
-                column = exact.measures[measure.spec.name]
-                ints = [column[i] if i >= 0 else 0 for i in rows]
-                parts.append(_add_noise(ints, measure.mechanism))
-            noisy_parts[name] = parts
-            values[name] = estimator.estimate(parts)
-        by_name = {e.aggregate.name: e for e in compiled.estimators}
-
-        def intervals(name: str, alpha: float) -> tuple[Any, Any]:
-            estimator = by_name[name]
-            if estimator.tree is not None:  # post-processing of the released tree
-                return estimator.tree.interval(noisy_trees[name], alpha)
-            return estimator.interval(noisy_parts[name], alpha)
-
         mechanisms = {e.aggregate.name: e.describe() for e in compiled.estimators}
         if compiled.selection is not None:
             mechanisms["partition_selection"] = [{"mechanism": repr(compiled.selection)}]
         return Release(
-            keys=tuple(keys), group_columns=tuple(k.name for k in plan.group_by),
+            keys=kept.keys, group_columns=tuple(k.name for k in plan.group_by),
             values=values, privacy=privacy, plan=plan,
             sql=tuple(exact.sql or statements), confidence=level, mechanisms=mechanisms,
-            _intervals=intervals,
+            _intervals=Intervals(compiled.estimators, noisy),
             secure=bool(getattr(resolve_source(self._source), "secure", False)))
+
 
 @dataclass(frozen=True)
 class ResolvedQuery:
@@ -512,28 +483,55 @@ class PreparedQuery:
 
 
 def charge_cost(compiled: CompiledQuery, composition: str) -> PureDP | ApproxDP | ZCDP:
-    """The guarantee to charge for a compiled query, in a budget's currency."""
-    if composition == "basic":
-        if isinstance(compiled.cost, ZCDP):
-            raise UserError("this budget is (epsilon, delta); ask with epsilon= "
-                            "(and delta=, noise='gaussian' for Gaussian noise), not rho=")
-        return compiled.cost
-    if compiled.selection is not None:
-        raise UserError("this budget is zCDP, which cannot account a private partition "
-                        "selection (approximate DP); pass keys=... (public partitions) or use "
-                        "an (epsilon, delta) budget")
-    if composition != "zcdp":
-        raise UserError(f"queries are charged to (epsilon, delta) or zCDP budgets, not "
-                        f"{composition!r} ones")
-    # zCDP of the parts: Laplace eps -> eps^2 / 2 (Bun and Steinke 2016, Prop. 1.4);
-    # Gaussian parts (quantile trees included) already in rho. Summed exactly, rounded up.
-    total: Fraction = sum((Fraction(e) ** 2 / 2 for e in compiled.pure_epsilons),
-                          Fraction(0))
-    total += sum(Fraction(r) for r in compiled.rhos)
-    value = float(total)
-    if Fraction(value) < total:
-        value = math.nextafter(value, math.inf)
-    return ZCDP(value)
+    """The guarantee to charge for a compiled query, in a budget's currency (``_cost``)."""
+    return query_cost(compiled.event, compiled.cost, composition)
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """The partitions a query releases, and where each one's exact values are."""
+
+    keys: tuple[tuple[Any, ...], ...]  # (P,) group keys, in release order
+    rows: list[int]  # (P,) each key's row in the exact aggregates; -1 where it has none
+
+
+def select_partitions(compiled: CompiledQuery, exact: ExactAggregates) -> Partitions:
+    """Which partitions are released: the public keys, the one global partition, or (private
+    keys) those the partition selection keeps, from each one's count of distinct units."""
+    plan = compiled.plan
+    n_exact = len(exact.keys)
+    if plan.keys is not None:
+        where = {int(k[0]): i for i, k in enumerate(exact.keys)}
+        return Partitions(tuple(plan.keys.values),
+                          [where.get(i, -1) for i in range(len(plan.keys.values))])
+    if not plan.group_by:
+        return Partitions(((),), [0 if n_exact else -1])
+    assert compiled.selection is not None and exact.selection_units is not None
+    kept = compiled.selection.release(np.asarray(exact.selection_units, dtype=np.int64))
+    chosen = sorted((i for i in range(n_exact) if kept[i]),
+                    key=lambda i: _sort_key(exact.keys[i]))
+    return Partitions(tuple(exact.keys[i] for i in chosen), chosen)
+
+
+def add_noise(compiled: CompiledQuery, exact: ExactAggregates, kept: Partitions) -> Noisy:
+    """Every aggregate's exact measures of the kept partitions, plus their mechanisms' noise.
+
+    The noise is drawn aggregate by aggregate, measure by measure, in the plan's order.
+    """
+    noisy: dict[str, list[npt.NDArray[Any]]] = {}
+    for estimator in compiled.estimators:
+        name = estimator.aggregate.name
+        if estimator.tree is not None:
+            noisy[name] = [_noisy_tree(estimator.tree, exact.histograms, compiled.plan,
+                                       kept.keys)]
+            continue
+        parts = []
+        for measure in estimator.measures:
+            column = exact.measures[measure.spec.name]
+            ints = [column[i] if i >= 0 else 0 for i in kept.rows]
+            parts.append(_add_noise(ints, measure.mechanism))
+        noisy[name] = parts
+    return noisy
 
 
 def _noisy_tree(tree: QuantileTree, histograms: Mapping[str, Any], plan: Plan,

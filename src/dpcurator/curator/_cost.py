@@ -1,0 +1,145 @@
+"""What a query costs: the events it will run, priced once in the budget's currency.
+
+A compiled query records what it will run as events, in the order they run: the partition
+selection (private keys only), then each aggregate's mechanisms. Each part is recorded at its
+mechanism's *stated guarantee* (``stated_event``), the statement the budgets' filters read. For
+``SELECT g, COUNT(*), MEDIAN(x) FROM data GROUP BY g`` asked with ``epsilon=1, delta=1e-6``
+and no public keys (equal weights, each share rounded down, each measure's a little less):
+
+    ComposedEvent((
+        ApproxDPEvent(0.333.., 1e-06),  # select_partitions: partition selection
+        PureDPEvent(0.333..),           # COUNT(*): discrete Laplace on the row counts
+        PureDPEvent(0.333..),           # MEDIAN(x): the dyadic tree's discrete Laplace
+    ))
+
+(with ``noise="gaussian"`` or ``rho=`` the aggregates' parts are ``ZCDPEvent(rho)``s.)
+
+``query_cost`` is the one place a query is priced; the curator's ``charge``, its near-miss
+``shrink`` and a service's ``cost_in`` all call it:
+
+- ``"basic"`` (an (epsilon, delta) budget, basic composition; Dwork and Roth 2014, Theorem
+  3.16): the query's stated guarantee, its request (``PureDP(epsilon)`` when no part spends
+  delta, else ``ApproxDP(epsilon, delta)``). ``check_within`` proved at compile time that the events
+  compose within it: the shares are rounded down, so the exact sums of the parts' epsilons
+  and deltas never exceed it, and the Gaussian parts' rhos never exceed the rho converted
+  from their share of (epsilon, delta) (Canonne, Kamath and Steinke 2020).
+- ``"zcdp"``: the exact sum of the parts' rhos, rounded up: a pure epsilon-DP part costs
+  epsilon^2 / 2 (Bun and Steinke 2016, Proposition 1.4), a zCDP part its rho (zCDP composes
+  by adding rhos, ibid. Lemma 1.7). An approximate-DP part (a private partition selection)
+  has no zCDP guarantee and is refused.
+
+Every guarantee here is for add/remove one privacy unit (the curator's only relation).
+Arithmetic is exact (floats taken at their binary values, ``fractions.Fraction``) and the
+charge is rounded up, so a budget never overspends through rounding.
+
+Why the stated guarantees and not the mechanisms' exact noise profiles (``mechanism.event``,
+for the PLD and RDP accountants): the budgets here are (epsilon, delta) and rho filters, which
+read guarantees, and the profiles restate them with rounding of their own (the discrete
+Gaussian's sigma is inflated by 2^-50, a tree's Laplace scale rounded down), which would move
+charges by a few units in the last place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+from dpcurator.accounting import ZCDP, ApproxDP, PureDP
+from dpcurator.accounting.events import (
+    ApproxDPEvent,
+    ComposedEvent,
+    DpEvent,
+    PureDPEvent,
+    ZCDPEvent,
+)
+from dpcurator.errors import InternalError, UserError
+
+__all__ = ["check_within", "query_cost", "stated_event"]
+
+Stated = PureDP | ApproxDP | ZCDP
+
+
+def stated_event(guarantee: Stated) -> PureDPEvent | ApproxDPEvent | ZCDPEvent:
+    """A mechanism's guarantee as an event (what a filter prices)."""
+    if isinstance(guarantee, PureDP):
+        return PureDPEvent(guarantee.epsilon)
+    if isinstance(guarantee, ApproxDP):
+        return ApproxDPEvent(guarantee.epsilon, guarantee.delta)
+    if isinstance(guarantee, ZCDP):
+        return ZCDPEvent(guarantee.rho)
+    raise InternalError(f"a curator mechanism states a {type(guarantee).__name__} guarantee; "
+                        "this is a bug")
+
+
+def query_cost(event: ComposedEvent, stated: Stated, composition: str) -> Stated:
+    """The guarantee to charge for a query's events, in a budget's currency (module docstring).
+
+    ``stated`` is the query's own guarantee (its request), which the events compose within.
+    """
+    if composition == "basic":
+        if isinstance(stated, ZCDP):
+            raise UserError("this budget is (epsilon, delta); ask with epsilon= "
+                            "(and delta=, noise='gaussian' for Gaussian noise), not rho=")
+        return stated
+    if composition != "zcdp":
+        raise UserError(f"queries are charged to (epsilon, delta) or zCDP budgets, not "
+                        f"{composition!r} ones")
+    total = _rho(event)
+    value = float(total)
+    if Fraction(value) < total:  # round up: never charge less than the exact sum
+        value = math.nextafter(value, math.inf)
+    return ZCDP(value)
+
+
+def check_within(event: ComposedEvent, *, epsilon: float | None, delta: float,
+                 rho: Fraction) -> None:
+    """The parts compose within what was allocated to them, exactly, or it is a bug.
+
+    The (epsilon, delta) parts' sums must stay within ``epsilon`` and ``delta`` (unless
+    ``epsilon`` is None: a rho request has none), and the zCDP parts' rhos within ``rho``.
+    """
+    eps_sum, delta_sum, rho_sum = _sums(event)
+    if rho_sum > rho:
+        raise InternalError("the mechanisms' rho exceed the allocation; this is a bug")
+    if epsilon is None:
+        if eps_sum or delta_sum:
+            raise InternalError("a rho request ran an (epsilon, delta) mechanism; this is a bug")
+        return
+    if eps_sum > Fraction(epsilon) or delta_sum > Fraction(delta):
+        raise InternalError("the mechanisms' epsilons or deltas exceed the request; "
+                            "this is a bug")
+
+
+def _rho(event: DpEvent) -> Fraction:
+    """The exact zCDP rho of an event (a part, or the composition of parts)."""
+    match event:
+        case ComposedEvent(events=parts):
+            return sum((_rho(part) for part in parts), Fraction(0))
+        case PureDPEvent(epsilon=epsilon):
+            return Fraction(epsilon) ** 2 / 2  # Bun and Steinke 2016, Prop. 1.4
+        case ZCDPEvent(rho=rho):
+            return Fraction(rho)
+        case ApproxDPEvent():
+            raise UserError("this budget is zCDP, which cannot account a private partition "
+                            "selection (approximate DP); pass keys=... (public partitions) or "
+                            "use an (epsilon, delta) budget")
+    raise InternalError(f"the curator cannot price a {type(event).__name__}; this is a bug")
+
+
+def _sums(event: DpEvent) -> tuple[Fraction, Fraction, Fraction]:
+    """Exact (sum of epsilons, sum of deltas) of the (epsilon, delta) parts, sum of the rhos
+    of the zCDP parts."""
+    match event:
+        case ComposedEvent(events=parts):
+            sums: Sequence[tuple[Fraction, Fraction, Fraction]] = [_sums(p) for p in parts]
+            return (sum((s[0] for s in sums), Fraction(0)),
+                    sum((s[1] for s in sums), Fraction(0)),
+                    sum((s[2] for s in sums), Fraction(0)))
+        case PureDPEvent(epsilon=epsilon):
+            return Fraction(epsilon), Fraction(0), Fraction(0)
+        case ApproxDPEvent(epsilon=epsilon, delta=delta):
+            return Fraction(epsilon), Fraction(delta), Fraction(0)
+        case ZCDPEvent(rho=rho):
+            return Fraction(0), Fraction(0), Fraction(rho)
+    raise InternalError(f"the curator cannot price a {type(event).__name__}; this is a bug")
