@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from dpcurator.accounting import RDP, ZCDP, ApproxDP, Neighbouring, PureDP
 from dpcurator.accounting.filters import Amount
-from dpcurator.engines import DuckDBEngine, ExactAggregates, column_kind
+from dpcurator.engines import Engine, ExactAggregates, PostgresTable, column_kind, open_engine
 from dpcurator.errors import BudgetExceededError, UnsupportedChargeError, UserError
 from dpcurator.ledger import Budget, Charge
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
@@ -67,22 +67,9 @@ class CuratorQuery(Query):
         return curator.run(self, **privacy)
 
 
-def _engine_for(data: Any, table: str | None, threads: int | None) -> DuckDBEngine:
-    if isinstance(data, DuckDBEngine):
-        return data
-    if isinstance(data, str | os.PathLike):
-        return DuckDBEngine.from_path(data, threads=threads)
-    module = type(data).__module__.split(".")[0].lstrip("_")
-    if module == "duckdb":
-        if table is None:
-            raise UserError("with a DuckDB connection, name the table: "
-                            "Curator.from_duckdb(connection, 'table', ...)")
-        return DuckDBEngine.from_connection(data, table)
-    if module in ("pandas", "polars", "pyarrow"):
-        return DuckDBEngine.from_frame(data, threads=threads)
-    raise UserError(f"cannot read data of type {type(data).__name__}: give a CSV or Parquet "
-                    "path, a pandas or Polars DataFrame, an Arrow table, or a DuckDB "
-                    "connection and table")
+def _engine_for(data: Any, table: str | None, threads: int | None) -> Engine:
+    """The engine reading ``data``, as the registry of source kinds picks it."""
+    return open_engine(data, table=table, threads=threads)
 
 
 class Curator:
@@ -228,6 +215,19 @@ class Curator:
     def from_duckdb(cls, connection: Any, table: str, **options: Any) -> Curator:
         """A table or view of an existing DuckDB connection, queried where it is."""
         return cls(connection, connection_table=table, **options)
+
+    @classmethod
+    def from_postgres(cls, dsn: str, table: str, **options: Any) -> Curator:
+        """A table or view of a PostgreSQL database (``postgresql://`` URL), queried where it
+        is: bounding and sums run in PostgreSQL (psycopg 3: ``dpcurator[postgres]``)."""
+        return cls(PostgresTable(dsn, table), **options)
+
+    @classmethod
+    def from_spark(cls, dataframe: Any, **options: Any) -> Curator:
+        """A Spark DataFrame (pyspark), queried where it is: bounding and the exact sums run
+        as Spark SQL on its session's cluster, and one row per partition comes back
+        (``dpcurator[spark]``)."""
+        return cls(dataframe, **options)
 
     # -- state -------------------------------------------------------------------------------
 

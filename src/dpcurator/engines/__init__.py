@@ -1,10 +1,24 @@
 """Engines run bounded queries where the data lives and return exact aggregates.
 
-DuckDB is the embedded default (files, DataFrames, Arrow tables, existing connections). An
-engine implements ``Engine``: schema questions, and ``compute_exact_aggregates``.
+The bounding algorithm is written once (``_sql``: sqlglot trees over a dialect's primitives,
+with the keyed hash of ``_hash``); an engine is a dialect plus a transport. DuckDB is the
+embedded default (files, DataFrames, Arrow tables, existing connections); PostgreSQL reads a
+table where it is (``dpcurator.engines.postgres``, psycopg 3). ``open_engine`` picks the engine
+for a curator's data from a registry of source kinds (``register_source``).
 """
 
 from dpcurator.engines._base import ColumnKind, Engine, ExactAggregates, column_kind
+from dpcurator.engines._sources import PostgresTable, SourceKind, open_engine, register_source
 from dpcurator.engines.duckdb import DuckDBEngine
 
-__all__ = ["ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "column_kind"]
+__all__ = [
+    "ColumnKind",
+    "DuckDBEngine",
+    "Engine",
+    "ExactAggregates",
+    "PostgresTable",
+    "SourceKind",
+    "column_kind",
+    "open_engine",
+    "register_source",
+]

@@ -56,7 +56,13 @@ class ExactAggregates:
 
 @runtime_checkable
 class Engine(Protocol):
-    """Runs bounded queries where the data lives."""
+    """Runs bounded queries where the data lives: exactly what the curator calls.
+
+    The schema questions come first (at construction, nothing charged), then ``validate``
+    before a query is charged and ``compute_exact_aggregates`` after. An engine compiles a
+    query once for both (``dpcurator.engines._sql``) and never lets a value of the data make
+    a statement fail or appear in a message.
+    """
 
     name: str
 
@@ -69,14 +75,23 @@ class Engine(Protocol):
         raise a UserError naming the bad lines and columns (never their values)."""
         ...
 
-    def group_key_types(self, query: BoundedQuery) -> Sequence[str]:
-        """The SQL type of each group key expression (without reading any row)."""
+    def nan_columns(self, columns: Sequence[str]) -> list[str]:
+        """Those of ``columns`` holding a NaN (a data-owner check, at construction)."""
         ...
 
-    def compile(self, query: BoundedQuery) -> list[str]:
-        """The statements ``compute_exact_aggregates`` would run (no data is read)."""
+    def validate(self, query: BoundedQuery) -> list[str]:
+        """Bind the query's statements without reading a row (UserError if the table's types
+        cannot run it); returns the statements, as a release shows them."""
         ...
 
     def compute_exact_aggregates(self, query: BoundedQuery, key: int) -> ExactAggregates:
         """Bound each unit's contribution and aggregate exactly, keyed by the secret ``key``."""
+        ...
+
+    def show_progress(self, enabled: bool) -> None:
+        """Show the engine's own progress display on long queries, where it has one."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine opened (not a connection the caller passed in)."""
         ...

@@ -1,0 +1,519 @@
+"""User expressions in PostgreSQL, written so that no row can make them raise.
+
+PostgreSQL has no ``TRY``: an integer overflow, a division by zero, a failed cast, ``ln(0)``
+or a double that overflows or underflows is an error for the whole statement, which would
+turn a record's value into a refusal after the charge. So every operation of the plan's
+scalar subset (``dpcurator.query._expressions``) is rewritten here with a guard that gives
+NULL (or the IEEE result DuckDB gives: inf, NaN, 0) where it would fail:
+
+- integer + - * / % abs and negation: computed only when the exact NUMERIC result fits the
+  result type; ``/`` and ``%`` by zero are NULL;
+- double arithmetic: the IEEE result DuckDB gives (inf on overflow, 0 on underflow, inf or
+  NaN on division by zero), decided exactly for sums and on logarithms (which cannot raise)
+  for products and quotients, NULL only where the result is within 0.1% of the double
+  range's edges;
+- sqrt, ln, log, exp, power: the IEEE result (NaN, -inf, inf, 0) where PostgreSQL raises;
+- casts: from text only where the text has the target's syntax (checked by a regular
+  expression, with the range checked in NUMERIC first), between numbers only within range;
+- substring with a negative length is NULL; LIKE and regular expressions only with literal
+  patterns (checked when the query is validated); date parts only of finite dates.
+
+Anything else is refused when the query is validated (a UserError naming the construct),
+before anything is charged. The types of the subexpressions come from PostgreSQL itself (one
+``LIMIT 0`` query, which reads no row). Where a value makes an operation fail, DuckDB makes
+the whole expression NULL and PostgreSQL that operation; the engines agree on expressions
+that do not fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import sqlglot
+from sqlglot import exp
+
+from dpcurator.engines._sql import base_type, cast, num, paren, width_bucket_case
+from dpcurator.errors import UserError
+from dpcurator.query import _expressions as ex
+
+__all__ = ["TypeOf", "safe_cast", "total"]
+
+TypeOf = Callable[[Sequence[exp.Expr]], list[str]]
+
+_INT_RANGES = {"smallint": 2**15, "integer": 2**31, "bigint": 2**63}
+_INT_TYPES = {"SMALLINT": "smallint", "INT2": "smallint", "INTEGER": "integer",
+              "INT": "integer", "INT4": "integer", "BIGINT": "bigint", "INT8": "bigint"}
+_FLOATS = ("DOUBLE PRECISION", "REAL", "FLOAT8", "FLOAT4", "DOUBLE", "FLOAT")
+_TEXTS = ("TEXT", "CHARACTER VARYING", "VARCHAR", "CHARACTER", "CHAR", "BPCHAR", "NAME")
+_BIG = 1e300
+
+_NUMBER_RE = r"^\s*[+-]?([0-9]{1,40}(\.[0-9]{0,40})?|\.[0-9]{1,40})([eE][+-]?[0-9]{1,4})?\s*$"
+_SPECIAL_RE = r"(?i)^\s*[+-]?(inf|infinity|nan)\s*$"
+_INTEGER_RE = r"^\s*[+-]?[0-9]{1,40}\s*$"
+_DATE_RE = r"^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}\s*$"
+_BOOL_RE = r"(?i)^\s*(t|true|y|yes|on|1|f|false|n|no|off|0)\s*$"
+
+
+def kind(pg_type: str) -> str:
+    base = base_type(pg_type)
+    if base in _INT_TYPES:
+        return "int"
+    if base in ("NUMERIC", "DECIMAL"):
+        return "numeric"
+    if base in _FLOATS:
+        return "float"
+    if base in _TEXTS:
+        return "text"
+    if base in ("BOOLEAN", "BOOL"):
+        return "bool"
+    if base == "DATE":
+        return "date"
+    if base.startswith("TIMESTAMP"):
+        return "timestamp"
+    return "other"
+
+
+def _dbl(value: float | str) -> exp.Expr:
+    text = repr(value) if isinstance(value, float) else value
+    literal = exp.Literal.number(text) if isinstance(value, float) else \
+        exp.Literal.string(text)
+    return cast(literal, "DOUBLE")
+
+
+_NAN, _INF = _dbl("NaN"), _dbl("Infinity")
+
+
+def _case(*whens: tuple[exp.Expr, exp.Expr],
+          default: exp.Expr | None = None) -> exp.Expr:
+    node = exp.Case()
+    for condition, value in whens:
+        node = node.when(condition, value.copy(), copy=False)
+    if default is not None:
+        node = node.else_(default.copy(), copy=False)
+    return node
+
+
+def _abs(node: exp.Expr) -> exp.Expr:
+    return exp.Abs(this=node.copy())
+
+
+def _finite(node: exp.Expr) -> exp.Expr:
+    """A double that is neither NaN nor infinite (NaN is above +inf in PostgreSQL)."""
+    return exp.LT(this=_abs(node), expression=_INF.copy())
+
+
+def _signed_inf(node: exp.Expr) -> exp.Expr:
+    return _case((exp.GT(this=node, expression=num(0)), _INF), default=exp.Neg(this=_INF.copy()))
+
+
+def _by_magnitude(logs: exp.Expr, plain: exp.Expr, sign: exp.Expr
+                  ) -> list[tuple[exp.Expr, exp.Expr]]:
+    """The IEEE result of a product or quotient of finite non-zero doubles whose result has
+    the natural logarithm ``logs``: computed where it is a normal or subnormal non-zero
+    double, +-inf beyond the range, +-0 below it; NULL within 1e-3 of either edge (where
+    ln's rounding could not tell)."""
+    return [
+        (exp.Between(this=logs, low=_dbl(-744.0), high=_dbl(709.78)), plain),
+        (exp.GT(this=logs.copy(), expression=_dbl(709.79)),
+         exp.Mul(this=sign, expression=_INF.copy())),
+        (exp.LT(this=logs.copy(), expression=_dbl(-745.2)),
+         exp.Mul(this=sign.copy(), expression=_dbl(0.0))),
+    ]
+
+
+def _ln_abs(node: exp.Expr) -> exp.Expr:
+    return exp.Ln(this=_abs(node))
+
+
+def _is_zero(node: exp.Expr) -> exp.Expr:
+    return exp.EQ(this=node.copy(), expression=num(0))
+
+
+def _fits(value: exp.Expr, pg_int: str) -> exp.Expr:
+    """The NUMERIC ``value`` fits the integer type ``pg_int``."""
+    limit = _INT_RANGES[pg_int]
+    return exp.Between(this=value, low=num(-limit), high=num(limit - 1))
+
+
+def _numeric(node: exp.Expr) -> exp.Expr:
+    return cast(node.copy(), "NUMERIC")
+
+
+def _regex(node: exp.Expr, pattern: str) -> exp.Expr:
+    """node ~ 'pattern' (a PostgreSQL regular expression; ``(?i)`` ignores case)."""
+    return exp.RegexpLike(this=node.copy(), expression=exp.Literal.string(pattern))
+
+
+def safe_cast(node: exp.Expr, source: str, target: str) -> exp.Expr:
+    """CAST(node AS target) that gives NULL where the value does not convert."""
+    src, dst = kind(source), kind(target)
+    to = exp.DataType.build(target, dialect="postgres", udt=True)
+    plain = exp.Cast(this=node.copy(), to=to)
+    if dst == "text" or base_type(source) == base_type(target):
+        return plain
+    if src == "text":
+        text = exp.Trim(this=node.copy())
+        if dst == "int":
+            value = _numeric(text)
+            return _case((exp.and_(_regex(node, _INTEGER_RE), _fits(value, _INT_TYPES[
+                base_type(target)])), exp.Cast(this=text.copy(), to=to)))
+        if dst == "numeric":
+            return _case((_regex(node, _NUMBER_RE), exp.Cast(this=text.copy(), to=to)),
+                         (_regex(node, _SPECIAL_RE), exp.Cast(this=text.copy(), to=to)))
+        if dst == "float":
+            value = _numeric(text)
+            in_range = exp.or_(exp.EQ(this=value.copy(), expression=num(0)), exp.Between(
+                this=exp.Abs(this=value.copy()), low=exp.Literal.number("1e-307"),
+                high=exp.Literal.number("1e307")))
+            return _case((_regex(node, _SPECIAL_RE), exp.Cast(this=text, to=to)),
+                         (exp.and_(_regex(node, _NUMBER_RE), in_range),
+                          exp.Cast(this=text.copy(), to=to)))
+        if dst == "bool":
+            return _case((_regex(node, _BOOL_RE), exp.Cast(this=text, to=to)))
+        if dst == "date":
+            return _case((exp.and_(_regex(node, _DATE_RE), _valid_date(text)),
+                          exp.Cast(this=text.copy(), to=to)))
+        raise UserError(f"a cast from text to {target} is not supported on PostgreSQL")
+    if dst == "int":
+        limit = _INT_RANGES[_INT_TYPES[base_type(target)]]
+        if src == "bool":
+            return exp.Cast(this=exp.Cast(this=node.copy(), to=exp.DataType.build("INT")),
+                            to=to)
+        if src in ("int", "numeric", "float"):
+            # NaN and infinities are outside the range (NaN is above +inf in PostgreSQL)
+            return _case((exp.and_(exp.GTE(this=node.copy(), expression=num(-limit)),
+                                   exp.LT(this=node.copy(), expression=num(limit))), plain))
+    if dst == "numeric" and src in ("int", "numeric", "float"):
+        if src == "float":
+            return _case((_finite(node), plain))
+        return plain
+    if dst == "float" and src in ("int", "numeric", "float"):
+        if src == "numeric":  # PostgreSQL refuses NUMERICs outside the double range
+            in_range = exp.or_(exp.EQ(this=node.copy(), expression=num(0)), exp.Between(
+                this=_abs(node), low=exp.Literal.number("1e-307"),
+                high=exp.Literal.number("1e307")))
+            special = exp.In(this=node.copy(), expressions=[
+                exp.cast(exp.Literal.string(v), "NUMERIC") for v in ("NaN", "Infinity",
+                                                                      "-Infinity")])
+            return _case((in_range, plain), (special, plain))
+        return plain
+    if dst == "float" and src == "bool":
+        return exp.Cast(this=exp.Cast(this=node.copy(), to=exp.DataType.build("INT")), to=to)
+    if dst == "bool" and src == "int":
+        return exp.Cast(this=exp.Cast(this=node.copy(), to=exp.DataType.build("INT")), to=to) \
+            if base_type(source) != "BIGINT" else exp.NEQ(this=node.copy(), expression=num(0))
+    if dst in ("date", "timestamp") and src in ("date", "timestamp"):
+        return plain
+    raise UserError(f"a cast from {source} to {target} is not supported on PostgreSQL")
+
+
+def _valid_date(text: exp.Expr) -> exp.Expr:
+    """YYYY-MM-DD text names a real day (leap years counted)."""
+    sql = ("CASE WHEN CAST(substr(t, 6, 2) AS INT) BETWEEN 1 AND 12 "
+           "AND CAST(substr(t, 1, 4) AS INT) >= 1 THEN CAST(substr(t, 9, 2) AS INT) BETWEEN 1 "
+           "AND CASE WHEN CAST(substr(t, 6, 2) AS INT) IN (4, 6, 9, 11) THEN 30 "
+           "WHEN CAST(substr(t, 6, 2) AS INT) = 2 THEN CASE WHEN "
+           "CAST(substr(t, 1, 4) AS INT) % 4 = 0 AND (CAST(substr(t, 1, 4) AS INT) % 100 <> 0 "
+           "OR CAST(substr(t, 1, 4) AS INT) % 400 = 0) THEN 29 ELSE 28 END ELSE 31 END "
+           "ELSE FALSE END")
+    tree = sqlglot.parse_one(sql, dialect="postgres")
+    return tree.transform(lambda n: text.copy() if isinstance(n, exp.Column) else n)
+
+
+class _Rewriter:
+    """Rewrites one expression bottom-up. A guard that depends on a type asks PostgreSQL for
+    the type of the rewritten arguments (or of the plain operation over them)."""
+
+    def __init__(self, type_of: TypeOf) -> None:
+        self.type_of = type_of
+
+    def type_name(self, node: exp.Expr) -> str:
+        return self.type_of([node])[0]
+
+    def rewrite(self, node: exp.Expr) -> exp.Expr:
+        children = {k: (self.rewrite(v) if isinstance(v, exp.Expr) else
+                        [self.rewrite(x) if isinstance(x, exp.Expr) else x for x in v]
+                        if isinstance(v, list) else v)
+                    for k, v in node.args.items()}
+        handler = getattr(self, f"_{type(node).__name__}", None)
+        if handler is not None:
+            out: exp.Expr = handler(node, children)
+            return out
+        if isinstance(node, _PASS):
+            rebuilt: exp.Expr = type(node)(**children)
+            return rebuilt
+        raise UserError(f"{ex._describe(node)} is not supported on PostgreSQL")
+
+    # -- arithmetic --------------------------------------------------------------------------
+
+    def _arith(self, node: exp.Expr, c: dict[str, object], op: type[exp.Binary]
+               ) -> exp.Expr:
+        a, b = c["this"], c["expression"]
+        assert isinstance(a, exp.Expr) and isinstance(b, exp.Expr)
+        plain = op(this=paren(a), expression=paren(b))
+        result = self.type_name(plain)
+        kind_ = kind(result)
+        if kind_ == "int":
+            exact = op(this=paren(_numeric(a)), expression=paren(_numeric(b)))
+            return _case((_fits(exact, _INT_TYPES[base_type(result)]), plain))
+        if kind_ == "numeric":
+            return plain
+        if kind_ != "float":
+            raise UserError(f"{ex._describe(node)} on {result} values is not supported on "
+                            "PostgreSQL")
+        a2, b2 = (cast(a, "DOUBLE"), cast(b, "DOUBLE"))
+        special = exp.or_(exp.Not(this=_finite(a2)), exp.Not(this=_finite(b2)))
+        if op in (exp.Add, exp.Sub):
+            # a +- b overflows exactly when a/2 +- b/2 reaches 2^1023 (halving is exact for
+            # operands above 1e-300); an operand below 1e-300 cannot make the other overflow
+            small = exp.and_(exp.LT(this=_abs(a2), expression=_dbl(_BIG)),
+                             exp.LT(this=_abs(b2), expression=_dbl(_BIG)))
+            tiny = exp.or_(exp.LT(this=_abs(a2), expression=_dbl(1 / _BIG)),
+                           exp.LT(this=_abs(b2), expression=_dbl(1 / _BIG)))
+            half = op(this=paren(exp.Mul(this=a2.copy(), expression=_dbl(0.5))),
+                      expression=paren(exp.Mul(this=b2.copy(), expression=_dbl(0.5))))
+            return _case((special, plain), (small, plain), (tiny, plain),
+                         (exp.LT(this=exp.Abs(this=half), expression=_dbl(2.0**1023)), plain),
+                         default=_signed_inf(half.copy()))
+        zero = exp.or_(_is_zero(a2), _is_zero(b2))
+        logs = exp.Add(this=_ln_abs(a2), expression=_ln_abs(b2))
+        sign = exp.Mul(this=exp.Sign(this=a2.copy()), expression=exp.Sign(this=b2.copy()))
+        return _case((special, plain), (zero, plain), *_by_magnitude(logs, plain, sign))
+
+    def _Add(self, node: exp.Add, c: dict[str, object]) -> exp.Expr:
+        return self._arith(node, c, exp.Add)
+
+    def _Sub(self, node: exp.Sub, c: dict[str, object]) -> exp.Expr:
+        return self._arith(node, c, exp.Sub)
+
+    def _Mul(self, node: exp.Mul, c: dict[str, object]) -> exp.Expr:
+        return self._arith(node, c, exp.Mul)
+
+    def _Div(self, node: exp.Div, c: dict[str, object]) -> exp.Expr:
+        # DuckDB's / is a double division, whatever the operands
+        a, b = cast(c["this"], "DOUBLE"), cast(c["expression"], "DOUBLE")  # type: ignore[arg-type]
+        plain = exp.Div(this=paren(a), expression=paren(b))
+        by_zero = _case((exp.GT(this=a.copy(), expression=num(0)), _INF),
+                        (exp.LT(this=a.copy(), expression=num(0)), exp.Neg(this=_INF.copy())),
+                        default=_NAN)
+        logs = exp.Sub(this=_ln_abs(a), expression=_ln_abs(b))
+        sign = exp.Mul(this=exp.Sign(this=a.copy()), expression=exp.Sign(this=b.copy()))
+        return _case((_is_zero(b), by_zero),
+                     (exp.or_(exp.Not(this=_finite(a)), exp.Not(this=_finite(b)),
+                              _is_zero(a)), plain), *_by_magnitude(logs, plain, sign))
+
+    def _IntDiv(self, node: exp.IntDiv, c: dict[str, object]) -> exp.Expr:
+        a, b = c["this"], c["expression"]
+        assert isinstance(a, exp.Expr) and isinstance(b, exp.Expr)
+        plain = exp.Div(this=paren(a), expression=exp.Nullif(this=b.copy(),
+                                                             expression=num(0)))
+        if kind(self.type_name(a)) != "int" or kind(self.type_name(b)) != "int":
+            raise UserError("// is supported on PostgreSQL for integers only")
+        result = _INT_TYPES.get(base_type(self.type_name(plain)), "bigint")
+        exact = exp.Div(this=paren(_numeric(a)), expression=paren(_numeric(b)))
+        return _case((_is_zero(b), exp.Null()),
+                     (_fits(exp.Anonymous(this="trunc", expressions=[exact]), result), plain))
+
+    def _Mod(self, node: exp.Mod, c: dict[str, object]) -> exp.Expr:
+        a, b = c["this"], c["expression"]
+        assert isinstance(a, exp.Expr) and isinstance(b, exp.Expr)
+        out = exp.Mod(this=paren(a), expression=exp.Nullif(this=b, expression=num(0)))
+        if kind(self.type_name(out)) not in ("int", "numeric"):
+            raise UserError("% is supported on PostgreSQL for integers and decimals only")
+        return out
+
+    def _Neg(self, node: exp.Neg, c: dict[str, object]) -> exp.Expr:
+        a = c["this"]
+        assert isinstance(a, exp.Expr)
+        if kind(self.type_name(a)) == "int":
+            return _case((_fits(exp.Neg(this=_numeric(a)), _INT_TYPES[base_type(
+                self.type_name(a))]), exp.Neg(this=paren(a))))
+        return exp.Neg(this=paren(a))
+
+    def _Abs(self, node: exp.Abs, c: dict[str, object]) -> exp.Expr:
+        a = c["this"]
+        assert isinstance(a, exp.Expr)
+        if kind(self.type_name(a)) == "int":
+            return _case((_fits(exp.Abs(this=_numeric(a)), _INT_TYPES[base_type(
+                self.type_name(a))]), exp.Abs(this=a)))
+        return exp.Abs(this=a)
+
+    def _Pow(self, node: exp.Pow, c: dict[str, object]) -> exp.Expr:
+        a, b = cast(c["this"], "DOUBLE"), cast(c["expression"], "DOUBLE")  # type: ignore[arg-type]
+        plain = exp.Pow(this=a, expression=b)
+        special = exp.or_(exp.Not(this=_finite(a)), exp.Not(this=_finite(b)))
+        trivial = exp.or_(_is_zero(b), exp.EQ(this=_abs(a), expression=num(1)), _is_zero(a))
+        fraction = exp.NEQ(this=b.copy(), expression=exp.Anonymous(this="trunc",
+                                                                    expressions=[b.copy()]))
+        magnitude = exp.Add(this=exp.Ln(this=_abs(b)), expression=exp.Ln(this=_abs(_ln_abs(a))))
+        return _case(
+            (exp.And(this=_is_zero(a), expression=exp.LT(this=b.copy(), expression=num(0))),
+             _INF),
+            (exp.And(this=exp.LT(this=a.copy(), expression=num(0)), expression=fraction),
+             _case((exp.EQ(this=a.copy(), expression=exp.Neg(this=_INF.copy())), _case(
+                 (exp.GT(this=b.copy(), expression=num(0)), _INF), default=_dbl(0.0))),
+                 default=_NAN)),
+            (exp.or_(special, trivial), plain),
+            (exp.LT(this=magnitude, expression=_dbl(6.5)), plain))  # |b ln|a|| < 665
+
+    # -- functions -------------------------------------------------------------------------
+
+    def _float_fn(self, c: dict[str, object], fn: type[exp.Func]) -> tuple[exp.Expr,
+                                                                            exp.Expr]:
+        a = cast(c["this"], "DOUBLE")  # type: ignore[arg-type]
+        return a, fn(this=a.copy())
+
+    def _Sqrt(self, node: exp.Sqrt, c: dict[str, object]) -> exp.Expr:
+        a, plain = self._float_fn(c, exp.Sqrt)
+        return _case((exp.GTE(this=a, expression=num(0)), plain), default=_NAN)
+
+    def _log(self, c: dict[str, object], fn: type[exp.Func]) -> exp.Expr:
+        a, plain = self._float_fn(c, fn)
+        return _case((exp.GT(this=a, expression=num(0)), plain),
+                     (_is_zero(a), exp.Neg(this=_INF.copy())), default=_NAN)
+
+    def _Ln(self, node: exp.Ln, c: dict[str, object]) -> exp.Expr:
+        return self._log(c, exp.Ln)
+
+    def _Log(self, node: exp.Log, c: dict[str, object]) -> exp.Expr:
+        if node.args.get("expression") is not None:
+            raise UserError("log with a base is not supported on PostgreSQL; use ln(x)/ln(b)")
+        return self._log(c, exp.Log)
+
+    def _Exp(self, node: exp.Exp, c: dict[str, object]) -> exp.Expr:
+        a, plain = self._float_fn(c, exp.Exp)
+        return _case((exp.EQ(this=a, expression=_NAN), _NAN),  # NaN = NaN in PostgreSQL
+                     (exp.GT(this=a.copy(), expression=_dbl(709.78)), _INF),
+                     (exp.LT(this=a.copy(), expression=_dbl(-745.13)), _dbl(0.0)),
+                     default=plain)
+
+    def _Round(self, node: exp.Round, c: dict[str, object]) -> exp.Expr:
+        a = c["this"]
+        assert isinstance(a, exp.Expr)
+        if c.get("decimals") is not None:
+            if kind(self.type_name(a)) != "numeric":
+                raise UserError("round(x, digits) is supported on PostgreSQL for decimals only")
+            return exp.Round(this=a, decimals=c["decimals"])
+        if kind(self.type_name(a)) == "float":
+            return round_half_away(a)
+        return exp.Round(this=a)
+
+    def _Substring(self, node: exp.Substring, c: dict[str, object]) -> exp.Expr:
+        out = exp.Substring(**c)
+        length = c.get("length")
+        if isinstance(length, exp.Expr):
+            return _case((exp.GTE(this=length.copy(), expression=num(0)), out))
+        return out
+
+    def _date_part(self, node: exp.Expr, c: dict[str, object], part: str
+                   ) -> exp.Expr:
+        a = c["this"]
+        assert isinstance(a, exp.Expr)
+        if kind(self.type_name(a)) not in ("date", "timestamp"):
+            raise UserError(f"{part.lower()}() needs a date or timestamp on PostgreSQL")
+        value = exp.Extract(this=exp.var(part), expression=a.copy())
+        return _case((exp.Anonymous(this="isfinite", expressions=[a]), cast(value, "BIGINT")))
+
+    def _Year(self, node: exp.Year, c: dict[str, object]) -> exp.Expr:
+        return self._date_part(node, c, "YEAR")
+
+    def _Month(self, node: exp.Month, c: dict[str, object]) -> exp.Expr:
+        return self._date_part(node, c, "MONTH")
+
+    def _Day(self, node: exp.Day, c: dict[str, object]) -> exp.Expr:
+        return self._date_part(node, c, "DAY")
+
+    def _DayOfWeek(self, node: exp.DayOfWeek, c: dict[str, object]) -> exp.Expr:
+        return self._date_part(node, c, "DOW")
+
+    def _DayOfYear(self, node: exp.DayOfYear, c: dict[str, object]) -> exp.Expr:
+        return self._date_part(node, c, "DOY")
+
+    def _Quarter(self, node: exp.Quarter, c: dict[str, object]) -> exp.Expr:
+        return self._date_part(node, c, "QUARTER")
+
+    def _Week(self, node: exp.Week, c: dict[str, object]) -> exp.Expr:
+        return self._date_part(node, c, "WEEK")
+
+    def _Extract(self, node: exp.Extract, c: dict[str, object]) -> exp.Expr:
+        part = node.this.name.upper()
+        if part not in ("YEAR", "MONTH", "DAY", "DOW", "DOY", "QUARTER", "WEEK", "HOUR",
+                        "MINUTE"):
+            raise UserError(f"EXTRACT({part}) is not supported on PostgreSQL")
+        return self._date_part(node, {"this": c["expression"]}, part)
+
+    def _TimestampTrunc(self, node: exp.TimestampTrunc, c: dict[str, object]
+                        ) -> exp.Expr:
+        a, unit = c["this"], node.args.get("unit")
+        assert isinstance(a, exp.Expr)
+        if kind(self.type_name(a)) not in ("date", "timestamp"):
+            raise UserError("date_trunc needs a date or timestamp on PostgreSQL")
+        value = a if kind(self.type_name(a)) == "timestamp" else cast(a, "TIMESTAMP")
+        unit_name = unit.name if isinstance(unit, exp.Expr) else "day"
+        return exp.Anonymous(this="date_trunc", expressions=[
+            exp.Literal.string(unit_name.lower()), value])
+
+    _DateTrunc = _TimestampTrunc
+
+    def _pattern(self, node: exp.Expr, c: dict[str, object], op: type[exp.Expr]
+                 ) -> exp.Expr:
+        pattern = node.expression
+        if not isinstance(pattern, exp.Literal) or not pattern.is_string:
+            raise UserError("LIKE and regular expressions take a literal pattern on PostgreSQL")
+        if op in (exp.Like, exp.ILike) and (len(pattern.this) - len(pattern.this.rstrip("\\"))
+                                            ) % 2:
+            raise UserError("a LIKE pattern must not end with an escape character")
+        return op(**c)
+
+    def _Like(self, node: exp.Like, c: dict[str, object]) -> exp.Expr:
+        return self._pattern(node, c, exp.Like)
+
+    def _ILike(self, node: exp.ILike, c: dict[str, object]) -> exp.Expr:
+        return self._pattern(node, c, exp.ILike)
+
+    def _RegexpLike(self, node: exp.RegexpLike, c: dict[str, object]) -> exp.Expr:
+        return self._pattern(node, c, exp.RegexpLike)
+
+    def _Cast(self, node: exp.Cast, c: dict[str, object]) -> exp.Expr:
+        a = c["this"]
+        assert isinstance(a, exp.Expr)
+        target = node.to.sql(dialect="postgres")
+        return safe_cast(a, self.type_name(a), target)
+
+    _TryCast = _Cast
+
+
+# Nodes whose PostgreSQL form cannot raise once their arguments cannot: logic, comparisons,
+# CASE, NULL handling, text functions.
+_PASS: tuple[type[exp.Expr], ...] = (
+    exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Tuple,
+    exp.And, exp.Or, exp.Not, exp.Xor, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
+    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In, exp.Between, exp.Case, exp.If,
+    exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least, exp.Lower, exp.Upper, exp.Length,
+    exp.Trim, exp.Concat, exp.DPipe, exp.StartsWith, exp.Left, exp.Right, exp.Sign,
+    exp.Ceil, exp.Floor, exp.DataType, exp.DataTypeParam, exp.Var,
+)
+
+
+def round_half_away(node: exp.Expr, sign: int = 0) -> exp.Expr:
+    """C's round() of a double, half away from zero, exact below 2^53 (PostgreSQL's round
+    of a double is half to even): floor(|x| + 0.49999999999999994) goes wrong only where
+    x + 0.5 would round up, which that constant, the largest double below 1/2, avoids.
+    ``sign`` (1 or -1, where the caller knows it) saves evaluating x twice."""
+    half = _dbl(0.49999999999999994)
+    if sign > 0:
+        return exp.Floor(this=exp.Add(this=paren(node), expression=half))
+    if sign < 0:
+        return exp.Neg(this=exp.Floor(this=exp.Add(this=exp.Neg(this=paren(node)),
+                                                   expression=half)))
+    return exp.Mul(this=exp.Sign(this=node.copy()), expression=exp.Floor(this=exp.Add(
+        this=exp.Abs(this=node.copy()), expression=half)))
+
+
+def total(text: str, type_of: TypeOf) -> exp.Expr:
+    """The canonical expression ``text`` as a PostgreSQL expression no row can make raise."""
+    node = sqlglot.parse_one(text, dialect=ex.DIALECT)
+    ex.check_scalar(node, "expression")
+    node = node.transform(lambda n: width_bucket_case(n) if isinstance(n, exp.WidthBucket)
+                          else n)
+    return _Rewriter(type_of).rewrite(node)

@@ -1,0 +1,310 @@
+"""Spark: the bounding statement of ``_sql`` run where a DataFrame lives (pyspark, Spark SQL).
+
+The dialect (sqlglot's "spark"): user expressions through ``_spark_expressions`` (try_add,
+TRY_CAST, IEEE division...); every exact sum is a SUM of DECIMAL(38,0) (Spark's SUM of BIGINT
+is a BIGINT that overflows, where DuckDB's is a HUGEINT); text is hashed through ``md5`` (hex,
+read back as two little-endian 32-bit words with ``conv``), timestamps by their wall-clock
+microseconds; the keyed hash is ``_hash``'s, in BIGINT arithmetic that cannot overflow.
+
+The transport: the DataFrame is a global temporary view read by a session of the engine's own
+(``newSession``: the caller's SQL settings are copied, its data and cache shared, and ANSI mode
+turned off, so that an operation the rewrite did not guard gives NULL instead of failing on a
+row; the statement never depends on the caller's ANSI setting). Column types come from the
+DataFrame's schema, named as DuckDB names them; the hash coefficients derived from the secret
+key are bound as named parameters (``:dp_key_...``, Spark 3.4+); public keys are a temporary
+view of their text. Messages never quote Spark's error text (it could quote a value).
+
+    curator = dp.Curator.from_spark(events, privacy_unit="user_id", budget=dp.PureDP(1.0))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import decimal
+import itertools
+import math
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from sqlglot import exp
+
+from dpcurator.engines import _spark_expressions as se
+from dpcurator.engines._base import ExactAggregates
+from dpcurator.engines._hash import WORD_BITS
+from dpcurator.engines._sql import (
+    CompiledQuery,
+    Dialect,
+    add,
+    band,
+    cast,
+    collect,
+    compile_bounding,
+    mul,
+    num,
+    shr,
+)
+from dpcurator.errors import InternalError, UserError
+from dpcurator.query.bounding import BoundedQuery
+
+__all__ = ["SparkDialect", "SparkEngine"]
+
+_ids = itertools.count()
+_CACHE = 64
+_NAMES = {"tinyint": "TINYINT", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT",
+          "float": "FLOAT", "double": "DOUBLE", "string": "VARCHAR", "boolean": "BOOLEAN",
+          "date": "DATE", "timestamp": "TIMESTAMP WITH TIME ZONE", "binary": "BLOB"}
+
+
+def type_name(spark_type: str) -> str:
+    """A Spark type (``simpleString``) as DuckDB names it: the names the curator reads
+    (TIMESTAMP_NTZ, DuckDB's TIMESTAMP, keeps Spark's name: sqlglot writes TIMESTAMP as
+    Spark's TIMESTAMP, which has a time zone)."""
+    if spark_type in _NAMES:
+        return _NAMES[spark_type]
+    if spark_type.startswith(("varchar", "char", "string")):
+        return "VARCHAR"
+    return spark_type.upper()  # DECIMAL(10,2); ARRAY<...>, STRUCT<...>, INTERVAL ...: other
+
+
+def _call(name: str, *args: exp.Expr) -> exp.Expr:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+class SparkDialect(Dialect):
+    """Spark SQL's primitives."""
+
+    sqlglot = "spark"
+
+    def hash_kind(self, sql_type: str) -> Any:
+        return "timestamp" if sql_type == "TIMESTAMP_NTZ" else super().hash_kind(sql_type)
+
+    def total(self, text: str) -> exp.Expr:
+        return se.total(text)
+
+    def exact_sum(self, node: exp.Expr) -> exp.Expr:
+        return exp.Sum(this=cast(node, "DECIMAL(38, 0)"))
+
+    def epoch_microseconds(self, node: exp.Expr) -> exp.Expr:
+        """Wall-clock microseconds (a TIMESTAMP_NTZ's own; a TIMESTAMP's in the session's
+        time zone), from its day number and time of day: no time zone is applied."""
+        t = cast(node, "TIMESTAMP_NTZ")
+        day = mul(_call("unix_date", cast(t.copy(), "DATE")), num(86_400_000_000))
+        hours = mul(_call("hour", t.copy()), num(3_600_000_000))
+        minutes = mul(_call("minute", t.copy()), num(60_000_000))
+        seconds = cast(mul(_call("date_part", exp.Literal.string("SECOND"), t.copy()),
+                           num(1_000_000)), "BIGINT")
+        return add(day, hours, minutes, seconds)
+
+    def digest(self, node: exp.Expr) -> exp.Expr:
+        return _call("md5", node)  # 32 hex digits: bytes 0-15
+
+    def digest_words(self, node: exp.Expr) -> list[exp.Expr]:
+        def u32(first: int) -> exp.Expr:  # bytes first..first+3, little-endian
+            pairs = [_call("substr", node.copy(), num(2 * (first + i) + 1), num(2))
+                     for i in (3, 2, 1, 0)]
+            return cast(_call("conv", _call("concat", *pairs), num(16), num(10)), "BIGINT")
+
+        low, high = u32(0), u32(4)
+        return [band(low, num(2**WORD_BITS - 1)),
+                add(shr(low.copy(), WORD_BITS), mul(band(high, num(2**28 - 1)), num(4)))]
+
+    def render(self, tree: exp.Expr) -> str:
+        return super().render(tree.transform(_spark_only))
+
+
+def _spark_only(node: exp.Expr) -> exp.Expr:
+    """What Spark reads otherwise than the trees mean it."""
+    if isinstance(node, exp.Literal) and node.is_int:
+        # An integer literal is an INT in Spark, and INT * INT is an INT, which overflows
+        # (wrapping around without ANSI): the trees' arithmetic is BIGINT, so are their
+        # literals (user expressions are try_ calls by now, their literals left as written)
+        parent = node.parent.parent if isinstance(node.parent, exp.Neg) else node.parent
+        if isinstance(parent, exp.Add | exp.Sub | exp.Mul):
+            return exp.Literal.number(f"{node.this}L")
+    if isinstance(node, exp.TryCast):
+        node.set("safe", True)  # sqlglot writes a TryCast without it as Spark's CAST
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "isfinite":
+        return exp.true()  # Spark's dates and timestamps are all finite
+    if isinstance(node, exp.Window) and not node.args.get("order"):
+        # row_number() needs an order in Spark: any order of the rows will do where the
+        # trees give none, and the window's own columns are one
+        order = [exp.Ordered(this=p.copy()) for p in node.args.get("partition_by") or []]
+        node.set("order", exp.Order(expressions=order or [exp.Ordered(this=num(1))]))
+    return node
+
+
+DIALECT = SparkDialect()
+
+
+class SparkEngine:
+    """Runs bounded queries on one Spark DataFrame (local mode or a cluster)."""
+
+    name = "spark"
+
+    def __init__(self, frame: Any, *, label: str = "DataFrame") -> None:
+        user = frame.sparkSession
+        session = user.newSession()
+        for key, value in user.sql("SET").collect():  # the caller's settings, ANSI off
+            if key.startswith("spark.sql.") and user.conf.isModifiable(key):
+                session.conf.set(key, value)
+        session.conf.set("spark.sql.ansi.enabled", "false")
+        self._session = session
+        self._view = f"__dpcurator_source_{uuid.uuid4().hex}"
+        frame.createOrReplaceGlobalTempView(self._view)
+        database = user.conf.get("spark.sql.globalTempDatabase", "global_temp")
+        self._relation = f"`{database}`.`{self._view}`"
+        self._frame = frame
+        self.label = label
+        self._lock = threading.RLock()
+        self._compiled: OrderedDict[BoundedQuery, CompiledQuery] = OrderedDict()
+
+    def show_progress(self, enabled: bool) -> None:
+        """Spark's console progress bar is the application's setting."""
+
+    def _sql(self, text: str, args: Mapping[str, int] | None = None) -> Any:
+        return self._session.sql(text, args=dict(args) if args else None)
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def columns(self) -> Mapping[str, str]:
+        fields = self._frame.schema.fields
+        if len({f.name.lower() for f in fields}) != len(fields):
+            raise UserError("the DataFrame has two columns of the same name (case ignored): "
+                            "rename one (for example with withColumnRenamed)")
+        return {f.name: type_name(f.dataType.simpleString()) for f in fields}
+
+    def check_source(self) -> None:
+        """A DataFrame's values have its schema's types: nothing is read here. (A source
+        that can fail while it is read, such as a FAILFAST CSV reader or a Python UDF that
+        raises, is the data owner's to check.)"""
+
+    def nan_columns(self, columns: Sequence[str]) -> list[str]:
+        types = self.columns()
+        floats = [c for c in columns if types.get(c) in ("DOUBLE", "FLOAT")]
+        if not floats:
+            return []
+        checks = ", ".join(f"coalesce(bool_or(isnan({_quote(c)})), false)" for c in floats)
+        with self._lock:
+            row = self._sql(f"SELECT {checks} FROM {self._relation}").collect()[0]
+        return [c for c, bad in zip(floats, row, strict=True) if bad]
+
+    def group_key_types(self, query: BoundedQuery) -> list[str]:
+        """The type of each group key expression (analysed, no row is read)."""
+        if not query.group_keys:
+            return []
+        keys = ", ".join(f"{DIALECT.render(DIALECT.group_key(k.expression))} AS __k{i}"
+                         for i, k in enumerate(query.group_keys))
+        schema = self._sql(f"SELECT {keys} FROM {self._relation}").schema
+        return [type_name(f.dataType.simpleString()) for f in schema.fields]
+
+    # -- compilation, once per query ----------------------------------------------------------
+
+    def prepare(self, query: BoundedQuery) -> CompiledQuery:
+        with self._lock:
+            compiled = self._compiled.get(query)
+            if compiled is None:
+                keys = f"__dpcurator_keys_{next(_ids)}" if query.keys is not None else None
+                compiled = compile_bounding(query, DIALECT, self.columns(),
+                                            self.group_key_types(query), self._relation, keys)
+                self._compiled[query] = compiled
+                while len(self._compiled) > _CACHE:
+                    self._compiled.popitem(last=False)
+            else:
+                self._compiled.move_to_end(query)
+            return compiled
+
+    def compile(self, query: BoundedQuery) -> list[str]:
+        return list(self.prepare(query).sql)
+
+    @contextlib.contextmanager
+    def _registered(self, compiled: CompiledQuery) -> Iterator[None]:
+        """Under the engine's lock, with the public keys as a temporary view (i, c0, c1...:
+        their text)."""
+        with self._lock:
+            name, keys = compiled.keys_table, compiled.query.keys
+            if name is None or keys is None:
+                yield
+                return
+            width = len(compiled.key_types)
+            schema = ", ".join(["i BIGINT"] + [f"c{i} STRING" for i in range(width)])
+            rows = [(i, *(_key_text(v) for v in key)) for i, key in enumerate(keys.values)]
+            self._session.createDataFrame(rows, schema).createOrReplaceTempView(name)
+            try:
+                yield
+            finally:
+                self._session.catalog.dropTempView(name)
+
+    def validate(self, query: BoundedQuery) -> list[str]:
+        """Analyse the statement without running it, and check the public keys."""
+        from pyspark.errors import PySparkException
+
+        try:
+            compiled = self.prepare(query)
+            with self._registered(compiled):
+                if compiled.keys_table is not None:
+                    self._check_keys(compiled)
+                self._sql(compiled.statement, dict.fromkeys(compiled.parameter_names, 0))
+        except PySparkException as exc:
+            raise UserError("the query does not fit the DataFrame's column types (check the "
+                            "WHERE clause, group keys and keys); Spark said: "
+                            f"{type(exc).__name__}") from None
+        return list(compiled.sql)
+
+    def _check_keys(self, compiled: CompiledQuery) -> None:
+        name, types = compiled.keys_table, compiled.key_types
+        casts = [DIALECT.render(DIALECT.safe_cast(exp.column(f"c{i}"), t))
+                 for i, t in enumerate(types)]
+        bad = " OR ".join(f"(c{i} IS NOT NULL AND ({c}) IS NULL)" for i, c in enumerate(casts))
+        row = self._sql(f"SELECT min(i) FROM {name} WHERE {bad}").collect()[0]
+        if row[0] is not None:
+            raise UserError(f"key #{int(row[0]) + 1} does not convert to the group key types "
+                            f"{list(types)}")
+        row = self._sql(f"SELECT (SELECT count(*) FROM {name}) - (SELECT count(*) FROM "
+                        f"(SELECT DISTINCT {', '.join(casts)} FROM {name}))").collect()[0]
+        if row[0]:
+            raise UserError("two keys name the same partition once converted to the group "
+                            f"key types {list(types)}")
+
+    def compute_exact_aggregates(self, query: BoundedQuery, key: int) -> ExactAggregates:
+        from pyspark.errors import PySparkException
+
+        compiled = self.prepare(query)
+        with self._registered(compiled):
+            try:
+                rows = self._sql(compiled.statement, compiled.parameters(key)).collect()
+            except PySparkException:
+                # Never echo Spark's message: it could quote a value of the data.
+                raise InternalError("Spark failed while computing the aggregates; nothing "
+                                    "was released. This is probably a bug") from None
+        return collect(compiled, [tuple(row) for row in rows])
+
+    def close(self) -> None:
+        """Drop the engine's view (the DataFrame and its session stay the caller's)."""
+        with contextlib.suppress(Exception):
+            self._session.catalog.dropGlobalTempView(self._view)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _key_text(value: Any) -> str | None:
+    """A public key's value as the text Spark casts back to the same value."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        return ("Infinity" if value > 0 else "-Infinity") if math.isinf(value) else repr(value)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat(sep=" ") if isinstance(value, datetime.datetime) \
+            else value.isoformat()
+    if isinstance(value, int | str | decimal.Decimal):
+        return str(value)
+    raise UserError(f"keys of type {type(value).__name__} are not supported on Spark")

@@ -1,0 +1,487 @@
+"""The engine contract: every engine gives the same exact aggregates for every plan shape.
+
+One suite for every engine (DuckDB, PostgreSQL; Spark joins later): the same bounded query
+and the same secret key must keep the same rows and partitions and give *identical* exact
+integer aggregates (no noise is involved: ``compute_exact_aggregates`` is compared directly),
+over counts, distinct units, sums, means, variances, quantile histograms, public and private
+keys, both bounding modes, NULL / NaN / infinite values, text / integer / float / date keys
+and heavy units. The sensitivity checks of tests/test_engine_duckdb.py run on every engine.
+PostgreSQL runs on the test run's real server (the ``postgres_url`` fixture), never a mock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import math
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpcurator as dp
+from dpcurator.engines import DuckDBEngine, Engine, ExactAggregates
+from dpcurator.errors import UserError
+from dpcurator.query import GroupKey, PublicKeys
+from dpcurator.query.bounding import BoundedQuery, HistogramSpec, MeasureSpec, ValueSpec
+from test_engine_duckdb import (
+    CENTRED,
+    GROUP,
+    SQUARES,
+    VALUE,
+    as_table,
+    extreme_unit,
+    frame,
+    query,
+    reference_rescale,
+)
+
+ENGINES = ["duckdb", "postgres"]
+Make = Callable[[pd.DataFrame], Engine]
+
+
+def _pg_type(series: pd.Series) -> str:
+    if pd.api.types.is_bool_dtype(series):
+        return "boolean"
+    if pd.api.types.is_integer_dtype(series):
+        return "bigint"
+    if pd.api.types.is_float_dtype(series):
+        return "double precision"
+    if pd.api.types.is_datetime64_any_dtype(series):
+        return "timestamp"
+    values = [v for v in series if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if values and all(isinstance(v, datetime.date) for v in values):
+        return "date"
+    if values and all(isinstance(v, int) for v in values):
+        return "bigint"
+    return "text"
+
+
+def arrow(df: pd.DataFrame) -> Any:
+    """The DataFrame as an Arrow table with NaN kept as NaN (DuckDB reads a pandas NaN as
+    NULL), so that both engines see the same values."""
+    import pyarrow as pa
+
+    columns = {}
+    for c in df.columns:
+        if pd.api.types.is_float_dtype(df[c]):
+            columns[c] = pa.array(df[c].to_numpy(), type=pa.float64())
+        else:
+            columns[c] = pa.array([_plain(v, "") for v in df[c]])
+    return pa.table(columns)
+
+
+def duckdb_engine(df: pd.DataFrame) -> Engine:
+    return DuckDBEngine.from_frame(arrow(df))
+
+
+def _plain(value: Any, pg_type: str) -> Any:
+    """A DataFrame cell as psycopg writes it (NaN is missing outside float columns)."""
+    if value is None or value is pd.NaT or value is pd.NA:
+        return None
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value) and pg_type != "double precision":
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    return value
+
+
+class PostgresTables:
+    """Tables on the run's PostgreSQL server, in a schema of their own (dropped by close)."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        from dpcurator.engines.postgres import PostgresEngine
+
+        self.url = url
+        self.schema = f"contract_{secrets.token_hex(6)}"
+        self.admin = psycopg.connect(url, autocommit=True)
+        self.admin.execute(f'CREATE SCHEMA "{self.schema}"')
+        self.engines: list[PostgresEngine] = []
+        self.counter = itertools.count()
+        self.open = PostgresEngine.from_dsn
+
+    def build(self, df: pd.DataFrame) -> Engine:
+        name = f'"{self.schema}"."t{next(self.counter)}"'
+        types = [_pg_type(df[c]) for c in df.columns]
+        columns = ", ".join(f'"{c}" {t}' for c, t in zip(df.columns, types, strict=True))
+        self.admin.execute(f"CREATE TABLE {name} ({columns})")
+        with self.admin.cursor() as cur, cur.copy(f"COPY {name} FROM STDIN") as copy:
+            for row in df.itertuples(index=False):
+                copy.write_row([_plain(v, t) for v, t in zip(row, types, strict=True)])
+        self.admin.execute(f"ANALYZE {name}")
+        engine = self.open(self.url, name.replace('"', ""))
+        self.engines.append(engine)
+        return engine
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+        self.admin.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+        self.admin.close()
+
+
+@pytest.fixture(params=ENGINES)
+def make(request: pytest.FixtureRequest) -> Iterator[Make]:
+    """Builds an engine of the parameter's kind on a DataFrame's rows (a table of its own)."""
+    if request.param == "duckdb":
+        yield duckdb_engine
+        return
+    pytest.importorskip("psycopg")
+    tables = PostgresTables(request.getfixturevalue("postgres_url"))
+    yield tables.build
+    tables.close()
+
+
+def normalised(result: ExactAggregates) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """Partition -> (measures..., kept units, histogram counts...): order-free, comparable."""
+    out: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for i, key in enumerate(result.keys):
+        row: list[Any] = [result.measures[m][i] for m in result.measures]
+        if result.selection_units is not None:
+            row.append(result.selection_units[i])
+        for name in sorted(result.histograms):
+            counts = result.histograms[name].get(key)
+            row.append(tuple(counts) if counts is not None else None)
+        out[tuple(_key(v) for v in key)] = tuple(row)
+    return out
+
+
+def _key(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        return value.replace(tzinfo=None)
+    return value
+
+
+def same_on(make: Make, df: pd.DataFrame, q: BoundedQuery, key: int = 11) -> ExactAggregates:
+    """The engine's exact aggregates, checked identical to DuckDB's (the reference engine)."""
+    got = make(df).compute_exact_aggregates(q, key)
+    expected = duckdb_engine(df).compute_exact_aggregates(q, key)
+    assert normalised(got) == normalised(expected)
+    return got
+
+
+# -- the data: every kind of key and value, heavy units -----------------------------------------
+
+
+def contract_frame(seed: int = 0, rows: int = 900) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    units = rng.integers(0, 80, rows)
+    units[: rows // 6] = 7  # a heavy unit: a sixth of the rows
+    v = rng.normal(40, 60, rows)
+    special = rng.random(rows)
+    v[special < 0.04] = np.nan
+    v[(special >= 0.04) & (special < 0.06)] = np.inf
+    v[(special >= 0.06) & (special < 0.08)] = -np.inf
+    v[(special >= 0.08) & (special < 0.09)] = 1e300
+    v[(special >= 0.09) & (special < 0.10)] = 5e-324  # the smallest subnormal
+    g = rng.choice(["a", "b", "c", "ä", "", "zz", None], rows).astype(object)
+    days = [datetime.date(2024, 1, 1) + datetime.timedelta(days=int(d)) for d in
+            rng.integers(0, 9, rows)]
+    dates: list[datetime.date | None] = [None if i % 17 == 0 else d for i, d in enumerate(days)]
+    return pd.DataFrame({
+        "uid": units,
+        "tuid": [f"user-{u}" for u in units],
+        "g": g,
+        "gi": rng.integers(-3, 4, rows),
+        "gf": rng.choice([-1.5, 0.0, 0.25, 1e-300, 3.0, np.inf, -np.inf], rows),
+        "gd": pd.Series(dates, dtype=object),
+        "v": v,
+        "w": rng.integers(-5, 50, rows),
+    })
+
+
+VALUE_W = ValueSpec("w", -10.0, 40.0, 0.0, 8.0)
+SHAPES: dict[str, tuple[MeasureSpec, ...]] = {
+    "counts": (MeasureSpec("rows", "rows", weight=3),),
+    "distinct units": (MeasureSpec("units", "units", weight=5),),
+    "sums": (MeasureSpec("sum", "values", VALUE), MeasureSpec("wsum", "values", VALUE_W)),
+    "means": (MeasureSpec("sum", "values", CENTRED),
+              MeasureSpec("count", "present", CENTRED, weight=7)),
+    "variances": (MeasureSpec("sum", "values", CENTRED), MeasureSpec("sq", "squares", SQUARES),
+                  MeasureSpec("count", "present", CENTRED, weight=7)),
+}
+MODES = [("rescale", "rescale"), ("rescale", "sample"), ("sample", "sample"),
+         ("sample", "rescale")]
+KEYS = {"text": GroupKey("g", '"g"'), "int": GroupKey("gi", '"gi"'),
+        "float": GroupKey("gf", '"gf"'), "date": GroupKey("gd", '"gd"')}
+
+
+def bounded(measures: tuple[MeasureSpec, ...], modes: tuple[str, str], keys: tuple[GroupKey, ...],
+            *, unit: str | None = "uid", public: PublicKeys | None = None, k: int = 2,
+            r: int = 3, where: str | None = None,
+            histograms: tuple[HistogramSpec, ...] = ()) -> BoundedQuery:
+    rows_mode, partitions_mode = modes
+    if unit is None:
+        rows_mode = partitions_mode = "none"
+        measures = tuple(m for m in measures if m.kind != "units")
+    elif not keys:
+        partitions_mode = "none" if partitions_mode == "rescale" else partitions_mode
+    private = public is None and bool(keys) and unit is not None
+    if private and partitions_mode == "rescale":
+        partitions_mode = "sample"  # private keys always take a hard cap
+    return BoundedQuery(unit, keys, where, public, k, r, rows_mode,  # type: ignore[arg-type]
+                        partitions_mode, measures, histograms,  # type: ignore[arg-type]
+                        selection_units=private)
+
+
+# -- plan shapes -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("modes", MODES, ids=["-".join(m) for m in MODES])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_shape_gives_identical_exact_aggregates(make: Make, shape: str,
+                                                      modes: tuple[str, str]) -> None:
+    df = contract_frame(1)
+    same_on(make, df, bounded(SHAPES[shape], modes, (KEYS["text"],)))
+
+
+@pytest.mark.parametrize("key_kind", sorted(KEYS))
+@pytest.mark.parametrize("modes", MODES, ids=["-".join(m) for m in MODES])
+def test_every_key_type_keeps_the_same_partitions(make: Make, key_kind: str,
+                                                  modes: tuple[str, str]) -> None:
+    """Text (with NULL, non-ASCII and empty), integer, float (with +-inf) and date keys: the
+    keyed hash encodes each the same way on every engine, so the same partitions are kept."""
+    df = contract_frame(2)
+    q = bounded(SHAPES["variances"] + SHAPES["distinct units"], modes, (KEYS[key_kind],), k=1)
+    same_on(make, df, q)
+
+
+@pytest.mark.parametrize("modes", MODES, ids=["-".join(m) for m in MODES])
+def test_text_units_and_two_keys(make: Make, modes: tuple[str, str]) -> None:
+    df = contract_frame(3)
+    q = bounded(SHAPES["means"] + SHAPES["counts"], modes, (KEYS["int"], KEYS["date"]),
+                unit="tuid", k=3, r=2)
+    same_on(make, df, q)
+
+
+@pytest.mark.parametrize("modes", MODES, ids=["-".join(m) for m in MODES])
+def test_public_keys_with_null_and_unknown_keys(make: Make, modes: tuple[str, str]) -> None:
+    df = contract_frame(4)
+    public = PublicKeys((("a",), (None,), ("nope",), ("ä",), ("",)))
+    q = bounded(SHAPES["variances"] + SHAPES["distinct units"], modes, (KEYS["text"],),
+                public=public)
+    result = same_on(make, df, q)
+    assert {k[0] for k in result.keys} <= {0, 1, 3, 4}
+
+
+@pytest.mark.parametrize("public", [False, True])
+def test_quantile_histograms(make: Make, public: bool) -> None:
+    df = contract_frame(5)
+    histograms = (HistogramSpec("hv", "v", -50.0, 150.0, 64),
+                  HistogramSpec("hw", "w", 0.0, 40.0, 16))
+    keys = PublicKeys((("a",), ("b",), (None,))) if public else None
+    q = bounded(SHAPES["counts"], ("sample", "sample"), (KEYS["text"],), public=keys,
+                histograms=histograms)
+    result = same_on(make, df, q)
+    assert result.histograms["hv"] and result.histograms["hw"]
+
+
+def test_no_group_keys_and_row_level_privacy(make: Make) -> None:
+    df = contract_frame(6)
+    for modes in MODES:
+        same_on(make, df, bounded(SHAPES["variances"], modes, ()))
+    same_on(make, df, bounded(SHAPES["variances"], ("rescale", "rescale"), (KEYS["text"],),
+                              unit=None))
+
+
+def test_filters_and_computed_keys(make: Make) -> None:
+    """Expressions that cannot fail agree exactly on every engine."""
+    df = contract_frame(7)
+    cases = [
+        ('"w" > 3 AND "v" / "w" > 2', GroupKey("g", '"g"')),
+        ('"g" LIKE \'a%\' OR "gi" IN (1, 2)', GroupKey("m", '"gi" % 3')),
+        ('"gd" >= DATE \'2024-01-04\'', GroupKey("y", 'month("gd")')),
+        ('abs("gi") <= 2 AND "w" BETWEEN 0 AND 30', GroupKey("b", 'CASE WHEN "w" > 20 THEN '
+                                                             "'high' ELSE 'low' END")),
+        ('CAST("gi" AS DOUBLE) * 1.5 < 4', GroupKey("c", 'CAST("w" AS VARCHAR)')),
+        (None, GroupKey("wb", 'width_bucket("v", 0, 100, 4)')),
+        ('coalesce("g", \'none\') <> \'b\'', GroupKey("l", 'length(coalesce("g", \'\'))')),
+    ]
+    for where, key in cases:
+        for modes in (("rescale", "rescale"), ("sample", "sample")):
+            same_on(make, df, bounded(SHAPES["means"], modes, (key,), where=where))
+
+
+# -- the sensitivity checks of tests/test_engine_duckdb.py, on every engine ------------------
+
+
+def test_rescaled_bounding_matches_a_plain_python_reference(make: Make) -> None:
+    df = frame(0)
+    assert as_table(make(df).compute_exact_aggregates(query(), key=7)) == \
+        reference_rescale(df, k=2, r=3, one=300)
+
+
+@pytest.mark.parametrize("rows_mode, partitions_mode, keys, selection", [
+    ("rescale", "rescale", None, False),
+    ("rescale", "sample", None, True),
+    ("sample", "sample", None, True),
+    ("sample", "rescale", None, False),
+    ("rescale", "rescale", PublicKeys((("a",), ("b",), ("zz1",))), False),
+])
+def test_adding_one_heavy_unit_moves_every_measure_by_at_most_its_sensitivity(
+        make: Make, rows_mode: str, partitions_mode: str, keys: PublicKeys | None,
+        selection: bool) -> None:
+    base = frame(3)
+    bigger = pd.concat([base, extreme_unit(base)], ignore_index=True).sample(
+        frac=1.0, random_state=5)
+    q = query(rows_mode, partitions_mode, k=3, r=2, keys=keys, selection=selection)
+    before = make(base).compute_exact_aggregates(q, key=124)
+    after = make(bigger).compute_exact_aggregates(q, key=124)
+    b, a = as_table(before), as_table(after)
+    for measure in q.measures:
+        diffs = [a[measure.name].get(g, 0) - b[measure.name].get(g, 0)
+                 for g in set(a[measure.name]) | set(b[measure.name])]
+        assert max(abs(d) for d in diffs) <= q.per_partition_bound(measure), measure.name
+        assert sum(abs(d) for d in diffs) <= q.l1_sensitivity(measure), measure.name
+        assert math.isqrt(sum(d * d for d in diffs)) <= q.l2_sensitivity(measure), measure.name
+    if selection:
+        assert before.selection_units is not None and after.selection_units is not None
+        moved = dict(zip(after.keys, after.selection_units, strict=True))
+        for k, units in zip(before.keys, before.selection_units, strict=True):
+            moved[k] = moved.get(k, 0) - units
+        assert all(d in (0, 1) for d in moved.values()) and sum(moved.values()) <= 3
+
+
+@pytest.mark.parametrize("rows_mode, partitions_mode", [("sample", "sample"),
+                                                         ("rescale", "sample")])
+def test_row_order_never_changes_the_bounded_aggregates(make: Make, rows_mode: str,
+                                                        partitions_mode: str) -> None:
+    df = frame(4)
+    q = query(rows_mode, partitions_mode, k=2, r=1, selection=True)
+    first = as_table(make(df).compute_exact_aggregates(q, key=2024))
+    shuffled = df.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    assert as_table(make(shuffled).compute_exact_aggregates(q, key=2024)) == first
+
+
+def test_values_are_clamped_and_missing_values_left_out_for_every_column_type(
+        make: Make) -> None:
+    df = pd.DataFrame({"uid": [1, 2, 3, 4, 5, 6], "g": ["a"] * 6,
+                       "i": [-5, 3, 200, None, 7, 0],
+                       "f": [-5.0, 3.0, math.inf, math.nan, None, 1e-310],
+                       "t": ["-5", "3", "1e9", "nan", "not a number", " 7 "]})
+    df["i"] = df["i"].astype("Int64")
+    spec = {c: ValueSpec(c, 0.0, 100.0, 0.0, 1.0) for c in ("i", "f", "t")}
+    measures = tuple(m for c in ("i", "f", "t") for m in (
+        MeasureSpec(f"present_{c}", "present", spec[c]), MeasureSpec(f"sum_{c}", "values",
+                                                                     spec[c])))
+    q = BoundedQuery("uid", GROUP, None, None, 1, 1, "rescale", "rescale", measures)
+    got = as_table(make(df).compute_exact_aggregates(q, key=3))
+    assert got == {"present_i": {"a": 5}, "sum_i": {"a": 0 + 3 + 100 + 7 + 0},
+                   "present_f": {"a": 4}, "sum_f": {"a": 0 + 3 + 100 + 0},
+                   "present_t": {"a": 4}, "sum_t": {"a": 0 + 3 + 100 + 7}}
+
+
+def test_a_hard_partition_cap_keeps_exactly_k_partitions(make: Make) -> None:
+    df = pd.DataFrame({"uid": [1] * 12, "g": list("abcdef") * 2, "v": [1.0] * 12,
+                       "w": [0] * 12})
+    kept = []
+    for rows_mode in ("sample", "rescale"):
+        q = BoundedQuery("uid", GROUP, None, None, 3, 2, rows_mode,  # type: ignore[arg-type]
+                         "sample", (MeasureSpec("units", "units"),), selection_units=True)
+        result = make(df).compute_exact_aggregates(q, key=5)
+        kept.append({k[0] for k, u in zip(result.keys, result.measures["units"], strict=True)
+                     if u})
+    assert len(kept[0]) == 3 and kept[0] == kept[1]
+
+
+def test_the_secret_key_is_a_parameter_not_sql_text(make: Make) -> None:
+    key = 0xDEADBEEF12345
+    result = make(frame(8)).compute_exact_aggregates(
+        query("sample", "sample", selection=True), key=key)
+    text = "\n".join(result.sql)
+    assert "dp_key" in text and str(key) not in text and "sampled" in text
+
+
+# -- PostgreSQL: no data-dependent errors, the curator end to end ----------------------------
+
+
+HOSTILE = pd.DataFrame({
+    "uid": [1, 2, 3, 4, 5, 6, 7, 8],
+    "i": [0, -1, 9223372036854775807, -9223372036854775808, 2147483647, 7, 1, 3],
+    "f": [0.0, -1.0, 1e308, 5e-324, math.nan, math.inf, -math.inf, 2.5],
+    "t": ["x", "12", "99999999999999999999", "1e400", "2024-02-30", "nan", "", "0x10"],
+    "d": [datetime.date(2024, 1, 1)] * 7 + [None],
+})
+HOSTILE_EXPRESSIONS = [
+    '"i" * "i" > 0', '"i" + 1 > 0', '-"i" > 0', 'abs("i") > 0', '"i" // "i" > 0',
+    '"i" % "i" = 0', '1 / "i" > 0', '"f" * "f" > 1', '"f" * 1e-300 < 1', '"f" / "f" > 0',
+    '"f" / 0 > 0', '"f" + "f" > 0', 'sqrt("f") > 0', 'ln("f") < 0', 'log("f") < 0',
+    'exp("f") > 1', 'pow("f", 2) > 0', 'pow(-"f", 0.5) > 0', 'CAST("t" AS INTEGER) > 0',
+    'CAST("t" AS DOUBLE) > 0', 'CAST("t" AS DATE) IS NULL', 'CAST("t" AS BIGINT) > 0',
+    'CAST("f" AS INTEGER) > 0', 'CAST("i" AS SMALLINT) > 0',
+    'substring("t", 1, CAST("i" AS INTEGER)) = \'1\'',
+    'round("f") > 0', 'year("d") > 2000', 'width_bucket("f", 0, 10, 4) > 1',
+]
+
+
+@pytest.mark.parametrize("where", HOSTILE_EXPRESSIONS)
+def test_no_value_makes_a_user_expression_fail(make: Make, where: str) -> None:
+    """Overflow, division by zero, failed casts, ln(0), double overflow and underflow: the
+    statement runs on every engine, whatever the values (the failing operation is NULL)."""
+    q = BoundedQuery("uid", (), where, None, 1, 1, "rescale", "none",
+                     (MeasureSpec("rows", "rows"),))
+    engine = make(HOSTILE)
+    engine.validate(q)
+    result = engine.compute_exact_aggregates(q, key=1)
+    assert 0 <= sum(result.measures["rows"]) <= len(HOSTILE)
+
+
+def test_the_curator_on_postgres_releases_what_the_curator_on_duckdb_releases(
+        postgres_url: str) -> None:
+    """Same data, same seeded noise source: the same exact aggregates, so the same release."""
+    pytest.importorskip("psycopg")
+    df = contract_frame(9)
+    tables = PostgresTables(postgres_url)
+    sql = ("SELECT g, COUNT(*) AS n, SUM(v) AS s, AVG(w) AS m, VARIANCE(w) AS var, "
+           "COUNT(DISTINCT uid) AS u FROM data GROUP BY g")
+    releases = []
+    try:
+        for engine in (duckdb_engine(df), tables.build(df)):
+            curator = dp.Curator(engine, privacy_unit="uid", budget=dp.ApproxDP(10.0, 1e-5),
+                                 bounds={"v": (0, 100), "w": (0, 40)}, max_partitions=2,
+                                 max_rows_per_partition=3, check_nan=False,
+                                 source=dp.noise.SeededRandom(5))
+            releases.append(curator.sql(sql, epsilon=4.0, delta=1e-6))
+    finally:
+        tables.close()
+    assert releases[0].keys == releases[1].keys and releases[0].keys
+    for name in releases[0].values:
+        assert np.array_equal(releases[0].values[name], releases[1].values[name],
+                              equal_nan=True), name
+
+
+def test_from_postgres_reads_a_table_and_refuses_a_missing_one(postgres_url: str) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    schema = f"curator_{secrets.token_hex(6)}"
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(f'CREATE SCHEMA "{schema}"')
+        con.execute(f'CREATE TABLE "{schema}".events (user_id bigint, category text, '
+                    "amount double precision)")
+        con.execute(f'INSERT INTO "{schema}".events SELECT i % 50, '
+                    "(ARRAY['a', 'b', 'c'])[1 + i % 3], i % 17 FROM generate_series(1, 600) i")
+        try:
+            curator = dp.Curator.from_postgres(postgres_url, f"{schema}.events",
+                                               privacy_unit="user_id",
+                                               budget=dp.PureDP(100.0),
+                                               bounds={"amount": (0, 20)},
+                                               max_partitions=3, max_rows_per_partition=4)
+            assert curator.columns == {"user_id": "bigint", "category": "text",
+                                       "amount": "double precision"}
+            release = curator.sql("SELECT category, COUNT(*) AS n FROM data GROUP BY category",
+                                  epsilon=50.0, keys=["a", "b", "c"])
+            assert [k[0] for k in release.keys] == ["a", "b", "c"]
+            assert all(abs(n - 200) < 120 for n in release.values["n"])
+            curator.close()
+            with pytest.raises(UserError, match="no table"):
+                dp.Curator.from_postgres(postgres_url, f"{schema}.missing",
+                                         privacy_unit="user_id", budget=dp.PureDP(1.0))
+        finally:
+            con.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
