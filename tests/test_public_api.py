@@ -21,7 +21,8 @@ def test_top_level_names() -> None:
 def test_subpackage_surfaces() -> None:
     assert set(mechanisms.__all__) == {
         "DiscreteGaussian", "DiscreteLaplace", "Estimate", "Exponential", "Gaussian", "Laplace",
-        "Mechanism", "PermuteAndFlip", "RandomizedResponse", "ReportNoisyMax", "SparseVector",
+        "Mechanism", "NameAndShame", "PermuteAndFlip", "RandomizedResponse", "ReportNoisyMax",
+        "SparseVector",
     }
     assert set(audit.__all__) == {"AuditResult", "audit_epsilon", "audit_mechanism",
                                   "clopper_pearson"}

@@ -22,6 +22,7 @@ __all__ = [
     "DpEvent",
     "GaussianEvent",
     "LaplaceEvent",
+    "NameAndShameEvent",
     "PoissonSampledEvent",
     "PureDPEvent",
     "RandomizedResponseEvent",
@@ -126,6 +127,24 @@ class ApproxDPEvent(DpEvent):
     def __post_init__(self) -> None:
         check.nonnegative("epsilon", self.epsilon)
         check.unit_interval("delta", self.delta, include_zero=True)
+
+
+@dataclass(frozen=True, slots=True)
+class NameAndShameEvent(DpEvent):
+    """Publish the whole dataset with probability ``delta``, nothing otherwise (a lesson, not a
+    tool: ``dpcurator.mechanisms.NameAndShame``).
+
+    Its privacy loss is 0 with probability 1 - delta (nothing published: equally likely on
+    every dataset) and +infinity with probability delta (a dataset no neighbour can produce),
+    in both orders of every pair of neighbours. As approximate DP it is exactly
+    ``ApproxDPEvent(0, delta)``; unlike a mechanism known only by that guarantee, it is also
+    (0, delta)-probabilistically DP.
+    """
+
+    delta: float
+
+    def __post_init__(self) -> None:
+        check.unit_interval("delta", self.delta)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,14 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from dpcurator.accounting.conversions import zcdp_rho_for
-from dpcurator.accounting.guarantees import RDP, ZCDP, ApproxDP, Neighbouring, PureDP
+from dpcurator.accounting.guarantees import (
+    RDP,
+    ZCDP,
+    ApproxDP,
+    Neighbouring,
+    PureDP,
+    require_post_processing_closure,
+)
 from dpcurator.errors import UnsupportedChargeError
 
 __all__ = ["Amount", "Composition", "Cost", "FilterRule", "decode_cost", "encode_cost"]
@@ -88,6 +95,7 @@ class FilterRule:
 
     @classmethod
     def make(cls, total: Cost, composition: Composition | None = None) -> FilterRule:
+        require_post_processing_closure(total, "a budget", UnsupportedChargeError)
         if not isinstance(total, PureDP | ApproxDP | ZCDP | RDP):
             raise UnsupportedChargeError(
                 "total must be a PureDP, ApproxDP, ZCDP or RDP guarantee, "
@@ -126,6 +134,7 @@ class FilterRule:
 
     def price(self, cost: Cost) -> list[Fraction]:
         """The cost in the filter's currency, exactly; refuses what the filter cannot hold."""
+        require_post_processing_closure(cost, "a budget", UnsupportedChargeError)
         if not isinstance(cost, PureDP | ApproxDP | ZCDP | RDP):
             raise UnsupportedChargeError(
                 f"cost must be a PureDP, ApproxDP, ZCDP or RDP guarantee, "

@@ -9,6 +9,9 @@ neighbouring datasets, and *which* neighbouring relation it is stated under:
   Naor 2006).
 - ``ZCDP(rho)``: D_alpha(M(D1) || M(D2)) <= rho * alpha for every Renyi order alpha > 1 (Bun and
   Steinke 2016, Definition 1.1).
+- ``ProbabilisticDP(epsilon, delta)``: the privacy loss exceeds epsilon with probability at most
+  delta (Meiser 2018). It implies ``ApproxDP`` with the same parameters but, unlike every other
+  guarantee here, is not closed under post-processing, so the budget refuses it.
 
 Neighbouring datasets differ by all records of one privacy unit, added or removed
 (``Neighbouring.ADD_REMOVE``, the default), or by one unit's records replaced by another's
@@ -23,8 +26,17 @@ import math
 from dataclasses import dataclass
 
 from dpcurator import _validation as check
+from dpcurator.errors import UserError
 
-__all__ = ["ZCDP", "ApproxDP", "Guarantee", "Neighbouring", "PureDP"]
+__all__ = [
+    "ZCDP",
+    "ApproxDP",
+    "Guarantee",
+    "Neighbouring",
+    "ProbabilisticDP",
+    "PureDP",
+    "require_post_processing_closure",
+]
 
 
 class Neighbouring(enum.Enum):
@@ -172,4 +184,108 @@ class GDP:
         return f"{self.mu:g}-GDP ({self.neighbouring})"
 
 
-Guarantee = PureDP | ApproxDP | ZCDP | RDP | GDP
+@dataclass(frozen=True, slots=True)
+class ProbabilisticDP:
+    """(epsilon, delta)-probabilistic differential privacy (pDP).
+
+    Guarantee: for all neighbouring D1, D2 (both orders), the privacy loss
+    L = ln(P[M(D1) = o] / P[M(D2) = o]) of an output o drawn from M(D1) exceeds epsilon with
+    probability at most delta: P[L > epsilon] <= delta. Equivalently, there is a set S_delta of
+    outputs with P[M(D1) in S_delta] <= delta outside of which epsilon-DP holds (Meiser,
+    "Approximate and probabilistic differential privacy definitions", IACR ePrint 2018/277;
+    Lalanne, lesson 1, Definition 2, in the project's references). An output with
+    loss exactly epsilon satisfies the epsilon-DP inequality, so it does not count.
+
+    What follows from it, each with its proof:
+
+    - ``to_approx_dp()``: (epsilon, delta)-approximate DP with the same parameters (Meiser 2018;
+      Lalanne, Proposition 5: P[M(D1) in S] <= P[M(D1) in S minus S_delta] + delta <=
+      e^epsilon P[M(D2) in S] + delta). The converse fails: a Gaussian mechanism that is
+      (1, 0.127)-approximately DP loses more than 1 with probability 0.309.
+    - ``compose(...)``: basic composition, (sum of epsilons, sum of deltas)-pDP under the same
+      neighbouring relation. Proof: the loss of an adaptive composition is the sum of the
+      losses, each conditionally on the outputs before it (Sommer, Meiser and Mohammadi,
+      "Privacy loss classes", PoPETs 2019, Section 4); if the sum exceeds the sum of the
+      epsilons, some term exceeds its own epsilon, and the union bound gives the sum of deltas.
+    - It is *not* closed under post-processing: a function of a pDP output may exceed every
+      (epsilon, delta) pair the output kept (Meiser 2018; Lalanne, Proposition 4, whose
+      counterexample ``tests/test_what_delta_means.py`` builds). Code that post-processes what
+      it releases (a budget, whose curator clips and estimates from the noisy values)
+      therefore refuses it (``require_post_processing_closure``); charge ``to_approx_dp()``.
+    """
+
+    epsilon: float
+    delta: float
+    neighbouring: Neighbouring = Neighbouring.ADD_REMOVE
+
+    def __post_init__(self) -> None:
+        eps = check.nonnegative("epsilon", self.epsilon)
+        object.__setattr__(self, "epsilon", eps)
+        delta = check.unit_interval("delta", self.delta, include_zero=True, include_one=True)
+        object.__setattr__(self, "delta", delta)
+        if eps == 0.0 and delta == 0.0:
+            raise ValueError("epsilon and delta cannot both be 0: that mechanism releases nothing")
+        check_neighbouring(self.neighbouring)
+
+    def to_approx_dp(self) -> ApproxDP:
+        """(epsilon, delta)-approximate DP, the same parameters (pDP implies aDP)."""
+        if self.delta >= 1.0:
+            raise ValueError(
+                "delta = 1 states nothing; ApproxDP needs delta < 1 (every mechanism is "
+                "(0, 1)-DP)"
+            )
+        return ApproxDP(self.epsilon, self.delta, self.neighbouring)
+
+    def compose(self, *others: ProbabilisticDP | PureDP) -> ProbabilisticDP:
+        """Basic composition with ``others`` (run one after another, adaptively chosen).
+
+        A ``PureDP(epsilon)`` takes part as (epsilon, 0)-pDP (its loss never exceeds epsilon).
+        All must be stated under the same neighbouring relation. The deltas add up (capped at
+        1, where the statement becomes empty); see the class docstring for the proof.
+        """
+        epsilon, delta = self.epsilon, self.delta
+        for other in others:
+            if not isinstance(other, ProbabilisticDP | PureDP):
+                raise TypeError(
+                    "ProbabilisticDP composes with ProbabilisticDP or PureDP guarantees, got "
+                    f"{type(other).__name__}; convert the pDP guarantee with to_approx_dp() "
+                    "to compose it with approximate DP"
+                )
+            if other.neighbouring is not self.neighbouring:
+                raise ValueError(
+                    f"cannot compose guarantees stated under different neighbouring relations "
+                    f"({self.neighbouring} and {other.neighbouring})"
+                )
+            epsilon += other.epsilon
+            delta += other.delta
+        # rounded up: the sum of floats must not understate the sum of the parameters
+        epsilon = math.nextafter(epsilon, math.inf) if others else epsilon
+        delta = min(1.0, math.nextafter(delta, math.inf)) if others and delta > 0 else delta
+        return ProbabilisticDP(epsilon, delta, self.neighbouring)
+
+    def __str__(self) -> str:
+        return f"({self.epsilon:g}, {self.delta:g})-probabilistic DP ({self.neighbouring})"
+
+
+def require_post_processing_closure(
+    guarantee: object, where: str, error: type[UserError] = UserError
+) -> None:
+    """Refuse a guarantee that is not closed under post-processing where ``where`` would treat
+    it as if it were (by post-processing what it releases).
+
+    Raises ``error`` (a ``UserError``) with the reason for a ``ProbabilisticDP``; does nothing
+    for the other guarantees (pure, approximate, zCDP, Renyi and Gaussian DP are all closed
+    under post-processing).
+    """
+    if isinstance(guarantee, ProbabilisticDP):
+        raise error(
+            f"{where} post-processes what it releases, and {guarantee} is not closed under "
+            "post-processing: a function of a probabilistically DP output can lose more than "
+            "epsilon with probability above delta (Meiser 2018, IACR ePrint 2018/277; "
+            "Lalanne, lesson 1, Proposition 4). Use its approximate-DP guarantee, "
+            "guarantee.to_approx_dp(), which holds with the same parameters and survives "
+            "post-processing"
+        )
+
+
+Guarantee = PureDP | ApproxDP | ZCDP | RDP | GDP | ProbabilisticDP

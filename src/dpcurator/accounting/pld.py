@@ -46,6 +46,7 @@ from dpcurator.accounting.events import (
     DpEvent,
     GaussianEvent,
     LaplaceEvent,
+    NameAndShameEvent,
     PoissonSampledEvent,
     PureDPEvent,
     RandomizedResponseEvent,
@@ -844,6 +845,8 @@ def _leaf_source(event: DpEvent) -> srcs.Source | None:
             if eps == 0 and d == 0:
                 return srcs.AtomSource(prof.Atoms(np.array([0.0]), np.array([1.0]), 0.0, None))
             return srcs.AtomSource(prof.approx_dp_atoms(float(eps), float(d)))
+        case NameAndShameEvent(delta=d):  # loss 0 w.p. 1 - d, +inf w.p. d: exactly these atoms
+            return srcs.AtomSource(prof.approx_dp_atoms(0.0, float(d)))
     return None
 
 
@@ -868,6 +871,7 @@ for _leaf_type in (
     RandomizedResponseEvent,
     PureDPEvent,
     ApproxDPEvent,
+    NameAndShameEvent,
 ):
     _analyse.register(_leaf_type, _leaf_analysis)
 
@@ -1052,10 +1056,11 @@ def pld_from_event(
     """The PLD of everything an event records, under its neighbouring relation.
 
     Gaussian, Laplace (continuous, by connect the dots), discrete Laplace, discrete Gaussian,
-    randomized response, pure and approximate DP (exact atoms), compositions (FFT), Poisson
-    sampling (add/remove; exact mixtures for Gaussian and Laplace, generic amplification
-    otherwise) and sampling without replacement (replace one). ``ZCDPEvent`` and mixed
-    relations raise ``UnsupportedEventError`` (a ``ValueError``) before anything is computed.
+    randomized response, pure and approximate DP, name-and-shame (exact atoms), compositions
+    (FFT), Poisson sampling (add/remove; exact mixtures for Gaussian and Laplace, generic
+    amplification otherwise) and sampling without replacement (replace one). ``ZCDPEvent`` and
+    mixed relations raise ``UnsupportedEventError`` (a ``ValueError``) before anything is
+    computed.
 
     ``neighbouring`` defaults to the event's own relation (add/remove when it states none).
     ``value_discretization_interval`` defaults to an automatic choice: the exact atom spacing
@@ -1093,7 +1098,7 @@ def _unbounded_loss(event: DpEvent) -> bool:
     match event:
         case GaussianEvent() | DiscreteGaussianEvent():
             return True
-        case ApproxDPEvent(delta=d):
+        case ApproxDPEvent(delta=d) | NameAndShameEvent(delta=d):
             return d > 0
         case ComposedEvent(events=children):
             return any(_unbounded_loss(c) for c in children)

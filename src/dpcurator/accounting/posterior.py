@@ -31,10 +31,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dpcurator.accounting.guarantees import ApproxDP, PureDP
 
-__all__ = ["PosteriorBounds", "plot_posterior", "posterior_bounds"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["PosteriorBounds", "plot_posterior", "posterior_bounds", "posterior_figure"]
 
 DEFAULT_PLOT_EPSILONS: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0, 3.0, 5.0)
 
@@ -179,25 +183,33 @@ def posterior_bounds(
     )
 
 
-def plot_posterior(
-    path: str | os.PathLike[str],
+def posterior_figure(
     epsilons: Sequence[float] = DEFAULT_PLOT_EPSILONS,
-) -> Path:
-    """Draw the highest (solid) and lowest (dashed) posterior against the prior for each epsilon.
+    *,
+    guarantee: PureDP | ApproxDP | None = None,
+    prior: float | None = None,
+    failure_probability: float | None = None,
+) -> Figure:
+    """The figure of ``plot_posterior``, not written anywhere (its lines can be read back).
 
-    The references' figure (Desfontaines; Lalanne, Figure 1). The format follows the file
-    extension: ``.png`` or ``.svg``. Uses matplotlib's Agg canvas directly, so no global
-    backend is changed. Returns the path written.
+    Lines: "no information" (the diagonal), one pair per epsilon of ``epsilons`` (labelled
+    "ε = ..."; solid the highest posterior, dashed the lowest), and, when ``guarantee`` is
+    given, the asked epsilon's pair drawn in black (labels "asked: highest" and "asked:
+    lowest"; for (epsilon, delta)-DP the epsilon' of ``posterior_bounds``, which holds except
+    with ``failure_probability``). With ``prior`` as well, the prior is marked (the line
+    labelled "prior") with the two bounds it reaches (the points labelled "bounds").
     """
-    out = Path(path)
-    fmt = out.suffix.lower().lstrip(".")
-    if fmt not in ("png", "svg"):
-        raise ValueError(f"path must end in .png or .svg, got {str(path)!r}")
     eps_list = [float(e) for e in epsilons]
     if not eps_list or any(not (math.isfinite(e) and e > 0) for e in eps_list):
         raise ValueError(
             f"epsilons must be a non-empty sequence of positive numbers, got {epsilons!r}"
         )
+    asked: PosteriorBounds | None = None
+    if guarantee is not None:
+        asked = posterior_bounds(guarantee, 0.5 if prior is None else prior,
+                                 failure_probability=failure_probability)
+    elif prior is not None:
+        _check_prior(prior)
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -212,16 +224,61 @@ def plot_posterior(
         color = palette[n % len(palette)]
         upper = [_posterior(p, e) for p in priors]
         lower = [_posterior(p, -e) for p in priors]
-        ax.plot(priors, upper, color=color, linewidth=1.8, label=f"ε = {e:g}")
-        ax.plot(priors, lower, color=color, linewidth=1.2, linestyle="--")
+        ax.plot(priors, upper, color=color, linewidth=1.4, alpha=0.7, label=f"ε = {e:g}")
+        ax.plot(priors, lower, color=color, linewidth=1.0, alpha=0.7, linestyle="--")
+    title = "How far ε-DP lets a belief move (solid: highest, dashed: lowest)"
+    if asked is not None and guarantee is not None:
+        e = asked.epsilon
+        name = f"ε = {guarantee.epsilon:g}" if asked.failure_probability == 0 else (
+            f"ε' = {e:.3g} (ε = {guarantee.epsilon:g}, δ = {guarantee.delta:g}; "
+            f"fails w.p. ≤ {asked.failure_probability:.2g})")
+        ax.plot(priors, [_posterior(p, e) for p in priors], color="black", linewidth=2.4,
+                label=f"asked: highest, {name}")
+        ax.plot(priors, [_posterior(p, -e) for p in priors], color="black", linewidth=2.0,
+                linestyle="--", label="asked: lowest")
+        title = f"How far your guarantee lets a belief move ({name})"
+    if prior is not None:
+        p = _check_prior(prior)
+        ax.axvline(p, color="0.25", linestyle="-.", linewidth=1.0, label="prior")
+        if asked is not None:
+            ax.plot([p, p], [asked.posterior_min, asked.posterior_max], linestyle="none",
+                    marker="o", markersize=7, color="black", label="bounds")
+            ax.annotate(f"prior {p:.3g}: posterior in [{asked.posterior_min:.3g}, "
+                        f"{asked.posterior_max:.3g}]", xy=(p, asked.posterior_max),
+                        xytext=(8, 8), textcoords="offset points", fontsize="small",
+                        bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none"})
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("prior: attacker's belief that the person is in the data")
     ax.set_ylabel("posterior after seeing the output")
-    ax.set_title("How far ε-DP lets a belief move (solid: highest, dashed: lowest)")
+    ax.set_title(title, fontsize="medium")
     ax.grid(True, linewidth=0.4, alpha=0.5)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
     fig.tight_layout()
+    return fig
+
+
+def plot_posterior(
+    path: str | os.PathLike[str],
+    epsilons: Sequence[float] = DEFAULT_PLOT_EPSILONS,
+    *,
+    guarantee: PureDP | ApproxDP | None = None,
+    prior: float | None = None,
+    failure_probability: float | None = None,
+) -> Path:
+    """Draw the highest (solid) and lowest (dashed) posterior against the prior for each epsilon.
+
+    The references' figure (Desfontaines; Lalanne, Figure 1), with the asked ``guarantee``'s
+    curves and the ``prior`` marked when given (``posterior_figure``). The format follows the
+    file extension: ``.png`` or ``.svg``. Uses matplotlib's Agg canvas directly, so no global
+    backend is changed. Returns the path written.
+    """
+    out = Path(path)
+    fmt = out.suffix.lower().lstrip(".")
+    if fmt not in ("png", "svg"):
+        raise ValueError(f"path must end in .png or .svg, got {str(path)!r}")
+    fig = posterior_figure(epsilons, guarantee=guarantee, prior=prior,
+                           failure_probability=failure_probability)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format=fmt)
     return out

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dpcurator.accounting.filters import Amount, Composition, Cost, FilterRule
+from dpcurator.accounting.guarantees import require_post_processing_closure
 from dpcurator.errors import UnsupportedChargeError, UserError
 
 from ._chain import AccountState, Entry
@@ -75,6 +76,8 @@ class Budget:
         if journal is not None and ledger is not None:
             raise UserError("give journal= (a ledger's path) or ledger= (an open ledger), not "
                             "both")
+        # a probabilistic-DP total is refused with its reason (not closed under post-processing)
+        require_post_processing_closure(total, "a budget", UnsupportedChargeError)
         if total is not None and not isinstance(total, Cost):
             raise UnsupportedChargeError(
                 "total must be a PureDP, ApproxDP, ZCDP or RDP guarantee, "

@@ -2,13 +2,15 @@
 
 Additive noise (exact, on a grid for real values): ``Laplace``, ``DiscreteLaplace``,
 ``Gaussian``, ``DiscreteGaussian``. Selection: ``Exponential``, ``PermuteAndFlip``,
-``ReportNoisyMax``. Thresholding: ``SparseVector``. Surveys: ``RandomizedResponse``.
+``ReportNoisyMax``. Thresholding: ``SparseVector``. Surveys: ``RandomizedResponse``. A
+lesson, never used by the curator: ``NameAndShame`` (what delta can mean).
 """
 
 from dpcurator.mechanisms._base import Mechanism
 from dpcurator.mechanisms.exponential import Exponential, PermuteAndFlip, ReportNoisyMax
 from dpcurator.mechanisms.gaussian import DiscreteGaussian, Gaussian
 from dpcurator.mechanisms.laplace import DiscreteLaplace, Laplace
+from dpcurator.mechanisms.name_and_shame import NameAndShame
 from dpcurator.mechanisms.randomized_response import Estimate, RandomizedResponse
 from dpcurator.mechanisms.sparse_vector import SparseVector
 
@@ -20,6 +22,7 @@ __all__ = [
     "Gaussian",
     "Laplace",
     "Mechanism",
+    "NameAndShame",
     "PermuteAndFlip",
     "RandomizedResponse",
     "ReportNoisyMax",
