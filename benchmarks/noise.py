@@ -172,7 +172,37 @@ def dpcurator_cases(n: int, sources: dict[str, RandomSource], notes: list[str]) 
     else:
         cases.append(Case("dpc.gaussian", "dpcurator", gaussian_label, "secure", n,
                           lambda k: _release(gaussian, k), (0.0, 1.0)))
+
+    # DP-SGD's noise (dpcurator.learn): the exact discrete Gaussian on the gradient grid, sigma
+    # = noise multiplier 1 times 2^40 grid steps, drawn as the optimizer does (one sampler
+    # object, a gradient-sized vector per call: 10^5 coordinates).
+    dpsgd_label = "WideGaussian(sigma=2^40).sample, 10^5 per call [DP-SGD noise]"
+    try:
+        from dpcurator.learn._noise import WideGaussian
+
+        wide = WideGaussian(Fraction(1 << 40))
+    except Exception as exc:  # an unfinished module must not stop the benchmark
+        note = f"{dpsgd_label} skipped: {type(exc).__name__}: {exc}"
+        notes.append(note)
+        cases.append(Case("dpc.dpsgd", "dpcurator", dpsgd_label, "secure", n, None, skipped=note))
+    else:
+        cases.append(Case("dpc.dpsgd", "dpcurator", dpsgd_label, "secure", n,
+                          lambda k: _vectors(wide, k), (0.0, 1.0)))
     return cases
+
+
+def _vectors(sampler: Any, n: int, size: int = 100_000) -> Thunk:
+    """n draws as gradient-sized calls of ``size``, scaled to unit variance (a float64 copy)."""
+    calls, rest = divmod(n, size)
+    scale = 2.0**-40
+
+    def draw() -> Any:
+        parts = [sampler.sample(size) for _ in range(calls)]
+        if rest:
+            parts.append(sampler.sample(rest))
+        return np.concatenate(parts) * scale
+
+    return draw
 
 
 def _release(mechanism: Any, n: int) -> Thunk:
@@ -266,6 +296,8 @@ RATIOS = [
           "odp.gaussian"),
     Ratio("dpcurator Laplace mechanism / numpy laplace", "dpc.laplace", "np.laplace"),
     Ratio("dpcurator Gaussian mechanism / numpy normal", "dpc.gaussian", "np.normal"),
+    Ratio("dpcurator DP-SGD noise (secure, exact) / numpy normal", "dpc.dpsgd", "np.normal",
+          1 / 3),
     Ratio("dpcurator discrete Laplace s=1 / numpy geometric difference", "dpc.dlap1.secure",
           "np.geom1"),
     Ratio("dpcurator Bernoulli / numpy random() < p", "dpc.bern.secure", "np.bern"),

@@ -1,0 +1,200 @@
+"""The private optimizer: clip, sum exactly, add secure discrete Gaussian noise, then step.
+
+One step of DP-SGD (Abadi et al., "Deep learning with differential privacy", CCS 2016):
+each example's gradient is clipped to L2 norm C, the clipped gradients of a Poisson-sampled
+batch are summed, Gaussian noise of standard deviation sigma C is added to every coordinate,
+and the result, divided by the expected batch size, is the gradient the wrapped optimizer
+uses. Guarantee of one step: the Poisson-subsampled Gaussian mechanism with noise multiplier
+sigma, under add/remove of one example (``dpcurator.accounting.dpsgd``).
+
+Floating-point safety (``_grads``): the clipped sum is exact, on a grid of step g = C 2^-40,
+with L2 sensitivity C in grid units 2^40. The noise is the exact discrete Gaussian on that
+grid, Z ~ N_Z(0, s^2) per coordinate with s >= sqrt((sigma 2^40)^2 + 8^2)
+(``_noise.sample_wide_discrete_gaussian``, from the secure source), added in int64: the
+mechanism's output is the integer vector sum + Z, and every float computed from it afterwards
+is post-processing. Why the continuous accountant is sound for it: with tau = 8 and
+s'^2 = s^2 - tau^2, the law of N_Z(mu, s^2) for any integer mu is within a factor e^(+-eta)
+(eta = 4 sum_{k>=1} e^(-2 pi^2 k^2 tau^2) < 10^-500) of a post-processing of the continuous
+N(mu, s'^2): round x to y with probability phi_tau(y - x) / sum_z phi_tau(z - x) (Poisson
+summation bounds that sum within 1 +- eta / 2). Per coordinate and step, then, the discrete
+mechanism is, up to that factor, a post-processing of the continuous Gaussian mechanism with
+noise multiplier s' / 2^40 >= sigma, which the accountant analyses. Over T steps of d
+coordinates the stated epsilon and delta hold up to a factor e^(2 T d eta) (below
+1 + 10^-480 for any T d < 10^20), far below the accountant's own upward rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from dpcurator.errors import UserError
+from dpcurator.learn._grads import GRID_BITS, MAX_BATCH, GradSampler, clip_factors
+from dpcurator.learn._noise import WideGaussian
+from dpcurator.noise import RandomSource
+
+__all__ = ["DPOptimizer", "grid_sigma"]
+
+#: The smoothing width, in grid steps, of the argument above.
+TAU = 8
+
+
+def grid_sigma(noise_multiplier: float) -> Fraction:
+    """s >= sqrt((noise_multiplier 2^40)^2 + TAU^2), in grid steps (rounded up, 2^-20)."""
+    target = (Fraction(noise_multiplier) * (1 << GRID_BITS)) ** 2 + TAU**2
+    scale = 1 << 20
+    return Fraction(math.isqrt(math.ceil(target * scale * scale)) + 1, scale)
+
+
+class DPOptimizer(Optimizer):
+    """Wraps a PyTorch optimizer; ``step()`` replaces each gradient with its private version.
+
+    Use it as the optimizer it wraps: ``zero_grad()``, ``loss.backward()``, ``step()``. With
+    virtual steps (``max_physical_batch_size``), ``step()`` after a chunk that is not its
+    batch's last only adds the chunk's clipped gradients to the running sum.
+    """
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        *,
+        sampler: GradSampler,
+        noise_multiplier: float,
+        max_grad_norm: float | list[float],
+        expected_batch_size: float,
+        last_chunk: Callable[[], bool],
+        on_step: Callable[[], None],
+        source: RandomSource | None = None,
+    ) -> None:
+        # The wrapped optimizer owns the state; Optimizer.__init__ is deliberately not called.
+        self.original_optimizer = optimizer
+        self.sampler = sampler
+        self.params = list(sampler.parameters())
+        self.noise_multiplier = float(noise_multiplier)
+        if isinstance(max_grad_norm, list):
+            if len(max_grad_norm) != len(self.params):
+                raise UserError(
+                    f"max_grad_norm has {len(max_grad_norm)} bounds for "
+                    f"{len(self.params)} trainable parameters (per-layer clipping needs one "
+                    "bound per parameter, in module.parameters() order)"
+                )
+            self.bounds: list[float] | None = [float(c) for c in max_grad_norm]
+            self.max_grad_norm = math.sqrt(sum(c * c for c in self.bounds))
+        else:
+            self.bounds = None
+            self.max_grad_norm = float(max_grad_norm)
+        self.expected_batch_size = expected_batch_size
+        self.grid_sigma = grid_sigma(self.noise_multiplier)
+        self._last_chunk = last_chunk
+        self._on_step = on_step
+        self._source = source
+        self._noise = WideGaussian(self.grid_sigma, source)
+        self._size = sum(p.numel() for p in self.params)
+        self._sum: Tensor | None = None
+        self._examples = 0
+
+    # The wrapped optimizer's state, shared (LR schedulers and checkpoints see the same).
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.original_optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self.original_optimizer.param_groups = value
+
+    @property
+    def state(self) -> Any:
+        return self.original_optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.original_optimizer.state = value
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return self.original_optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self.original_optimizer.defaults = value
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.original_optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.original_optimizer.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        raise UserError("parameters cannot be added to a private optimizer after make_private")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.original_optimizer.zero_grad(set_to_none)
+
+    def __repr__(self) -> str:
+        return (f"DPOptimizer({self.original_optimizer!r}, noise_multiplier="
+                f"{self.noise_multiplier!r}, max_grad_norm={self.max_grad_norm!r})")
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Clip and sum this (chunk of the) batch; after its last chunk, add noise and step."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.accumulate()
+        if not self._last_chunk():
+            return loss
+        self.add_noise()
+        self.original_optimizer.step()
+        self._on_step()
+        return loss
+
+    def accumulate(self) -> None:
+        """Add this batch's clipped per-example gradients to the running exact sum."""
+        batch, per_example = self.sampler.per_example()
+        self.sampler.clear()
+        unit = float(1 << GRID_BITS) / self.max_grad_norm
+        if batch == 0:
+            total = torch.zeros(self._size, dtype=torch.int64)
+        else:
+            if self.bounds is None:
+                squared = torch.stack([pe.squared_norms() for pe in per_example]).sum(dim=0)
+                factors = clip_factors(squared, self.max_grad_norm) * unit
+                sums = [pe.clipped_sum(factors) for pe in per_example]
+            else:
+                sums = [pe.clipped_sum(clip_factors(pe.squared_norms(), bound) * unit)
+                        for pe, bound in zip(per_example, self.bounds, strict=True)]
+            total = torch.cat(sums)
+            covered = [p for pe in per_example for p in pe.params]
+            if len(covered) != len(self.params) or any(
+                    a is not b for a, b in zip(covered, self.params, strict=True)):
+                raise AssertionError("per-example gradients do not cover the parameters; "
+                                     "this is a bug in dpcurator")
+        self._sum = total if self._sum is None else self._sum + total
+        self._examples += batch
+        if self._examples > MAX_BATCH:
+            raise UserError(f"a batch of more than {MAX_BATCH} examples cannot be summed "
+                            "exactly; lower the expected batch size")
+
+    def add_noise(self) -> None:
+        """Set each parameter's gradient to (exact sum + discrete Gaussian noise) g / E[B]."""
+        exact = self._sum
+        if exact is None:
+            raise UserError("optimizer.step() was called before any batch was processed")
+        self._sum, self._examples = None, 0
+        # The release: integers, exact. Everything after is post-processing.
+        noisy = exact + torch.from_numpy(self._noise.sample(self._size))
+        scale = self.max_grad_norm / float(1 << GRID_BITS)
+        if self.sampler.loss_reduction == "mean":
+            scale /= self.expected_batch_size
+        values = noisy.to(torch.float64).mul_(scale)
+        offset = 0
+        for param in self.params:
+            size = param.numel()
+            param.grad = values[offset:offset + size].to(param.dtype).view(param.shape)
+            offset += size

@@ -1,0 +1,35 @@
+"""The DP-SGD example (examples/learn_digits.py) runs and reports what it trained."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "learn_digits.py"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_example_trains_and_reports_epsilon() -> None:
+    """Two epochs at epsilon 2: the report's epsilon is the spent one, within the target, and
+    the non-private reference (deterministic under its seed) learns the digits."""
+    spec = importlib.util.spec_from_file_location("learn_digits", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.run([2.0], epochs=2)
+    assert [math.isinf(r["epsilon"]) for r in rows] == [True, False]
+    assert rows[0]["accuracy"] > 0.8
+    assert 1.9 < rows[1]["epsilon"] <= 2.0 and rows[1]["noise_multiplier"] > 0
+    assert 0.0 <= rows[1]["accuracy"] <= 1.0
