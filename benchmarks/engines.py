@@ -24,8 +24,10 @@ reports ratios to floors measured in the same process, round-robin, medians:
 - ``postgres``: benchmarks/postgres.py at each ``--postgres-rows`` size (a server of its own),
   target: the DP query <= 2x PostgreSQL's two-level floor.
 - ``spark``: benchmarks/spark.py (local[2]) at ``--spark-rows``, target <= 2x Spark's
-  two-level floor. Tumult Analytics on the same question is benchmarks/query.py's
-  ``--tumult-python`` (its own environment; it took 205 s at 10^7 rows on this machine).
+  two-level floor; with ``--tumult-python PATH`` (an environment with tmlt.analytics and
+  duckdb: see benchmarks/query.py) also Tumult Analytics on local Spark, on the same question
+  and data shape at the same size, once, against dpcurator's public-keys median (target:
+  dpcurator >= 10x faster).
 """
 
 from __future__ import annotations
@@ -230,6 +232,18 @@ def section_script(script: str, rows: int, repeats: int, folder: Path) -> dict[s
     return report
 
 
+def section_tumult(python: str, rows: int) -> float:
+    """Tumult Analytics' time for the question (benchmarks/query.py's child, its own env)."""
+    done = subprocess.run([python, str(HERE / "query.py"), "--tumult-child", "--rows",
+                           str(rows), "--units", str(max(1, rows // 10)), "--categories",
+                           "1000", "--threads", "2"], capture_output=True, text=True,
+                          timeout=7200)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"Tumult failed:\n{done.stderr[-3000:]}")
+    return float(json.loads(lines[-1])["seconds"])
+
+
 def summary(report: dict[str, Any]) -> None:
     print(f"\n{'engine':10s} {'rows':>12s} {'case':30s} {'x floor':>8s} {'paired':>7s} "
           f"{'target':>7s}")
@@ -257,6 +271,10 @@ def summary(report: dict[str, Any]) -> None:
             for case, c in r["cases"].items():
                 if case.startswith("dpcurator"):
                     line(engine, int(rows), case, c["x_two_level"], c["paired"])
+    for rows, seconds in report.get("tumult", {}).items():
+        ours = report["spark"][rows]["cases"]["dpcurator (public keys)"]["median_s"]
+        print(f"\nTumult Analytics, {int(rows):,} rows: {seconds:.1f}s; dpcurator on Spark "
+              f"(public keys) {ours:.1f}s: {seconds / ours:.1f}x faster (target >= 10x)")
     if "scale" in report:
         print(f"\nDuckDB from Parquet, memory_limit {report['scale']['memory_limit']}:")
         print(f"{'rows':>12s} {'floor s':>8s} {'dp s':>8s} {'dp/floor':>8s} "
@@ -277,6 +295,7 @@ def main() -> None:
     parser.add_argument("--memory-limit", type=str, default="4GB")
     parser.add_argument("--postgres-rows", type=str, default="1000000,10000000")
     parser.add_argument("--spark-rows", type=str, default="10000000")
+    parser.add_argument("--tumult-python", type=str, default=None)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", type=str, default="duckdb,scale,postgres,spark")
@@ -305,6 +324,10 @@ def main() -> None:
                 for rows in (int(float(s)) for s in sizes.split(",") if s):
                     print(f"{engine}: {rows:,} rows ...", flush=True)
                     report[engine][rows] = section_script(engine, rows, args.repeats, folder)
+                    if engine == "spark" and args.tumult_python:
+                        print(f"tumult: {rows:,} rows ...", flush=True)
+                        report.setdefault("tumult", {})[rows] = section_tumult(
+                            args.tumult_python, rows)
     summary(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str))

@@ -17,8 +17,9 @@ comment in the SQL). Everything that differs between engines is a primitive of `
 - ``parameter`` / ``runnable``: a bound parameter (the hash coefficients: the secret key is
   never SQL text) and the statement as the driver takes it;
 - ``order_key``: a key as a sort key that orders alike everywhere (text by bytes);
-- plan choices that change no result: ``partitions_by_window``, ``fence_rows``, and
-  ``guards_underflow`` for engines whose double products raise on underflow;
+- plan choices that change no result: ``partitions_by_window``, ``fence_rows``,
+  ``distribute_rows``, and ``guards_underflow`` for engines whose double products raise on
+  underflow;
 - the semi-join to public keys is written as a ``SEMI JOIN``, which sqlglot writes as
   ``EXISTS`` where an engine has no semi-join. Rendering is sqlglot's writer per dialect.
 
@@ -234,6 +235,11 @@ class Dialect:
     # aggregates does not evaluate each fixed-point value once per aggregate.
     partitions_by_window: ClassVar[bool] = False
     fence_rows: ClassVar[bool] = False
+    # A distributed engine: send each unit's rows to one place first (DISTRIBUTE BY the
+    # unit), so that the pairs, each unit's partition count and its keyed top-k all run where
+    # the rows already are (one shuffle of the rows instead of one for the pairs and another
+    # for the units).
+    distribute_rows: ClassVar[bool] = False
 
     # types -------------------------------------------------------------------------------
 
@@ -710,6 +716,8 @@ class _Builder:
                       "passes the filter: unit, keys, clamped fixed-point values")
         if self.d.fence_rows:
             rows = rows.offset(0, copy=False)
+        if self.d.distribute_rows and q.unit is not None:
+            rows.set("distribute", exp.Distribute(expressions=[col("__u")]))
         ctes: list[tuple[str, exp.Query]] = [("rows", rows)]
         source = "rows"
         if self.keys_table is not None:

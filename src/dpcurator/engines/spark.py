@@ -81,6 +81,11 @@ class SparkDialect(Dialect):
     # Each unit's partition count by a window: Spark evaluates a CTE once per reference, so
     # the grouped count joined back would compute the pairs twice.
     partitions_by_window = True
+    # Measured on 2*10^6 rows, local[2]: 3 hash exchanges down to 2 (the floor's count), the
+    # DP query from 2.2x to 1.8x the two-level floor (public keys), 2.5x to 1.3x (private).
+    # The cost: no partial aggregation before the shuffle, which matters where units have
+    # many rows in each partition.
+    distribute_rows = True
 
     def hash_kind(self, sql_type: str) -> Any:
         return "timestamp" if sql_type == "TIMESTAMP_NTZ" else super().hash_kind(sql_type)
