@@ -18,7 +18,7 @@ from dpcurator.curator._compile import CompiledQuery
 from dpcurator.curator._session import charge_cost
 from dpcurator.errors import UserError
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
-from dpcurator.mechanisms.partition_selection import PartitionSelection
+from dpcurator.mechanisms.partition_selection import CountThreshold, PartitionSelection
 
 BOUNDS = {"x": (0, 20), "y": (-5, 50)}
 GROUP_KEYS = list(range(6))
@@ -27,6 +27,7 @@ QUERIES = {
     "quantiles": "SELECT MEDIAN(y), AVG(y) FROM data",
     "grouped": "SELECT g, QUANTILE_CONT(x, 0.9), COUNT(*) FROM data GROUP BY g",
     "private": "SELECT g, COUNT(*), MEDIAN(x) FROM data GROUP BY g",
+    "units": "SELECT g, COUNT(DISTINCT u), MEDIAN(x) FROM data GROUP BY g",
 }
 REQUESTS: list[dict[str, Any]] = [
     {"epsilon": 1.0},
@@ -92,6 +93,8 @@ def test_events_are_the_mechanisms_guarantees_in_run_order(
     for m in _mechanisms(compiled):
         if isinstance(m, PartitionSelection):
             expected.append(ApproxDPEvent(m.epsilon, m.delta))
+        elif isinstance(m, CountThreshold):  # its delta; its noise is the count's own event
+            expected.append(ApproxDPEvent(0.0, m.delta))
         elif isinstance(m, DiscreteLaplace):
             expected.append(PureDPEvent(m.epsilon))
         else:
@@ -132,6 +135,9 @@ def test_basic_price_is_the_request_and_the_mechanisms_compose_within_it(
                     else dp.PureDP(epsilon))
     eps_sum, delta_sum, rho_sum = Fraction(0), Fraction(0), Fraction(0)
     for m in _mechanisms(compiled):
+        if isinstance(m, CountThreshold):  # selection by the count: delta only (its events)
+            delta_sum += Fraction(m.delta)
+            continue
         g = m.guarantee
         if isinstance(g, dp.ZCDP):
             rho_sum += Fraction(g.rho)
@@ -145,19 +151,23 @@ def test_basic_price_is_the_request_and_the_mechanisms_compose_within_it(
 
 
 # Charges as the curator computed them before it priced events (parallel lists of epsilons
-# and rhos): they must not move by one unit in the last place.
+# and rhos): they must not move by one unit in the last place. Issue 14 moved the zCDP price
+# of the pure-epsilon requests whose counts are integers (no partition rescaling): those
+# counts now get integer discrete Laplace noise at their *full* share, epsilon_i^2 / 2, where
+# the fixed-point grid spent up to 2^-20 less (the old values, in comments, were lower by
+# 1e-12 to 1e-11 relative). (epsilon, delta) budgets are charged the request, unchanged.
 PINNED = [
-    ("global", {"epsilon": 1.0}, 0.08333333333249963),
-    ("global", {"epsilon": 0.3, "delta": 1e-6}, 0.007499999999849934),
+    ("global", {"epsilon": 1.0}, 0.08333333333270175),  # was 0.08333333333249963
+    ("global", {"epsilon": 0.3, "delta": 1e-6}, 0.007499999999881766),  # 0.007499999999849934
     ("global", {"epsilon": 2.0, "delta": 1e-5, "noise": "gaussian"}, 0.10825636380930868),
     ("global", {"rho": 0.05}, 0.05),
-    ("global", {"epsilon": 1 / 3}, 0.009259259259065572),
+    ("global", {"epsilon": 1 / 3}, 0.009259259259113292),  # was 0.009259259259065572
     ("global", {"rho": 0.3 / 7}, 0.04285714285714286),
-    ("quantiles", {"epsilon": 1.0}, 0.18749999999954528),
-    ("quantiles", {"epsilon": 0.3, "delta": 1e-6}, 0.016874999999836292),
-    ("quantiles", {"epsilon": 1 / 3}, 0.020833333333131223),
-    ("grouped", {"epsilon": 1.0}, 0.24999999999909053),
-    ("grouped", {"epsilon": 0.3}, 0.022499999999672584),
+    ("quantiles", {"epsilon": 1.0}, 0.18749999999977265),  # was 0.18749999999954528
+    ("quantiles", {"epsilon": 0.3, "delta": 1e-6}, 0.016874999999918146),  # 0.016874999999836292
+    ("quantiles", {"epsilon": 1 / 3}, 0.020833333333232278),  # was 0.020833333333131223
+    ("grouped", {"epsilon": 1.0}, 0.25),  # was 0.24999999999909053
+    ("grouped", {"epsilon": 0.3}, 0.0225),  # was 0.022499999999672584
     ("grouped", {"epsilon": 1.3, "delta": 1e-6, "noise": "gaussian"}, 0.039715996842177796),
 ]
 
@@ -172,17 +182,40 @@ def test_charges_are_unchanged(name: str, request_: dict[str, Any], rho: float) 
 
 
 def test_a_private_keys_query_with_a_quantile_runs_these_events() -> None:
-    compiled = _compile(_curator(), "private", {"epsilon": 1.0, "delta": 1e-6}, public=False)
+    """The count's noisy value selects the keys: delta for selection, no epsilon share."""
+    compiled = _compile(_curator(), "units", {"epsilon": 1.0, "delta": 1e-6}, public=False)
+    assert isinstance(compiled.selection, CountThreshold)
+    selection, count, median = compiled.events
+    assert selection == ApproxDPEvent(0.0, 1e-6)
+    assert isinstance(count, PureDPEvent) and isinstance(median, PureDPEvent)
+    half = Fraction(1, 2)  # equal weights over the two aggregates, each rounded down
+    assert half - Fraction(2**-50) < Fraction(count.epsilon) <= half
+    assert Fraction(median.epsilon) <= half
+    assert compiled.selection.noise.epsilon == count.epsilon  # one noise, used twice
+    gaussian = _compile(_curator(), "units",
+                        {"epsilon": 1.0, "delta": 1e-6, "noise": "gaussian"}, public=False)
+    assert isinstance(gaussian.selection, CountThreshold)
+    assert [type(e) for e in gaussian.events] == [ApproxDPEvent, ZCDPEvent, ZCDPEvent]
+    assert gaussian.events[0] == ApproxDPEvent(0.0, 5e-7)  # half of delta
+    # COUNT(*) with 3 rows per unit in 2 partitions: its threshold needs more units than a
+    # separate selection of units at a third of epsilon, which is therefore chosen.
+    rows = _compile(_curator(), "private", {"epsilon": 1.0, "delta": 1e-6}, public=False)
+    assert isinstance(rows.selection, PartitionSelection)
+    threshold_events = _compile(_curator(), "private", {"epsilon": 1.0, "delta": 1e-6},
+                                public=False).events
+    assert isinstance(threshold_events[0], ApproxDPEvent) and threshold_events[0].epsilon > 0
+
+
+def test_a_weight_for_the_selection_asks_for_the_separate_step() -> None:
+    compiled = _compile(_curator(), "private",
+                        {"epsilon": 1.0, "delta": 1e-6,
+                         "weights": {"partition_selection": 1.0}}, public=False)
+    assert isinstance(compiled.selection, PartitionSelection)
     selection, count, median = compiled.events
     assert isinstance(selection, ApproxDPEvent) and selection.delta == 1e-6
-    assert isinstance(count, PureDPEvent) and isinstance(median, PureDPEvent)
     third = Fraction(1, 3)  # equal weights: each share is a third, rounded down
     assert third - Fraction(2**-50) < Fraction(selection.epsilon) <= third
     assert Fraction(median.epsilon) <= third and Fraction(count.epsilon) <= third
-    gaussian = _compile(_curator(), "private",
-                        {"epsilon": 1.0, "delta": 1e-6, "noise": "gaussian"}, public=False)
-    assert [type(e) for e in gaussian.events] == [ApproxDPEvent, ZCDPEvent, ZCDPEvent]
-    assert gaussian.events[0] == ApproxDPEvent(selection.epsilon, 5e-7)  # half of delta
 
 
 def test_only_basic_and_zcdp_budgets_take_queries() -> None:

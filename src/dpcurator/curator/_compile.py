@@ -6,7 +6,12 @@ Small pure passes, in order:
   check every column against the schema; Plan -> Plan.
 - ``compile_query``: split the privacy request, choose each measure's fixed-point grid from
   its noise scale, derive integer sensitivities, and build the mechanisms and the events they
-  will run (what the query is charged: see ``_cost``); nothing is read.
+  will run (what the query is charged: see ``_cost``); choose how private keys are selected
+  (thresholding a noisy count, or a separate step); nothing is read.
+
+Counts of rows, units and present values get weight 1 (exact integer noise on the integer
+count) whenever the bounded counts are integers (``_integer_counts``); sums, and counts under
+partition rescaling, keep a fine fixed-point grid.
 
 Estimators (one per aggregate, ``_estimators``) turn noisy measures into released values and
 intervals; a quantile's estimator reads a ``QuantileTree`` (see ``_quantiles``).
@@ -24,8 +29,10 @@ from dpcurator.accounting.events import ComposedEvent, DpEvent
 from dpcurator.errors import InternalError, UserError
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dpcurator.mechanisms.partition_selection import (
+    CountThreshold,
     PartitionSelection,
     choose_partition_selection,
+    per_partition_delta,
 )
 from dpcurator.noise import RandomSource
 from dpcurator.query import _expressions as ex
@@ -154,18 +161,24 @@ class CompiledQuery:
     """Everything needed to run one query, built before anything is charged or read.
 
     ``events`` is what it will run, in order, each part at its mechanism's guarantee: the
-    partition selection (private keys only), then every aggregate's mechanisms (its measures',
-    or its quantile tree's); ``cost`` is the guarantee the query states (its request), which
-    the events compose within. ``_cost.query_cost`` prices them in a budget's currency.
+    partition selection (private keys only: a separate selection's (epsilon, delta), or the
+    delta of thresholding a noisy count), then every aggregate's mechanisms (its measures', or
+    its quantile tree's); ``cost`` is the guarantee the query states (its request), which the
+    events compose within. ``_cost.query_cost`` prices them in a budget's currency.
+
+    ``selection`` is how private keys are selected (None otherwise): a ``PartitionSelection``
+    reading each partition's number of units, or a ``CountThreshold`` on the noisy measure
+    ``threshold_measure`` (the name of one of the engine's measures).
     """
 
     plan: Plan
     request: PrivacyRequest
     bounded: BoundedQuery
     estimators: list[Estimator]
-    selection: PartitionSelection | None
+    selection: PartitionSelection | CountThreshold | None
     cost: PureDP | ApproxDP | ZCDP
     events: tuple[DpEvent, ...]
+    threshold_measure: str | None = None
 
     @property
     def event(self) -> ComposedEvent:
@@ -222,12 +235,35 @@ def _new_mechanism(kind: str, budget: float, measure: MeasureSpec, bq: BoundedQu
     return DiscreteGaussian(rho=budget, sensitivity=bq.l2_sensitivity(measure), source=source)
 
 
+def _integer_counts(kind: str, k: int, integer: bool) -> bool:
+    """Whether counts get weight 1 (integer noise on the integer count itself): the counts
+    must be integers (no partition rescaling, whose k / m weights are fractions), and, for
+    Gaussian noise, the integer L2 sensitivity sqrt(k) m exact (k a perfect square); else the
+    count keeps a fine fixed-point weight, whose rounding of sqrt(k) m is negligible."""
+    return integer and (kind == "laplace" or math.isqrt(k) ** 2 == k)
+
+
+def _count_unit(kind: str, budget: float, k: int, multiplier: int,
+                integer: bool) -> tuple[int, float]:
+    """A count's weight (integer units per row or unit) and the budget it uses."""
+    if _integer_counts(kind, k, integer):
+        if kind == "laplace" and budget >= 2.0**52:  # the fixed-point grid's limit, kept
+            raise UserError(f"epsilon {budget:g} is too large: this query's noise cannot be "
+                            f"calibrated above epsilon = {2.0**52:.3g} (its answer would be "
+                            "exact, no longer private)")
+        return 1, budget  # the whole share: discrete noise of scale k m / epsilon on the count
+    return _unit_bound(kind, budget, k, multiplier)
+
+
 def _measures_for(agg: Aggregate, index: int, kind: str, budget: float, k: int,
-                  r: int) -> list[tuple[MeasureSpec, float]]:
-    """The measures of one aggregate and the budget each uses (its share, or a bit less)."""
+                  r: int, integer: bool) -> list[tuple[MeasureSpec, float]]:
+    """The measures of one aggregate and the budget each uses (its share, or a bit less).
+
+    ``integer``: the bounded counts are integers (no partition rescaling), so counts of rows,
+    units and present values can get integer noise (``_integer_counts``)."""
     if isinstance(agg, Count | CountUnits):
         multiplier = r if isinstance(agg, Count) else 1
-        weight, used = _unit_bound(kind, budget, k, multiplier)
+        weight, used = _count_unit(kind, budget, k, multiplier, integer)
         kind_name: MeasureKind = "rows" if isinstance(agg, Count) else "units"
         return [(MeasureSpec(f"a{index}_{kind_name}", kind_name, None, weight), used)]
     assert agg.bounds is not None and agg.column is not None
@@ -240,12 +276,13 @@ def _measures_for(agg: Aggregate, index: int, kind: str, budget: float, k: int,
     out: list[tuple[MeasureSpec, float]] = []
     centred = max(abs(bounds.lo - center), abs(bounds.hi - center))
     for j, (part, share) in enumerate(zip(parts, shares, strict=True)):
-        bound, used = _unit_bound(kind, share, k, r)
         name = f"a{index}_{j}_{part}"
         if part == "present":
+            bound, used = _count_unit(kind, share, k, r, integer)
             value = ValueSpec(agg.column, bounds.lo, bounds.hi, center, 1.0)
             out.append((MeasureSpec(name, part, value, bound), used))
             continue
+        bound, used = _unit_bound(kind, share, k, r)
         square = part == "squares"
         worst = centred * centred if square else centred
         value = ValueSpec(agg.column, bounds.lo, bounds.hi, center,
@@ -256,11 +293,17 @@ def _measures_for(agg: Aggregate, index: int, kind: str, budget: float, k: int,
 
 def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | None,
                   postprocess: bool, source: RandomSource | None) -> CompiledQuery:
-    """Split the budget, pick grids and sensitivities, build mechanisms (plan is resolved)."""
+    """Split the budget, pick grids and sensitivities, build mechanisms (plan is resolved).
+
+    Private keys are selected by thresholding the query's noisy count when it has one (a
+    COUNT(DISTINCT unit), else a COUNT(*)), or by a separate selection step: whichever needs
+    fewer units for a partition to be released with probability 1/2 (a choice made from the
+    parameters alone, never the data). Weights naming ``"partition_selection"`` ask for the
+    separate step explicitly.
+    """
     assert plan.max_partitions is not None and plan.max_rows_per_partition is not None
     private = plan.private_keys
     names = [a.name for a in plan.aggregates]
-    allocation = _privacy.allocate(request, names, private)
     has_quantile = any(isinstance(a, Quantile) for a in plan.aggregates)
     mode = "sample" if has_quantile else (plan.bounding or "rescale")
     if privacy_unit is None:
@@ -277,9 +320,69 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
         unit=privacy_unit, group_keys=plan.group_by, where=plan.where, keys=plan.keys,
         max_partitions=plan.max_partitions, max_rows_per_partition=plan.max_rows_per_partition,
         rows_mode=rows_mode, partitions_mode=partitions_mode,  # type: ignore[arg-type]
-        measures=(), selection_units=private)
+        measures=())
+    allocation = _choose_allocation(plan, request, names, shell, source)
+    return _compile_with(plan, request, allocation, shell, postprocess, source)
+
+
+def _threshold_candidate(plan: Plan, request: PrivacyRequest) -> Aggregate | None:
+    """The count whose noisy value could select private keys: COUNT(DISTINCT unit) first (its
+    contribution is one per unit), else the first COUNT(*); none when weights ask for a
+    separate selection."""
+    if not plan.private_keys or _privacy.SELECTION in dict(request.weights):
+        return None
+    for wanted in (CountUnits, Count):
+        for agg in plan.aggregates:
+            if isinstance(agg, wanted):
+                return agg
+    return None
+
+
+def _count_threshold(agg: Aggregate, index: int, allocation: _privacy.Allocation,
+                     kind: str, shell: BoundedQuery, source: RandomSource | None
+                     ) -> tuple[MeasureSpec, CountThreshold]:
+    """The thresholded count's measure and its ``CountThreshold`` under ``allocation``."""
+    budget = allocation.pure[agg.name] if kind == "laplace" else allocation.rho[agg.name]
+    k, r = shell.partitions_cap, shell.rows_cap
+    integer = shell.partitions_mode != "rescale"
+    ((spec, used),) = _measures_for(agg, index, kind, budget, k, r, integer)
+    assert allocation.threshold_delta is not None
+    noise = _new_mechanism(kind, used, spec, shell, source)
+    return spec, CountThreshold(noise=noise, contribution=shell.per_partition_bound(spec),
+                                delta=allocation.threshold_delta, max_partitions=k,
+                                unit_weight=spec.weight, source=source)
+
+
+def _choose_allocation(plan: Plan, request: PrivacyRequest, names: list[str],
+                       shell: BoundedQuery, source: RandomSource | None
+                       ) -> _privacy.Allocation:
+    """The request's split, with the better way of selecting private keys (compile_query)."""
+    private = plan.private_keys
+    candidate = _threshold_candidate(plan, request)
+    separate = _privacy.allocate(request, names, private)
+    if candidate is None:
+        return separate
+    by_threshold = _privacy.allocate(request, names, private, threshold=candidate.name)
+    assert by_threshold.threshold_delta is not None
+    if per_partition_delta(by_threshold.threshold_delta, shell.partitions_cap) >= 0.5:
+        return separate  # delta of 1/2 or more per partition (allow_large_delta): no tail
+    index = list(plan.aggregates).index(candidate)
+    _, threshold = _count_threshold(candidate, index, by_threshold, request.kind, shell, source)
+    assert separate.selection is not None
+    sel_eps, sel_delta = separate.selection
+    other = choose_partition_selection(epsilon=sel_eps, delta=sel_delta,
+                                       max_partitions=shell.partitions_cap, source=source)
+    return by_threshold if threshold.units_for_half() <= other.units_for_half() else separate
+
+
+def _compile_with(plan: Plan, request: PrivacyRequest, allocation: _privacy.Allocation,
+                  shell: BoundedQuery, postprocess: bool, source: RandomSource | None
+                  ) -> CompiledQuery:
+    """Grids, sensitivities, mechanisms and events for one allocation of the request."""
+    private = plan.private_keys
     k, r = shell.partitions_cap, shell.rows_cap
     kind = request.kind
+    integer = shell.partitions_mode != "rescale"
 
     per_aggregate: list[tuple[Aggregate, list[tuple[MeasureSpec, float]], float]] = []
     histograms: list[HistogramSpec] = []
@@ -293,14 +396,24 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
             histograms.append(hist_for[index])
             per_aggregate.append((agg, [], budget))
         else:
-            per_aggregate.append((agg, _measures_for(agg, index, kind, budget, k, r), budget))
+            per_aggregate.append((agg, _measures_for(agg, index, kind, budget, k, r, integer),
+                                  budget))
 
     measure_list = [m for _, measures, _ in per_aggregate for m, _ in measures]
     bounded = BoundedQuery(
         unit=shell.unit, group_keys=shell.group_keys, where=shell.where, keys=shell.keys,
         max_partitions=shell.max_partitions, max_rows_per_partition=shell.max_rows_per_partition,
         rows_mode=shell.rows_mode, partitions_mode=shell.partitions_mode,
-        measures=tuple(measure_list), histograms=tuple(histograms), selection_units=private)
+        measures=tuple(measure_list), histograms=tuple(histograms),
+        selection_units=allocation.selection is not None)
+
+    selection: PartitionSelection | CountThreshold | None = None
+    threshold_measure = None
+    if allocation.threshold is not None:
+        position = [a.name for a in plan.aggregates].index(allocation.threshold)
+        spec, selection = _count_threshold(plan.aggregates[position], position, allocation,
+                                           kind, bounded, source)
+        threshold_measure = spec.name
 
     estimators: list[Estimator] = []
     events: list[DpEvent] = []
@@ -312,20 +425,31 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
             estimators.append(Estimator(agg, [], postprocess, tree))
             mechanisms = [tree.mechanism]
         else:
-            noisy = [NoisyMeasure(spec, _new_mechanism(kind, used, spec, bounded, source),
-                                  _unit_of(spec)) for spec, used in measures]
+            noisy = []
+            for spec, used in measures:
+                if spec.name == threshold_measure:
+                    assert isinstance(selection, CountThreshold)
+                    # The selection's own noise answers the count: one draw, used twice.
+                    noisy.append(NoisyMeasure(spec, selection.noise, _unit_of(spec),
+                                              selection.threshold))
+                else:
+                    noisy.append(NoisyMeasure(spec, _new_mechanism(kind, used, spec, bounded,
+                                                                   source), _unit_of(spec)))
             estimators.append(Estimator(agg, noisy, postprocess))
             mechanisms = [m.mechanism for m in noisy]
         events.extend(stated_event(m.guarantee) for m in mechanisms)
 
-    selection = None
     if allocation.selection is not None:
         sel_eps, sel_delta = allocation.selection
         selection = choose_partition_selection(epsilon=sel_eps, delta=sel_delta,
                                                max_partitions=k, source=source)
         events.insert(0, stated_event(selection.guarantee))  # it runs first
+    elif isinstance(selection, CountThreshold):
+        events.insert(0, selection.events[0])  # its delta; its noise is the count's event
+    if private and selection is None:
+        raise InternalError("private keys without a selection; this is a bug")
     query = CompiledQuery(plan, request, bounded, estimators, selection, allocation.cost,
-                          tuple(events))
+                          tuple(events), threshold_measure)
     # The events compose within the request, exactly (the shares were rounded down).
     check_within(query.event, epsilon=request.epsilon, delta=request.delta,
                  rho=sum((Fraction(v) for v in allocation.rho.values()), Fraction(0)))

@@ -1,7 +1,8 @@
 """Estimators: from an aggregate's noisy measures to released values and intervals.
 
 Everything here is post-processing of what ``add_noise`` released, so it costs nothing and any
-interval level chosen later is free. One ``Estimator`` per aggregate:
+interval level chosen later is free. One ``Estimator`` per aggregate (intervals: see the
+``Release`` docstring; counts by ``mechanisms._tails``, means and variances by ``_ratio``):
 
 - COUNT, COUNT(DISTINCT unit), SUM: one noisy measure, read in real units (clipped at zero for
   counts, and to the sign of the bounds for sums, with ``postprocess``);
@@ -24,25 +25,34 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dpcurator.mechanisms._tails import CountIntervals, NoiseTails
 from dpcurator.query.bounding import MeasureSpec
 from dpcurator.query.plan import Aggregate, Bounds, Count, CountUnits, Mean, Sum, Variance
 
 from ._quantiles import QuantileTree
+from ._ratio import FoldedNoise, NumeratorNoise, RatioPivot
 
 __all__ = ["Estimator", "Intervals", "Noisy", "NoisyMeasure", "estimate"]
 
 FloatArray = npt.NDArray[np.float64]
+_MEAN_SHARE = 0.05  # of a variance interval's alpha, to the mean (module docstring)
 #: Per aggregate name, its noisy measures: (P,) integer arrays, or one (P, 2047) noisy tree.
 Noisy = Mapping[str, list[npt.NDArray[Any]]]
 
 
 @dataclass
 class NoisyMeasure:
-    """A measure, its mechanism and the real value of one of its integer units."""
+    """A measure, its mechanism and the real value of one of its integer units.
+
+    ``threshold``: set when this measure's noisy value also selected the partitions (released
+    only where it reached the threshold, in integer units); its intervals are then conditional
+    on that (``_tails.CountIntervals``).
+    """
 
     spec: MeasureSpec
     mechanism: DiscreteLaplace | DiscreteGaussian
     unit: Fraction
+    threshold: int | None = None
 
     def half_width(self, alpha: float) -> float:
         """w with P[|noise| > w] <= alpha, in real units (exact for the integer noise)."""
@@ -53,9 +63,22 @@ class NoisyMeasure:
         kind = "discrete Laplace" if isinstance(m, DiscreteLaplace) else "discrete Gaussian"
         scale = (float(m.scale * self.unit) if isinstance(m, DiscreteLaplace)
                  else float(m.noise_sigma(2) * self.unit))
-        return {"measure": self.spec.kind, "noise": kind,
-                "scale" if isinstance(m, DiscreteLaplace) else "sigma": scale,
-                "guarantee": str(m.guarantee)}
+        described = {"measure": self.spec.kind, "noise": kind,
+                     "scale" if isinstance(m, DiscreteLaplace) else "sigma": scale,
+                     "guarantee": str(m.guarantee)}
+        if self.threshold is not None:
+            described["selects partitions at"] = float(self.threshold * self.unit)
+        return described
+
+    def count_interval(self, noisy: npt.NDArray[Any], alpha: float
+                       ) -> tuple[FloatArray, FloatArray]:
+        """The shortest exact interval for an integer-noised count, conditional on reaching
+        the threshold when this count selected the partitions (``_tails``), in real units."""
+        units = np.asarray(noisy, dtype=np.float64)
+        tails = NoiseTails.of(self.mechanism)
+        low, high = CountIntervals(tails, self.threshold).interval(units, alpha)
+        unit = float(self.unit)
+        return low * unit, high * unit
 
 
 @dataclass
@@ -106,45 +129,54 @@ class Estimator:
         if self.tree is not None:
             return self.tree.interval(noisy[0], alpha)
         agg = self.aggregate
-        parts = len(self.measures)
-        widths = [m.half_width(alpha / parts) for m in self.measures]
+        if isinstance(agg, Count | CountUnits):
+            lo, hi = self.measures[0].count_interval(noisy[0], alpha)
+            return (np.maximum(lo, 0.0), np.maximum(hi, 0.0)) if self.postprocess else (lo, hi)
         reals = [_to_real(v, m.unit) for v, m in zip(noisy, self.measures, strict=True)]
-        if isinstance(agg, Count | CountUnits | Sum):
-            lo, hi = reals[0] - widths[0], reals[0] + widths[0]
+        if isinstance(agg, Sum):
+            width = self.measures[0].half_width(alpha)
+            lo, hi = reals[0] - width, reals[0] + width
             if self.postprocess:  # the truth obeys the same sign constraint: coverage holds
-                sign = agg.bounds if isinstance(agg, Sum) else Bounds(0.0, 1.0)
-                lo, hi = _sign_clip(lo, sign), _sign_clip(hi, sign)
+                lo, hi = _sign_clip(lo, agg.bounds), _sign_clip(hi, agg.bounds)
             return lo, hi
         assert agg.bounds is not None
         half = (agg.bounds.hi - agg.bounds.lo) / 2
         mid = agg.bounds.midpoint
-        c_lo = reals[0] - widths[0]
-        c_hi = reals[0] + widths[0]
-        s_lo = reals[1] - widths[1]
-        s_hi = reals[1] + widths[1]
-        # The true count is >= 1 in any partition with a value; where c_lo < 1 nothing is known.
-        usable = c_lo >= 1.0
-        c_lo_safe = np.where(usable, c_lo, 1.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            m_lo = np.minimum(s_lo / c_lo_safe, s_lo / c_hi)
-            m_hi = np.maximum(s_hi / c_lo_safe, s_hi / c_hi)
-        m_lo = np.where(usable, np.clip(m_lo, -half, half), -half)
-        m_hi = np.where(usable, np.clip(m_hi, -half, half), half)
+        count, present = reals[0], self.measures[0]
+        safe = np.maximum(count, 1.0)
         if isinstance(agg, Mean):
+            # The centred mean S / C in [-half, half], by its pivot (``_ratio``).
+            point = np.clip(reals[1] / safe, -half, half)
+            m_lo, m_hi = _pivot(present, self.measures[1]).interval(
+                count, reals[1], alpha, -half, half, point)
             return mid + m_lo, mid + m_hi
         assert isinstance(agg, Variance)
-        q_lo = np.maximum(reals[2] - widths[2], 0.0)
-        q_hi = reals[2] + widths[2]
+        # VAR_POP = w - mu^2 with w = Q / C the centred second moment (in [0, half^2]) and
+        # mu = S / C the centred mean: a pivot interval for each, at alpha_w = 0.95 alpha and
+        # alpha_mu = 0.05 alpha (union bound: both hold w.p. >= 1 - alpha), then the range of
+        # w - mu^2 over them. mu enters only through mu^2 (centred at the bounds' midpoint),
+        # a second-order term, so little of alpha goes to it.
+        alpha_mu = alpha * _MEAN_SHARE
+        alpha_w = alpha - alpha_mu
+        mean_point = np.clip(reals[1] / safe, -half, half)
+        m_lo, m_hi = _pivot(present, self.measures[1]).interval(
+            count, reals[1], alpha_mu, -half, half, mean_point)
+        w_point = np.clip(reals[2] / safe, 0.0, half * half)
+        w_lo, w_hi = _pivot(present, self.measures[2]).interval(
+            count, reals[2], alpha_w, 0.0, half * half, w_point)
         sq_max = np.maximum(m_lo * m_lo, m_hi * m_hi)
         sq_min = np.where((m_lo <= 0) & (m_hi >= 0), 0.0, np.minimum(m_lo * m_lo, m_hi * m_hi))
-        v_lo = np.where(usable, q_lo / np.maximum(c_hi, 1.0) - sq_max, 0.0)
-        v_hi = np.where(usable, q_hi / c_lo_safe - sq_min, half * half)
-        v_lo = np.clip(v_lo, 0.0, half * half)
-        v_hi = np.clip(v_hi, 0.0, half * half)
+        v_lo = np.clip(w_lo - sq_max, 0.0, half * half)
+        v_hi = np.clip(w_hi - sq_min, 0.0, half * half)
         if agg.std:
             return np.sqrt(v_lo), np.sqrt(v_hi)
         return v_lo, v_hi
 
+
+def _pivot(count: NoisyMeasure, total: NoisyMeasure) -> RatioPivot:
+    """The pivot of total / count from the two measures' noises, in real units."""
+    return RatioPivot(FoldedNoise.of(count.mechanism, float(count.unit)),
+                      NumeratorNoise.of(total.mechanism, float(total.unit)))
 
 
 def estimate(estimators: Sequence[Estimator], noisy: Noisy) -> dict[str, FloatArray]:

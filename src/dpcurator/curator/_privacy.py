@@ -2,7 +2,8 @@
 
 The analyst states the privacy loss of the query (``epsilon`` [+ ``delta``], or ``rho``), never
 a noise scale. The request is split across the query's aggregates (evenly, or by weights) and,
-for private keys, the partition selection. Shares are rounded *down* so that the exact sum of
+for private keys selected by a separate step, that selection (a selection that thresholds a
+noisy count takes only delta). Shares are rounded *down* so that the exact sum of
 the mechanisms' guarantees never exceeds what the request says.
 """
 
@@ -17,7 +18,7 @@ from typing import Literal
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.accounting.conversions import zcdp_rho_for
-from dpcurator.errors import UserError
+from dpcurator.errors import InternalError, UserError
 
 __all__ = ["MAX_DELTA", "NoiseKind", "PrivacyRequest", "check_delta", "split"]
 
@@ -71,8 +72,8 @@ class PrivacyRequest:
     - ``epsilon`` and ``delta``: Laplace noise (or Gaussian with ``noise="gaussian"``), and
       private keys allowed (the partition selection uses delta).
     - ``rho``: zCDP, Gaussian noise; public keys only.
-    - ``weights``: relative shares per aggregate name (and ``"partition_selection"``);
-      omitted names weigh 1.
+    - ``weights``: relative shares per aggregate name (and ``"partition_selection"``, which
+      asks for a separate selection step with that share); omitted names weigh 1.
     """
 
     epsilon: float | None = None
@@ -163,19 +164,34 @@ class Allocation:
     """The request turned into per-mechanism parameters.
 
     ``pure`` maps a name to its epsilon (discrete Laplace); ``rho`` maps a name to its zCDP
-    rho (discrete Gaussian); ``selection`` is the (epsilon, delta) of the partition selection.
-    ``cost`` is the guarantee the whole query keeps (what the budget is charged).
+    rho (discrete Gaussian); ``selection`` is the (epsilon, delta) of a separate partition
+    selection; ``threshold_delta`` is the delta of a selection by thresholding the count
+    ``threshold`` (which then costs no epsilon). ``cost`` is the guarantee the whole query keeps
+    (what the budget is charged).
     """
 
     pure: dict[str, float]
     rho: dict[str, float]
     selection: tuple[float, float] | None
     cost: PureDP | ApproxDP | ZCDP
+    threshold: str | None = None
+    threshold_delta: float | None = None
 
 
-def allocate(request: PrivacyRequest, names: Sequence[str], private_keys: bool) -> Allocation:
-    """Split the request over the aggregates ``names`` (+ a partition selection if needed)."""
-    request.check_weights([*names, SELECTION] if private_keys else list(names))
+def allocate(request: PrivacyRequest, names: Sequence[str], private_keys: bool,
+             threshold: str | None = None) -> Allocation:
+    """Split the request over the aggregates ``names`` and the partition selection.
+
+    Private keys are selected either by a separate mechanism, which gets its own share of
+    epsilon (weight ``"partition_selection"``) and delta (all of it under Laplace noise, half
+    under Gaussian noise), or, when ``threshold`` names a count aggregate, by thresholding that
+    count's noisy value: no epsilon is set aside, and the selection's delta is all of delta
+    (Laplace) or half of it (Gaussian, whose noise keeps the other half).
+    """
+    if threshold is not None and (not private_keys or threshold not in names):
+        raise InternalError("count thresholding needs private keys and a count; this is a bug")
+    separate = private_keys and threshold is None
+    request.check_weights([*names, SELECTION] if separate else list(names))
     if private_keys:
         if request.rho is not None:
             raise UserError("private keys need an (epsilon, delta) request: partition selection "
@@ -189,19 +205,23 @@ def allocate(request: PrivacyRequest, names: Sequence[str], private_keys: bool) 
         rhos = split(request.rho, [request.weight(n) for n in names])
         return Allocation({}, dict(zip(names, rhos, strict=True)), None, ZCDP(request.rho))
     assert request.epsilon is not None
-    labels = [*names, SELECTION] if private_keys else list(names)
+    labels = [*names, SELECTION] if separate else list(names)
     epsilons = split(request.epsilon, [request.weight(n) for n in labels])
     shares = dict(zip(labels, epsilons, strict=True))
     selection = None
+    threshold_delta = None
     delta_left = request.delta
     if private_keys:
         selection_delta = request.delta / 2 if request.kind == "gaussian" else request.delta
-        selection = (shares.pop(SELECTION), selection_delta)
+        if separate:
+            selection = (shares.pop(SELECTION), selection_delta)
+        else:
+            threshold_delta = selection_delta
         delta_left = request.delta - selection_delta
     if request.kind == "laplace":
         cost: PureDP | ApproxDP = (ApproxDP(request.epsilon, request.delta) if private_keys
                                    else PureDP(request.epsilon))
-        return Allocation(shares, {}, selection, cost)
+        return Allocation(shares, {}, selection, cost, threshold, threshold_delta)
     # Gaussian under (epsilon, delta): the aggregates' share of epsilon and delta_left become a
     # zCDP rho (the largest rho whose conversion gives them), split by weight.
     noise_epsilon = float(sum(Fraction(v) for v in shares.values()))
@@ -210,4 +230,4 @@ def allocate(request: PrivacyRequest, names: Sequence[str], private_keys: bool) 
     rho_total = zcdp_rho_for(noise_epsilon, delta_left)
     rhos = split(rho_total, [request.weight(n) for n in names])
     return Allocation({}, dict(zip(names, rhos, strict=True)), selection,
-                      ApproxDP(request.epsilon, request.delta))
+                      ApproxDP(request.epsilon, request.delta), threshold, threshold_delta)

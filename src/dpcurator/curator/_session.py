@@ -19,7 +19,7 @@ import math
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from dpcurator.engines import Engine, ExactAggregates, PostgresTable, column_kin
 from dpcurator.errors import BudgetExceededError, UnsupportedChargeError, UserError
 from dpcurator.ledger import Budget, Charge
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dpcurator.mechanisms.partition_selection import CountThreshold
 from dpcurator.noise import RandomSource, resolve_source, sample_discrete_laplace
 from dpcurator.noise.samplers import sample_discrete_gaussian
 from dpcurator.query.builder import Query
@@ -445,7 +446,7 @@ class Curator:
         plan = compiled.plan
         mechanisms = {e.aggregate.name: e.describe() for e in compiled.estimators}
         if compiled.selection is not None:
-            mechanisms["partition_selection"] = [{"mechanism": repr(compiled.selection)}]
+            mechanisms["partition_selection"] = [describe_selection(compiled)]
         return Release(
             keys=kept.keys, group_columns=tuple(k.name for k in plan.group_by),
             values=values, privacy=privacy, plan=plan,
@@ -489,15 +490,21 @@ def charge_cost(compiled: CompiledQuery, composition: str) -> PureDP | ApproxDP 
 
 @dataclass(frozen=True)
 class Partitions:
-    """The partitions a query releases, and where each one's exact values are."""
+    """The partitions a query releases, and where each one's exact values are.
+
+    ``noisy`` holds measures already noised while selecting (the thresholded count), for the
+    released partitions, by measure name: ``add_noise`` uses them instead of drawing again.
+    """
 
     keys: tuple[tuple[Any, ...], ...]  # (P,) group keys, in release order
     rows: list[int]  # (P,) each key's row in the exact aggregates; -1 where it has none
+    noisy: Mapping[str, npt.NDArray[Any]] = field(default_factory=dict)
 
 
 def select_partitions(compiled: CompiledQuery, exact: ExactAggregates) -> Partitions:
     """Which partitions are released: the public keys, the one global partition, or (private
-    keys) those the partition selection keeps, from each one's count of distinct units."""
+    keys) those the partition selection keeps: from each one's count of distinct units (a
+    separate selection), or where its noisy count reaches the threshold (``CountThreshold``)."""
     plan = compiled.plan
     n_exact = len(exact.keys)
     if plan.keys is not None:
@@ -506,17 +513,39 @@ def select_partitions(compiled: CompiledQuery, exact: ExactAggregates) -> Partit
                           [where.get(i, -1) for i in range(len(plan.keys.values))])
     if not plan.group_by:
         return Partitions(((),), [0 if n_exact else -1])
-    assert compiled.selection is not None and exact.selection_units is not None
-    kept = compiled.selection.release(np.asarray(exact.selection_units, dtype=np.int64))
-    chosen = sorted((i for i in range(n_exact) if kept[i]),
-                    key=lambda i: _sort_key(exact.keys[i]))
+    selection = compiled.selection
+    if isinstance(selection, CountThreshold):
+        name = compiled.threshold_measure
+        assert name is not None
+        # order: (E,) the found partitions in key order, so that each gets the same noise
+        # whatever order the engine returned them in
+        order = _in_key_order(exact, np.ones(n_exact, dtype=np.bool_))
+        column = exact.measures[name]
+        # noisy: (E,) every found partition's noisy count, in key order; kept where >= tau
+        noisy = _add_noise([column[i] for i in order], selection.noise)
+        if noisy.dtype == object:  # counts beyond int64: compared as Python integers
+            kept = np.asarray([int(v) >= selection.threshold for v in noisy], dtype=np.bool_)
+        else:
+            kept = np.asarray(noisy >= selection.threshold, dtype=np.bool_)
+        chosen = [order[j] for j in np.flatnonzero(kept)]
+        return Partitions(tuple(exact.keys[i] for i in chosen), chosen, {name: noisy[kept]})
+    assert selection is not None and exact.selection_units is not None
+    kept = selection.release(np.asarray(exact.selection_units, dtype=np.int64))
+    chosen = _in_key_order(exact, kept)
     return Partitions(tuple(exact.keys[i] for i in chosen), chosen)
+
+
+def _in_key_order(exact: ExactAggregates, kept: npt.NDArray[np.bool_]) -> list[int]:
+    """The rows of the kept partitions, sorted by key (the release's order)."""
+    return sorted((i for i in range(len(exact.keys)) if kept[i]),
+                  key=lambda i: _sort_key(exact.keys[i]))
 
 
 def add_noise(compiled: CompiledQuery, exact: ExactAggregates, kept: Partitions) -> Noisy:
     """Every aggregate's exact measures of the kept partitions, plus their mechanisms' noise.
 
-    The noise is drawn aggregate by aggregate, measure by measure, in the plan's order.
+    The noise is drawn aggregate by aggregate, measure by measure, in the plan's order (a
+    measure noised while selecting keeps that noise).
     """
     noisy: dict[str, list[npt.NDArray[Any]]] = {}
     for estimator in compiled.estimators:
@@ -527,11 +556,31 @@ def add_noise(compiled: CompiledQuery, exact: ExactAggregates, kept: Partitions)
             continue
         parts = []
         for measure in estimator.measures:
+            if measure.spec.name in kept.noisy:
+                parts.append(kept.noisy[measure.spec.name])
+                continue
             column = exact.measures[measure.spec.name]
             ints = [column[i] if i >= 0 else 0 for i in kept.rows]
             parts.append(_add_noise(ints, measure.mechanism))
         noisy[name] = parts
     return noisy
+
+
+def describe_selection(compiled: CompiledQuery) -> dict[str, Any]:
+    """How a query's private keys are selected, as the release states it."""
+    selection = compiled.selection
+    if isinstance(selection, CountThreshold):
+        counted = next(e.aggregate.name for e in compiled.estimators
+                       if any(m.spec.name == compiled.threshold_measure for m in e.measures))
+        weight = selection.unit_weight
+        return {"method": "count threshold", "count": counted,
+                "threshold": selection.threshold / weight,
+                "units_for_half": selection.units_for_half(),
+                "guarantee": f"delta = {selection.delta:g} (its epsilon is the count's)",
+                "mechanism": repr(selection)}
+    assert selection is not None
+    return {"method": "separate", "units_for_half": selection.units_for_half(),
+            "guarantee": str(selection.guarantee), "mechanism": repr(selection)}
 
 
 def _noisy_tree(tree: QuantileTree, histograms: Mapping[str, Any], plan: Plan,

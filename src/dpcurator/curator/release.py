@@ -9,11 +9,19 @@ Interval methods, per aggregate (each covers the *bounded* aggregate: the answer
 clamping and contribution bounding, which equals the plain answer whenever no unit was over
 its caps and no value outside its bounds):
 
-- COUNT, COUNT(DISTINCT unit), SUM: exact for the integer noise: P[|noise| > w] <= alpha.
-- AVG: the noisy count and the noisy (centred) sum each get an exact interval at alpha / 2;
-  the mean's interval is the range of sum / count over that box (union bound), clipped to
-  the bounds; where the count's interval reaches below 1 it is the whole [lo, hi].
-- VARIANCE / STDDEV: the same with count, sum and sum of squares at alpha / 3 each.
+- COUNT, COUNT(DISTINCT unit): the shortest exact interval for the integer noise (at most one
+  atom of the noise above the level; ``dpcurator.mechanisms._tails``). Where the noisy count
+  also selected the private keys (``partition_selection`` says so), the interval is
+  *conditional on the partition's release*: test inversion under the noise truncated at the
+  threshold, so that partitions near the threshold, released because their noise was high,
+  are still covered at the stated level.
+- SUM: exact for the integer noise: P[|noise| > w] <= alpha.
+- AVG: the centred mean r = S / C by its pivot: s~ - r c~ = Z_s - r Z_c has a known law at
+  the true r, so the r in the bounds whose p-value P[|Z_s - r Z_c| >= |s~ - r c~|] exceeds
+  alpha form a (1 - alpha) set, at its level rather than above it (no union bound, no box);
+  computed with bounds that only widen it (``dpcurator.curator._ratio``).
+- VARIANCE / STDDEV: VAR_POP = w - mu^2, with w = Q / C (centred second moment) by the same
+  pivot at 0.95 alpha and mu at 0.05 alpha (union bound), over the range of w - mu^2.
 - MEDIAN, QUANTILE_CONT / PERCENTILE_CONT, ``.quantile``: the release is a noisy dyadic tree
   of counts over 1024 equal bins of [lo, hi] (2047 nodes per partition, one noise mechanism
   for the whole tree); the value and the interval at every level are read from the same noisy
@@ -99,6 +107,17 @@ class Release:
     @property
     def delta(self) -> float:
         return float(getattr(self.privacy, "delta", 0.0))
+
+    @property
+    def partition_selection(self) -> dict[str, Any] | None:
+        """How the released keys were selected, when they were not public (None otherwise):
+        ``{"method": "count threshold", "count": name, "threshold": tau, ...}`` when the noisy
+        count ``name`` itself selected them (released where it reached tau; selection cost
+        only delta), or ``{"method": "separate", ...}`` for a separate selection step (its own
+        share of epsilon and delta); ``units_for_half`` is the fewest units a partition needs
+        to be released with probability 1/2."""
+        described = self.mechanisms.get("partition_selection")
+        return dict(described[0]) if described else None
 
     # -- intervals -----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ selection mechanism releases each key with a probability that depends only on ho
 privacy units contribute to it, so that a key backed by one unit appears with probability at
 most delta.
 
-Two mechanisms, and a chooser:
+Three mechanisms, and a chooser:
 
 - ``OptimalPartitionSelection``: the optimal per-partition rule of Desfontaines, Voss, Gipson
   and Mandayam, "Differentially private partition selection" (PoPETs 2022, Theorem 1 and
@@ -23,6 +23,11 @@ Two mechanisms, and a chooser:
   because its noise grows as sqrt(k) instead of k.
 - ``choose_partition_selection(epsilon, delta, max_partitions)`` builds both and returns the
   one that needs fewer units for a partition to be kept with probability 1/2.
+- ``CountThreshold``: no separate selection step at all. When the query releases a count of
+  rows or of units per partition anyway, that noisy count (discrete Laplace or discrete
+  Gaussian, with its full share of the budget) is itself thresholded: a partition is released
+  when its noisy count reaches tau, so selection costs only delta (Wilson et al. 2020,
+  Section 4; OpenDP's ``make_laplace_threshold`` / ``make_gaussian_threshold``; see the class).
 
 Neighbouring relation: add/remove one privacy unit, who contributes to at most
 ``max_partitions`` (k) partitions (the caller enforces this cap before counting units; a
@@ -51,13 +56,18 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.accounting import ApproxDP, Neighbouring
+from dpcurator.accounting.conversions import zcdp_to_epsilon
+from dpcurator.accounting.events import ApproxDPEvent, DpEvent, PureDPEvent, ZCDPEvent
 from dpcurator.errors import InternalError
 from dpcurator.mechanisms import _grid
 from dpcurator.mechanisms._base import Mechanism, as_finite_array, check_delta, check_positive
-from dpcurator.mechanisms.gaussian import Gaussian
+from dpcurator.mechanisms._tails import NoiseTails, upper_tail_point
+from dpcurator.mechanisms.gaussian import DiscreteGaussian, Gaussian
+from dpcurator.mechanisms.laplace import DiscreteLaplace
 from dpcurator.noise import RandomSource, sample_bernoulli
 
 __all__ = [
+    "CountThreshold",
     "GaussianThresholdPartitionSelection",
     "OptimalPartitionSelection",
     "PartitionSelection",
@@ -303,3 +313,132 @@ def choose_partition_selection(*, epsilon: float, delta: float, max_partitions: 
                                                    source=source)
     return gaussian if gaussian.units_for_half() < optimal.units_for_half() else optimal
 
+
+
+class CountThreshold(Mechanism):
+    """Release a partition when its noisy count reaches tau: selection that costs only delta.
+
+    The mechanism adds exact integer noise Z (the given ``DiscreteLaplace`` or
+    ``DiscreteGaussian``, in the count's integer units) to the count of *every* partition found
+    in the data, and releases the partitions whose noisy count x = c + Z is at least
+    ``threshold`` = tau, together with x (the released count). The same noisy count answers the
+    query and selects the partition: nothing is spent on a separate selection step.
+
+    Setting. Neighbouring: add/remove one privacy unit, who contributes to at most
+    k = ``max_partitions`` partitions (a hard cap, enforced before counting) and at most
+    ``contribution`` = C units of the count in each (C = W r for a count of rows, W for a
+    count of units, W being the measure's weight per row or unit).
+
+    Guarantee. Let D' = D plus unit u. Split D''s partitions into those D also has (P_both) and
+    the at most k that only u backs (P_new), each with a count of at most C in D'. The output
+    is a pair of independent parts: what is released about P_both, a post-processing
+    (thresholding) of noisy counts whose difference between D and D' has L1 norm <= k C and L2
+    norm <= sqrt(k) C; and what is released about P_new, which is nothing on D and, on D',
+    something only when one of those noisy counts reaches tau: probability at most
+    1 - (1 - P[Z >= tau - C])^k <= delta, so the two output distributions of that part are
+    within total variation delta, a (0, delta)-DP statement in both directions. Basic
+    composition of the independent parts (Dwork and Roth 2014, Theorem 3.16) gives:
+
+    - discrete Laplace of scale t = k C / epsilon: (epsilon, delta)-DP (the pure part:
+      Ghosh, Roughgarden and Sundararajan 2009);
+    - discrete Gaussian with rho-zCDP for L2 sensitivity sqrt(k) C (Canonne, Kamath and
+      Steinke 2020, Theorem 14): rho-zCDP for P_both, hence (epsilon(rho, delta'), delta' +
+      delta)-DP for any delta' (Bun and Steinke 2016; Canonne, Kamath and Steinke 2020).
+
+    That is the analysis of Wilson, Zhang, Lam, Desfontaines, Simmons-Marengo and Gipson,
+    "Differentially private SQL with bounded user contribution" (PoPETs 2020, Section 4) and of
+    OpenDP's thresholded counts (Rogers 2023, "A unifying privacy analysis framework for unknown
+    domain algorithms"). tau is the least integer with P[Z >= tau - C] <= delta_k =
+    1 - (1 - delta)^(1/k), from rigorous upper bounds on the tail (``_tails``); a partition
+    backed by one unit (count <= C) is released with probability at most delta_k <= delta (the
+    Escargots guarantee of ``OptimalPartitionSelection``).
+
+    Events (``events``): the selection as ``ApproxDPEvent(0, delta)`` and the noise's own
+    guarantee (``PureDPEvent(epsilon)`` or ``ZCDPEvent(rho)``); their basic composition is the
+    guarantee above. A zCDP budget cannot account the delta part, so it refuses these.
+
+    Note on OpenDP 0.16 (measured, ``benchmarks/README.md``): its low-level
+    ``make_laplace_threshold(scale=1, threshold=2)`` releases a partition of count 1 in 26.9% of
+    draws (P[Z >= 1]) while its privacy map states delta = P[Z >= 2] = 0.099, one step further
+    out than this analysis (its Context API, which picks the threshold itself, releases as this
+    class does).
+    """
+
+    #: The value ``release`` gives a partition that is not released.
+    DROPPED = -1
+
+    def __init__(self, *, noise: DiscreteLaplace | DiscreteGaussian, contribution: int,
+                 delta: float, max_partitions: int = 1, unit_weight: int = 1,
+                 source: RandomSource | None = None) -> None:
+        super().__init__(neighbouring=Neighbouring.ADD_REMOVE, source=source)
+        if not isinstance(noise, DiscreteLaplace | DiscreteGaussian):
+            raise ValueError("noise must be a DiscreteLaplace or a DiscreteGaussian mechanism")
+        if noise.neighbouring is not Neighbouring.ADD_REMOVE:
+            raise ValueError("count thresholding is stated for add/remove neighbouring only")
+        if isinstance(noise, DiscreteGaussian) and noise.rho is None:
+            raise ValueError("a Gaussian count threshold needs the noise calibrated by rho")
+        for name, value in (("contribution", contribution), ("unit_weight", unit_weight)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.noise = noise
+        self.contribution = int(contribution)
+        self.unit_weight = int(unit_weight)
+        self.delta = check_delta(delta)
+        self.max_partitions = _check_max_partitions(max_partitions)
+        self.partition_delta = per_partition_delta(self.delta, self.max_partitions)
+        if not self.partition_delta < 0.5:
+            raise ValueError("delta is too large for count thresholding")
+        self.threshold = self.contribution + upper_tail_point(noise, self.partition_delta)
+
+    @property
+    def guarantee(self) -> ApproxDP:
+        """(epsilon, delta) under add/remove one unit (class docstring): the Laplace noise's
+        epsilon; for Gaussian noise, rho-zCDP converted at delta, plus delta for selection."""
+        if isinstance(self.noise, DiscreteLaplace):
+            return ApproxDP(self.noise.epsilon, self.delta)
+        assert self.noise.rho is not None
+        return ApproxDP(zcdp_to_epsilon(self.noise.rho, self.delta), 2 * self.delta)
+
+    @property
+    def events(self) -> tuple[DpEvent, DpEvent]:
+        """The selection's delta and the noise's guarantee, in that order (class docstring)."""
+        noise: DpEvent
+        if isinstance(self.noise, DiscreteLaplace):
+            noise = PureDPEvent(self.noise.epsilon)
+        else:
+            assert self.noise.rho is not None
+            noise = ZCDPEvent(self.noise.rho)
+        return ApproxDPEvent(0.0, self.delta), noise
+
+    def add_noise(self, counts: Any) -> npt.NDArray[np.int64]:
+        """Every partition's noisy count (integer units), kept or not."""
+        values = _unit_counts(counts)
+        return np.asarray(self.noise.release(values), dtype=np.int64).reshape(values.shape)
+
+    def keep(self, noisy: npt.NDArray[np.int64]) -> BoolArray:
+        """Which noisy counts reach the threshold."""
+        return np.asarray(noisy >= self.threshold)
+
+    def release(self, x: Any) -> npt.NDArray[np.int64]:
+        """Noisy counts of the released partitions, ``DROPPED`` (-1) for the others."""
+        noisy = self.add_noise(x)
+        return np.where(self.keep(noisy), noisy, self.DROPPED)
+
+    def keep_probability(self, n: int) -> float:
+        """P[a partition of n units, one row each, is released] = P[Z >= tau - n W]."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        if n == 0:
+            return 0.0
+        tails = NoiseTails.of(self.noise)
+        return float(np.exp(tails.log_sf(np.array([self.threshold - n * self.unit_weight],
+                                                  dtype=np.float64)))[0])
+
+    def units_for_half(self) -> int:
+        """The fewest units (one row each) released with probability >= 1/2: ceil(tau / W),
+        as P[Z >= m] >= 1/2 exactly when m <= 0 for these symmetric integer noises."""
+        return max(1, -(-self.threshold // self.unit_weight))
+
+    def __repr__(self) -> str:
+        return (f"CountThreshold(noise={self.noise!r}, threshold={self.threshold}, "
+                f"delta={self.delta!r}, max_partitions={self.max_partitions!r})")
