@@ -240,14 +240,15 @@ def test_the_curator_on_spark_releases_what_the_curator_on_duckdb_releases(
     sql = ("SELECT g, COUNT(*) AS n, SUM(v) AS s, AVG(w) AS m, VARIANCE(w) AS var, "
            "COUNT(DISTINCT uid) AS u FROM data GROUP BY g")
     options: dict[str, Any] = dict(
-        privacy_unit="uid", budget=dp.ApproxDP(10.0, 1e-5), bounds={"v": (0, 100), "w": (0, 40)},
+        privacy_unit="uid", budget=dp.ApproxDP(50.0, 1e-5), bounds={"v": (0, 100), "w": (0, 40)},
         max_partitions=2, max_rows_per_partition=3, check_nan=False)
     releases = []
     for curator in (dp.Curator(contract.duckdb_engine(df), source=dp.noise.SeededRandom(5),
                                **options),
                     dp.Curator.from_spark(spark_frame(spark, df),
                                           source=dp.noise.SeededRandom(5), **options)):
-        releases.append(curator.sql(sql, epsilon=4.0, delta=1e-6))
+        # epsilon 20: every partition (about 27 units after the cap) passes the selection
+        releases.append(curator.sql(sql, epsilon=20.0, delta=1e-6))
         curator.close()
     assert releases[0].keys == releases[1].keys and releases[0].keys
     for name in releases[0].values:

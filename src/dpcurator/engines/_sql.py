@@ -963,9 +963,10 @@ class _Builder:
         sums: list[exp.Expr] = [alias(self.d.exact_sum(col(f"__m{j}")), f"__m{j}")
                                       for j in range(len(q.measures))]
         if q.selection_units:
-            # one row per kept pair, or (per kept row) the pair's row of rank 1
+            # one row per kept pair, or (per kept row) the pair's row of rank 1; without a
+            # unit column each row is its own unit
             counted: exp.Expr = exp.Count(this=exp.Star())
-            if per_row:
+            if per_row and q.unit is not None:
                 counted = exp.Filter(this=counted, expression=exp.Where(
                     this=exp.EQ(this=col("__rr"), expression=num(1))))
             sums.append(alias(counted, "__units"))
