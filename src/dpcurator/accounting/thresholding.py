@@ -10,8 +10,11 @@ readings of delta agree at the Laplace's epsilon. ``ThresholdedHistogram`` compu
 every epsilon, over every pair of neighbours (add or remove one person, who adds 1 to one
 category's count).
 
-The curator selects partitions differently: ``dpcurator.mechanisms.partition_selection`` keeps a
-partition backed by n units with probability pi(n), the largest keep function that
+When a query releases a count, the curator thresholds that noisy count itself
+(``dpcurator.mechanisms.partition_selection.CountThreshold``): the thresholded histogram above,
+with the count's own noise. Without a count it selects partitions differently: the optimal
+rule of ``dpcurator.mechanisms.partition_selection`` keeps a partition backed by n units with
+probability pi(n), the largest keep function that
 (epsilon, delta)-*approximate* DP allows (Desfontaines, Voss, Gipson and Mandayam,
 "Differentially private partition selection", PoPETs 2022, Theorem 1). It spends delta at every
 step of the ramp pi(n) = e^eps pi(n - 1) + delta: the loss of a keep is ln(e^eps + delta /
