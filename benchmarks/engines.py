@@ -232,15 +232,19 @@ def section_script(script: str, rows: int, repeats: int, folder: Path) -> dict[s
     return report
 
 
-def section_tumult(python: str, rows: int) -> float:
-    """Tumult Analytics' time for the question (benchmarks/query.py's child, its own env)."""
+def section_tumult(python: str, rows: int, driver_memory: str) -> float | None:
+    """Tumult Analytics' time for the question (benchmarks/query.py's child, its own env,
+    its Spark driver given ``driver_memory``); None, with the reason printed, if it fails."""
+    env = {**os.environ,
+           "PYSPARK_SUBMIT_ARGS": f"--driver-memory {driver_memory} pyspark-shell"}
     done = subprocess.run([python, str(HERE / "query.py"), "--tumult-child", "--rows",
                            str(rows), "--units", str(max(1, rows // 10)), "--categories",
                            "1000", "--threads", "2"], capture_output=True, text=True,
-                          timeout=7200)
+                          timeout=7200, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"Tumult failed:\n{done.stderr[-3000:]}")
+        print(f"Tumult failed: {done.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
     return float(json.loads(lines[-1])["seconds"])
 
 
@@ -272,6 +276,8 @@ def summary(report: dict[str, Any]) -> None:
                 if case.startswith("dpcurator"):
                     line(engine, int(rows), case, c["x_two_level"], c["paired"])
     for rows, seconds in report.get("tumult", {}).items():
+        if seconds is None:
+            continue
         ours = report["spark"][rows]["cases"]["dpcurator (public keys)"]["median_s"]
         print(f"\nTumult Analytics, {int(rows):,} rows: {seconds:.1f}s; dpcurator on Spark "
               f"(public keys) {ours:.1f}s: {seconds / ours:.1f}x faster (target >= 10x)")
@@ -296,6 +302,7 @@ def main() -> None:
     parser.add_argument("--postgres-rows", type=str, default="1000000,10000000")
     parser.add_argument("--spark-rows", type=str, default="10000000")
     parser.add_argument("--tumult-python", type=str, default=None)
+    parser.add_argument("--tumult-driver-memory", type=str, default="8g")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", type=str, default="duckdb,scale,postgres,spark")
@@ -327,7 +334,7 @@ def main() -> None:
                     if engine == "spark" and args.tumult_python:
                         print(f"tumult: {rows:,} rows ...", flush=True)
                         report.setdefault("tumult", {})[rows] = section_tumult(
-                            args.tumult_python, rows)
+                            args.tumult_python, rows, args.tumult_driver_memory)
     summary(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str))
