@@ -1,7 +1,8 @@
 """DP-SGD on CPU: dpcurator.learn against non-private training and Opacus (sklearn digits).
 
-    .bench-venv/bin/python benchmarks/dpsgd.py                      # about 10 minutes, 2 cores
+    .bench-venv/bin/python benchmarks/dpsgd.py                      # about 7 minutes, 2 cores
     .bench-venv/bin/python benchmarks/dpsgd.py --quick              # about a minute
+    .bench-venv/bin/python benchmarks/dpsgd.py --skip-accuracy --phases   # step time, profile
     .bench-venv/bin/python benchmarks/dpsgd.py --json benchmarks/results/dpsgd.json
 
 Two models on sklearn's digits (1,797 8x8 images, a fixed split of 1,437 to train and 360 to
@@ -11,9 +12,13 @@ comparison does not depend on how each library parallelises tiny kernels.
 
 1. Step time: forward, backward and optimizer step on the same batch of 256 examples,
    non-private, dpcurator (secure noise, the default source) and Opacus (its default hooks),
-   timed round-robin for ``--repeats`` rounds of ``--steps`` steps each. Target: dpcurator
-   <= 1.5x the non-private step. ``paired`` is the median over rounds of the ratio within a
-   round, steadier on a loaded machine than the ratio of medians.
+   timed round-robin for ``--repeats`` rounds of ``--steps`` steps each (by default, as
+   many as make a non-private round last ``--round-seconds``). Target: dpcurator <= 1.5x
+   the non-private step. ``paired`` is the median over rounds of the ratio within a round,
+   steadier on a loaded machine than the ratio of medians; ``cpu`` is the same ratio in this
+   thread's CPU time, which other processes do not inflate. ``--phases`` adds a profile:
+   the CPU time of each phase of a step (dpcurator's optimizer step split into clipping and
+   exact sum, noise and release, and the wrapped optimizer's step).
 2. Accuracy at epsilon = 1, 3, 8 (delta = 1e-5): each library chooses its noise multiplier
    for the target with its own accountant (dpcurator: PLD; Opacus: its default, PRV), then
    trains ``--epochs`` epochs with the same model, initialisation, optimizer (SGD, the same
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import time
@@ -138,20 +144,87 @@ def step_cases(kind: str, train: TensorDataset) -> dict[str, Callable[[], None]]
     return cases
 
 
-def time_steps(cases: dict[str, Callable[[], None]], repeats: int, steps: int
-               ) -> dict[str, list[float]]:
-    """Seconds per step, per round, every case timed once per round (round-robin)."""
-    for step in cases.values():  # warm-up: tables, lazy imports, allocator
-        for _ in range(5):
+def time_steps(cases: dict[str, Callable[[], None]], repeats: int, steps: int,
+               round_seconds: float) -> tuple[int, dict[str, dict[str, list[float]]]]:
+    """Seconds per step, per round, wall-clock and this thread's CPU time, every case timed
+    once per round (round-robin). ``steps`` 0: as many as make a non-private round last
+    ``round_seconds`` (at least 20)."""
+    for step in cases.values():  # warm-up: tables, compiled kernels, lazy imports, allocator
+        for _ in range(10):
             step()
-    times: dict[str, list[float]] = {name: [] for name in cases}
+    if steps <= 0:
+        start = time.perf_counter()
+        for _ in range(20):
+            cases["non-private"]()
+        steps = max(20, math.ceil(round_seconds / ((time.perf_counter() - start) / 20)))
+    times: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []}
+                                                for name in cases}
     for _ in range(repeats):
         for name, step in cases.items():
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.thread_time()
             for _ in range(steps):
                 step()
-            times[name].append((time.perf_counter() - start) / steps)
-    return times
+            times[name]["cpu"].append((time.thread_time() - cpu) / steps)
+            times[name]["wall"].append((time.perf_counter() - wall) / steps)
+    return steps, times
+
+
+def _paired(values: list[float], base: list[float]) -> float:
+    return statistics.median(v / b for v, b in zip(values, base, strict=True))
+
+
+def phase_times(kind: str, train: TensorDataset, repeats: int, steps: int
+                ) -> dict[str, dict[str, float]]:
+    """CPU seconds per step in each phase of a step, median over rounds, non-private and
+    dpcurator (its optimizer's step split into its stages) timed in alternate rounds."""
+    x, y = train.tensors[0][:BATCH], train.tensors[1][:BATCH]
+    loss_fn = nn.CrossEntropyLoss()
+    torch.manual_seed(0)
+    plain = MODELS[kind]()
+    plain_optimizer = sgd(plain, kind)
+    torch.manual_seed(0)
+    model = MODELS[kind]()
+    model, optimizer, _ = PrivacyEngine().make_private(
+        module=model, optimizer=sgd(model, kind), data_loader=DataLoader(train, batch_size=BATCH),
+        noise_multiplier=1.0, delta=DELTA, max_grad_norm=CLIP)
+    # Each stage gets what the one before returned (the forward pass returns the loss).
+    stages: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {"non-private": [
+        ("zero_grad", lambda _: plain_optimizer.zero_grad()),
+        ("forward", lambda _: loss_fn(plain(x), y)),
+        ("backward", lambda loss: loss.backward()),
+        ("optimizer", lambda _: plain_optimizer.step()),
+    ], "dpcurator": [
+        ("zero_grad", lambda _: optimizer.zero_grad()),
+        ("forward", lambda _: loss_fn(model(x), y)),
+        ("backward", lambda loss: loss.backward()),
+        ("clip and exact sum", lambda _: optimizer.accumulate()),
+        ("noise and release", lambda _: optimizer.add_noise()),
+        ("optimizer", lambda _: optimizer.original_optimizer.step()),
+    ]}
+    size = sum(p.numel() for p in optimizer.params)
+    draw = "(of which the noise draw)"  # timed apart, in a loop of its own
+    spent: dict[str, dict[str, list[float]]] = {
+        case: {name: [] for name, _ in plan} for case, plan in stages.items()}
+    spent["dpcurator"][draw] = []
+    for rnd in range(repeats + 1):  # the first round warms up
+        for case, plan in stages.items():
+            totals = dict.fromkeys(spent[case], 0.0)
+            for _ in range(steps):
+                value = None
+                for name, run in plan:
+                    start = time.thread_time()
+                    value = run(value)
+                    totals[name] += time.thread_time() - start
+            if case == "dpcurator":
+                start = time.thread_time()
+                for _ in range(steps):
+                    optimizer._noise.sample(size)
+                totals[draw] = time.thread_time() - start
+            if rnd:
+                for name, total in totals.items():
+                    spent[case][name].append(total / steps)
+    return {case: {name: statistics.median(v) for name, v in phases.items()}
+            for case, phases in spent.items()}
 
 
 # --- accuracy -------------------------------------------------------------------------------------
@@ -229,7 +302,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--epsilons", default="1,3,8")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds")
-    parser.add_argument("--steps", type=int, default=20, help="steps per timed round")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="steps per timed round (default: rounds of --round-seconds)")
+    parser.add_argument("--round-seconds", type=float, default=0.2,
+                        help="length of a non-private round when --steps is not given")
+    parser.add_argument("--phases", action="store_true",
+                        help="also the CPU time of each phase of a step (a profile)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--models", default="MLP,CNN")
     parser.add_argument("--skip-accuracy", action="store_true")
@@ -252,21 +330,34 @@ def main() -> None:
     }
 
     print(f"Step time, batch {BATCH}, {args.threads} thread(s), median of {args.repeats} "
-          f"rounds of {args.steps} steps (ms); ratios to the non-private step")
-    print(f"{'model':6} {'case':12} {'ms/step':>9} {'x plain':>8} {'paired':>7}")
+          "rounds (ms of wall-clock time); ratios to the non-private step: of the medians, "
+          "paired (median of the ratios within a round) and paired in this thread's CPU time")
+    print(f"{'model':6} {'case':12} {'ms/step':>9} {'x plain':>8} {'paired':>7} {'cpu':>6}")
     for kind in kinds:
-        times = time_steps(step_cases(kind, train_set), args.repeats, args.steps)
-        base = statistics.median(times["non-private"])
-        report["step_time"][kind] = {"seconds": times}
+        steps, times = time_steps(step_cases(kind, train_set), args.repeats, args.steps,
+                                  args.round_seconds)
+        base = times["non-private"]
+        base_median = statistics.median(base["wall"])
+        report["step_time"][kind] = {"seconds": times, "steps_per_round": steps}
         for name, values in times.items():
-            median = statistics.median(values)
-            paired = statistics.median(v / b for v, b in zip(values, times["non-private"],
-                                                              strict=True))
-            report["step_time"][kind][name] = {"median": median, "ratio": median / base,
-                                               "paired": paired}
-            print(f"{kind:6} {name:12} {median * 1e3:9.3f} {median / base:8.2f} {paired:7.2f}")
+            median = statistics.median(values["wall"])
+            paired = _paired(values["wall"], base["wall"])
+            paired_cpu = _paired(values["cpu"], base["cpu"])
+            report["step_time"][kind][name] = {
+                "median": median, "ratio": median / base_median, "paired": paired,
+                "paired_cpu": paired_cpu}
+            print(f"{kind:6} {name:12} {median * 1e3:9.3f} {median / base_median:8.2f} "
+                  f"{paired:7.2f} {paired_cpu:6.2f}")
         verdict = report["step_time"][kind]["dpcurator"]["paired"] <= 1.5
-        print(f"{kind:6} target dpcurator <= 1.5x non-private: {'PASS' if verdict else 'FAIL'}")
+        print(f"{kind:6} target dpcurator <= 1.5x non-private: {'PASS' if verdict else 'FAIL'} "
+              f"({steps} steps a round)")
+        if args.phases:
+            phases = phase_times(kind, train_set, args.repeats, steps)
+            report["step_time"][kind]["phases"] = phases
+            for case, spent in phases.items():
+                total = sum(v for k, v in spent.items() if not k.startswith("("))
+                print(f"{kind:6} {case:12} phases, CPU ms/step (total {total * 1e3:.3f}): "
+                      + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in spent.items()))
 
     if args.skip_accuracy:
         _finish(report, args.json)

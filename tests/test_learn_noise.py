@@ -36,7 +36,8 @@ def _bin_probabilities(sigma: float) -> npt.NDArray[np.float64]:
     weights = np.exp(-(y * y) / (2 * sigma * sigma))
     weights /= weights.sum()
     index = np.searchsorted(_EDGES * sigma, y, side="left")
-    return np.bincount(index, weights=weights, minlength=len(_EDGES) + 1)
+    counts = np.bincount(index, weights=weights, minlength=len(_EDGES) + 1)
+    return counts.astype(np.float64)
 
 
 def _worst_binomial_p(values: npt.NDArray[np.int64], sigma: float) -> float:

@@ -12,7 +12,8 @@
 Needs the extra ``pip install 'dpcurator[learn]'`` (PyTorch). ``import dpcurator.learn`` alone
 does not import PyTorch: its names load on first use (``dpcurator._lazy``).
 
-- ``PrivacyEngine``: ``make_private`` returns the module (with per-example gradient hooks), a
+- ``PrivacyEngine``: ``make_private`` returns the module (recording what per-example
+  gradients need: its ``nn.Linear`` and ``nn.Conv2d`` layers tapped, other layers hooked), a
   ``DPOptimizer`` and a ``DPDataLoader`` (Poisson sampling); ``epsilon()``; ``history``.
 - ``audit_dpsgd``: an empirical lower bound on a DP-SGD step's epsilon from canary gradients.
 - ``sample_wide_discrete_gaussian``: the exact, fast discrete Gaussian the noise comes from.

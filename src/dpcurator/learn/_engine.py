@@ -92,8 +92,13 @@ class PrivacyEngine:
         loss_reduction: str = "mean",
         max_physical_batch_size: int | None = None,
     ) -> tuple[nn.Module, DPOptimizer, DPDataLoader]:
-        """Return the module (with hooks that record per-example gradients), a private
+        """Return the module (recording what per-example gradients need), a private
         optimizer and a Poisson-sampling loader; train with them as usual.
+
+        The module is the one given, changed in place: its ``nn.Linear`` and ``nn.Conv2d``
+        layers become subclasses that skip the summed weight gradient (so their parameters'
+        ``.grad`` stay unset between ``backward()`` and ``step()``), other trainable layers
+        get hooks (``dpcurator.learn._grads``).
 
         Give ``noise_multiplier`` (sigma: noise standard deviation over the clipping bound), or
         ``target_epsilon`` with ``epochs`` to have sigma chosen by the accountant: the smallest

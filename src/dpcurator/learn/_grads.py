@@ -1,186 +1,279 @@
 """Per-example gradients, clipped and summed exactly in fixed point.
 
-``GradSampler`` attaches to a module. During the forward pass it keeps each trainable layer's
-input; during the backward pass, the gradient of the loss with respect to the layer's output
-(tensor hooks, so in-place activations after the layer are fine). At the optimizer's step it
-turns them into each example's gradient, one parameter at a time:
+``GradSampler`` attaches to a module and records, for every call of a trainable layer in a
+forward pass, the layer's input and the gradient of the loss with respect to its output:
 
-- ``nn.Linear`` on a batch of vectors: example i's weight gradient is the outer product
-  b_i a_i^T of its output gradient and its input, so its norm is |b_i| |a_i| and the clipped
-  sum is one matrix product; it is never materialized per example.
-- ``nn.Conv2d`` (ungrouped): the input unfolded into columns, one batched matrix product.
+- ``nn.Linear`` and ``nn.Conv2d`` (ungrouped, zero padding) are *tapped*: their class is
+  swapped for a subclass (as ``torch.nn.utils.parametrize`` does; ``remove()`` swaps it
+  back) whose forward, while gradients are recorded, computes with detached parameters and
+  records its output's gradient (``_tap``). Autograd then computes the input's gradient
+  only: the summed weight gradient that ordinary training computes, and DP-SGD would throw
+  away, is never computed, and the parameters' ``.grad`` stay unset until ``step()``.
+- every other layer is hooked: a forward hook keeps its input, a tensor hook its output's
+  gradient (autograd then also computes its summed gradient, unused).
+
+A recorded input changed in place before the step (its version counter moved) is refused.
+
+At the optimizer's step the records become each example's gradient, one unit at a time (a
+parameter, or a linear layer's weight and bias together), in the cheapest form:
+
+- ``nn.Linear`` on a batch of vectors: example i's gradient is the outer product
+  b_i [a_i, 1]^T of its output gradient and its input (with a 1 for the bias), of norm
+  |b_i| |[a_i, 1]|; it is never materialized, and the clipped sum is one matrix product;
+- ``nn.Linear`` on sequences: one batched product over the positions;
+- ``nn.Conv2d``: the input unfolded into columns (a compiled im2col), one batched product;
 - every other layer: ``torch.func.vmap`` over ``torch.func.grad`` of the layer's own function
-  (``functional_call`` with the captured input), which gives the per-example gradients of any
-  layer whose output row i depends only on input row i.
+  (``functional_call`` with the recorded input), for any layer whose output row i depends
+  only on input row i.
 
 Clipping (Abadi et al. 2016): example i's gradient is scaled by c_i = min(1, C / |g_i|), its
 norm taken over all parameters ("flat") or per parameter with bounds C_p, sum of C_p^2 = C^2
-("per-layer"). Each clipped gradient is then truncated toward zero onto the grid of step
-C 2^-40, as integers, and summed over the batch exactly:
+("per-layer"). The clipped gradient is put on the grid of step C 2^-40 as an integer vector
+z_i (``_kernels``: f_i = c_i 2^40 / C), and the batch's sum S = sum_i z_i is computed exactly.
 
-- truncation toward zero never increases a coordinate's magnitude, so a truncated gradient's
-  norm is at most its clipped norm: at most C. Norms are computed in float64 and the bound
-  used is C (1 - 2^-16), which covers every rounding error in computing them (relative errors
-  below 2^-30 for any layer with fewer than 2^20 ... 2^36 terms), so one example's
-  contribution to the sum is at most C in L2 norm, exactly;
-- the sum of integers below 2^53 is exact in float64 whatever the order of summation (BLAS,
-  threads): rows are summed 2^13 at a time (each entry at most 2^40), the partial sums
-  added in int64. So the batch's sum is an exact function of the examples, and adding or
-  removing one example changes it by that example's contribution, nothing more. (Outer
-  products truncate their two factors, which split the bits between them, so that each
-  product is an integer of magnitude at most 2^40.)
+Why one example moves S by at most C (the L2 sensitivity under add/remove of one example):
 
-So the summed gradient's L2 sensitivity under add/remove of one example is C, with no
-floating-point inflation. What is assumed: PyTorch computes example i's activations and
-output gradients from example i alone (row-wise kernels; layers that mix examples, such as
-batch normalization, are refused).
+1. z_i is a function of example i's records (a_i, b_i) and the bounds alone: so are its norm
+   and clip factor.
+2. |z_i| <= 2^40 (in grid units, that is C). Squared norms are sums of squares computed in
+   float64 (exact squares for float32 values), in any order: within a relative d 2^-53 of
+   the exact ones for d terms. With the few roundings after them (the clip factor, the grid
+   unit, the scaled entries, each within 2^-53), every ratio between what is computed and
+   the exact value stays within 1 + (d + 32) 2^-53, and the bound used, C (1 - 2^-16),
+   absorbs that for models of fewer than 2^32 entries (``DPOptimizer`` refuses larger ones).
+   Two forms of z_i:
+   - materialized gradients: z_ij = trunc(g_ij f_i); truncation toward zero never increases
+     a magnitude, so |z_i| <= f_i |g_i| up to those roundings, at most 2^40;
+   - outer products: z_i = v_i u_i^T with u_i = trunc([a_i, 1] t_i / |[a_i, 1]|) and
+     v_i = trunc(b_i t_i / |b_i|), t_i^2 = f_i |g_i|: a rank-one integer matrix of norm
+     |v_i| |u_i| <= t_i^2 <= 2^40 up to those roundings (truncating a factor never
+     increases its norm; each factor carries about 20 bits).
+   Per-layer clipping bounds each unit by 2^40 C_p / C; their root sum of squares is 2^40.
+3. S is exact. Integers are added in float64, at most 2^13 examples at a time: every entry
+   of every z_i is at most 2^40 in magnitude, so every partial sum, in any order, is an
+   integer below 2^53 and exactly representable; for outer products the entries of
+   sum_i v_i u_i^T come from one float64 matrix product (torch.mm) whose every term
+   v_io u_ik is an integer of magnitude at most |v_i| |u_i| <= 2^40 and whose every partial
+   sum (any blocking, any order, fused multiply-adds or not) stays below 2^53, so the
+   product is exact. Blocks of 2^13 examples are then added in int64 (a batch is at most
+   2^22 examples: below 2^62).
+4. An example whose gradient is not finite (an infinity or a NaN: its norm is not finite)
+   contributes exactly nothing, a function of itself alone.
+
+So S(D + x) - S(D) = z_x, of norm at most C, with no floating-point inflation. What is
+assumed: PyTorch computes example i's records (a_i, b_i) from example i alone (row-wise
+kernels; layers that mix examples, such as batch normalization, are refused). This is not
+checked: a kernel may round a row differently at another batch size, and under
+``loss_reduction="mean"`` each b_i is computed divided by the batch size and multiplied back.
 """
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
-from numba import njit
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from dpcurator.errors import UserError
+from dpcurator.learn import _kernels
+from dpcurator.learn._kernels import GRID_BITS, ROWS
 
-__all__ = ["GRID_BITS", "GradSampler", "clip_factors"]
+__all__ = [
+    "CLIP_MARGIN", "GRID_BITS", "MAX_BATCH", "MAX_ENTRIES", "GradSampler", "PerExample",
+    "Workspace", "clip_factors",
+]
 
-#: Clipped gradients are summed on a grid of step C 2^-GRID_BITS.
-GRID_BITS = 40
 #: The clipping bound used, as a fraction of the stated one: covers rounding in the norms.
 CLIP_MARGIN = 1.0 - 2.0**-16
-#: Rows summed at once in float64: at most 2^13 integers of magnitude 2^40 stay below 2^53.
-_ROWS = 1 << (53 - GRID_BITS)
 #: Examples in one logical batch: their int64 sum stays below 2^62 (the noise fits on top).
 MAX_BATCH = 1 << (62 - GRID_BITS)
+#: Trainable entries of a model: CLIP_MARGIN covers the rounding of norms of fewer terms.
+MAX_ENTRIES = 1 << 32
 
 _MIXING_LAYERS = (
     nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
     nn.LazyBatchNorm1d, nn.LazyBatchNorm2d, nn.LazyBatchNorm3d,
 )
 
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+
+
+def clip_factors(squared: Floats, bound: float) -> Floats:
+    """min(1, bound * CLIP_MARGIN / norm) per example, in float64 (1 for a zero gradient;
+    0 or NaN, so that the example contributes nothing, for a norm that is not finite)."""
+    factors = np.empty_like(squared)
+    _kernels.clip(squared, bound * CLIP_MARGIN, factors)
+    return factors
+
+
+def _array(t: Tensor) -> npt.NDArray[Any]:
+    """A C-contiguous float32 or float64 numpy view (or copy) of a CPU tensor."""
+    if t.dtype not in (torch.float32, torch.float64):
+        t = t.to(torch.float32)
+    return np.ascontiguousarray(t.detach().numpy())
+
+
+class Workspace:
+    """Scratch arrays kept from step to step, so that a step does not allocate (and fault
+    in) megabytes of fresh memory.
+
+    ``get(key, shape, dtype)`` returns a tensor of that shape, and a numpy view of it: the
+    first rows of one buffer per key, trailing shape and dtype, which grows (by a quarter at
+    least) when a batch is larger than any before. Its contents are whatever the last user
+    left; it is valid until the next ``get`` with the same key.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[Any, ...], tuple[Tensor, npt.NDArray[Any]]] = {}
+
+    def get(self, key: Any, shape: tuple[int, ...], dtype: torch.dtype
+            ) -> tuple[Tensor, npt.NDArray[Any]]:
+        rows, rest = shape[0], shape[1:]
+        found = self._held.get((key, rest, dtype))
+        if found is None or found[0].shape[0] < rows:
+            capacity = rows if found is None else max(rows, found[0].shape[0] * 5 // 4)
+            t = torch.empty((capacity, *rest), dtype=dtype)
+            found = self._held[(key, rest, dtype)] = (t, t.numpy())
+        return found[0][:rows], found[1][:rows]
+
 
 class PerExample:
-    """Per-example gradients of some parameters for one batch, in whatever form is cheapest."""
+    """Per-example gradients of one unit (one or two parameters) for one batch."""
 
     params: tuple[nn.Parameter, ...]
 
-    def squared_norms(self) -> Tensor:
-        """(B,) float64: an upper bound on each example's squared gradient norm (exact up to
-        the float64 rounding that CLIP_MARGIN covers)."""
+    @property
+    def size(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+    def squared_norms(self) -> Floats:
+        """(B,) float64, a fresh array: an upper bound on each example's squared gradient
+        norm (exact up to the relative rounding that CLIP_MARGIN covers)."""
         raise NotImplementedError
 
-    def clipped_sum(self, factors: Tensor) -> Tensor:
-        """The exact sum over examples of their truncated, scaled gradients: one flat int64
-        vector, the parameters' entries in order.
-
-        ``factors`` (B,) float64 is c_i 2^GRID_BITS / C: the clip and the grid in one.
-        """
+    def add_clipped_sum(self, factors: Floats, total: Ints, work: Workspace | None = None
+                        ) -> None:
+        """total += the exact sum over examples of their truncated, scaled gradients: int64,
+        the parameters' entries in order. ``factors`` (B,) is c_i 2^GRID_BITS / C."""
         raise NotImplementedError
 
+    def gradients(self) -> list[Tensor]:
+        """Each parameter's per-example gradients (B, *shape), float64: the plain reference
+        (used where a layer is called twice in one pass, and by tests)."""
+        raise NotImplementedError
 
-#: float32 norms are used (and bounded) up to this many entries per example.
-_FLOAT32_NORM_MAX = 1 << 20
+    def clipped_sum(self, factors: Floats) -> Ints:
+        """The exact sum alone (a fresh int64 vector)."""
+        total = np.zeros(self.size, dtype=np.int64)
+        self.add_clipped_sum(factors, total)
+        return total
 
 
 @dataclass
 class Materialized(PerExample):
-    """Per-example gradients of one parameter, held as a (B, *shape) tensor."""
+    """Per-example gradients of one unit: ``scale`` times a held (B, ...) tensor.
+
+    ``order``: where the held entries (flattened per example) are not the unit's parameters'
+    entries in order, the gather that puts them in order (unit = held[order]).
+    """
 
     params: tuple[nn.Parameter, ...]
     grads: Tensor
+    scale: float = 1.0
+    order: npt.NDArray[np.intp] | None = None
 
-    def squared_norms(self) -> Tensor:
-        flat = self.grads.reshape(self.grads.shape[0], -1)
-        size = flat.shape[1]
-        if flat.dtype == torch.float32 and size <= _FLOAT32_NORM_MAX:
-            # A float32 norm of d terms, summed in any order, is within a relative (d + 2) 2^-24
-            # of the true one; divided by 1 - (d + 2) 2^-23 it is an upper bound.
-            norms = torch.linalg.vector_norm(flat, dim=1).to(torch.float64)
-            upper = norms / (1.0 - (size + 2) * 2.0**-23)
-            if bool(torch.isfinite(upper).all()):
-                squared: Tensor = upper.square()
-                return squared
-        return flat.to(torch.float64).square().sum(dim=1)
+    def _flat(self) -> npt.NDArray[Any]:
+        return _array(self.grads).reshape(self.grads.shape[0], -1)
 
-    def clipped_sum(self, factors: Tensor) -> Tensor:
-        flat = self.grads.reshape(self.grads.shape[0], -1)
-        if flat.dtype not in (torch.float32, torch.float64):
-            flat = flat.to(torch.float64)
-        total = np.zeros(flat.shape[1], dtype=np.int64)
-        _truncated_sum(flat.contiguous().numpy(), factors.contiguous().numpy(), total)
-        return torch.from_numpy(total)
+    def squared_norms(self) -> Floats:
+        flat = self._flat()
+        squared = np.empty(flat.shape[0], dtype=np.float64)
+        _kernels.squares(flat, squared, False)
+        if self.scale != 1.0:
+            squared *= self.scale * self.scale
+        return squared
+
+    def add_clipped_sum(self, factors: Floats, total: Ints, work: Workspace | None = None
+                        ) -> None:
+        flat = self._flat()
+        if self.scale != 1.0:
+            factors = factors * self.scale
+        if self.order is None:
+            _kernels.truncated_sum(flat, factors, total)
+            return
+        held = np.zeros(flat.shape[1], dtype=np.int64)
+        _kernels.truncated_sum(flat, factors, held)
+        total += held[self.order]
+
+    def gradients(self) -> list[Tensor]:
+        flat = self.grads.reshape(self.grads.shape[0], -1).to(torch.float64) * self.scale
+        if self.order is not None:
+            flat = flat[:, torch.from_numpy(self.order)]
+        sizes = [p.numel() for p in self.params]
+        return [g.reshape(-1, *p.shape)
+                for p, g in zip(self.params, torch.split(flat, sizes, dim=1), strict=True)]
 
 
-@dataclass
 class OuterProduct(PerExample):
-    """A linear layer's weight (and bias) gradients b_i [a_i, 1]^T, never materialized."""
+    """A linear layer's weight (and bias) gradients scale b_i [a_i, 1]^T, never materialized.
 
-    params: tuple[nn.Parameter, ...]  # the weight, then the bias if it is trainable
-    backprops: Tensor  # (B, out) float64
-    activations: Tensor  # (B, in), with a column of ones for the bias; float64
-    _norms: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
-
-    def _factor_norms(self) -> tuple[Tensor, Tensor]:
-        if self._norms is None:
-            self._norms = (
-                torch.linalg.vector_norm(self.backprops, dim=1),
-                torch.linalg.vector_norm(self.activations, dim=1),
-            )
-        return self._norms
-
-    def squared_norms(self) -> Tensor:
-        nb, na = self._factor_norms()
-        return (nb * na).square()
-
-    def clipped_sum(self, factors: Tensor) -> Tensor:
-        nb, na = self._factor_norms()
-        # With t_i = sqrt(f_i |b_i| |a_i|): U_i = trunc(a_i t_i / |a_i|), V_i = trunc(b_i t_i /
-        # |b_i|), so |U_i| |V_i| <= t_i^2 = f_i |g_i| <= 2^40 bounds every entry of V_i U_i^T,
-        # and each factor carries about half of the bits.
-        t = (factors * na * nb).sqrt()
-        u = (self.activations * torch.where(na > 0, t / na, 0.0)[:, None]).trunc_()
-        v = (self.backprops * torch.where(nb > 0, t / nb, 0.0)[:, None]).trunc_()
-        total = torch.zeros((v.shape[1], u.shape[1]), dtype=torch.int64)
-        for start in range(0, u.shape[0], _ROWS):
-            rows = slice(start, start + _ROWS)
-            total += (v[rows].T @ u[rows]).to(torch.int64)  # integers, exact below 2^53
-        if len(self.params) == 1:
-            return total.reshape(-1)
-        return torch.cat([total[:, :-1].reshape(-1), total[:, -1]])
-
-
-@njit(cache=True, nogil=True)
-def _truncated_sum(grads, factors, total):  # type: ignore[no-untyped-def]
-    """total += sum_i trunc(float64(grads[i]) * factors[i]), exactly, in one pass.
-
-    Rows are added in float64 (exact: at most 2^13 integers of magnitude 2^40 stay below
-    2^53), and every 2^13 rows the partial sums move into the int64 total.
+    ``params``: the weight, then the bias if it is fused in. ``activations`` (B, in) and
+    ``backprops`` (B, out); ``scale``: the loss reduction's batch size, or 1.
     """
-    rows, cols = grads.shape
-    partial = np.zeros(cols, dtype=np.float64)
-    for start in range(0, rows, _ROWS):
-        stop = min(rows, start + _ROWS)
-        partial[:] = 0.0
-        for i in range(start, stop):
-            f = factors[i]
-            for j in range(cols):
-                partial[j] += np.trunc(np.float64(grads[i, j]) * f)
-        for j in range(cols):
-            total[j] += np.int64(partial[j])
 
+    def __init__(self, params: tuple[nn.Parameter, ...], activations: Tensor,
+                 backprops: Tensor, scale: float) -> None:
+        self.params = params
+        self.activations, self.backprops, self.scale = activations, backprops, scale
+        self._a, self._b = _array(activations), _array(backprops)
+        self._squares: tuple[Floats, Floats] | None = None
 
-def clip_factors(squared: Tensor, bound: float) -> Tensor:
-    """min(1, bound * CLIP_MARGIN / norm) per example, in float64 (1 for a zero gradient)."""
-    norms = squared.sqrt()
-    return torch.clamp(bound * CLIP_MARGIN / norms, max=1.0)
+    def _factor_squares(self) -> tuple[Floats, Floats]:
+        """|[a_i, 1]|^2 and |b_i|^2 (unscaled), computed once."""
+        if self._squares is None:
+            n = self._a.shape[0]
+            a2, b2 = np.empty(n), np.empty(n)
+            _kernels.outer_squares(self._a, self._b, len(self.params) == 2, a2, b2)
+            self._squares = (a2, b2)
+        return self._squares
+
+    def squared_norms(self) -> Floats:
+        a2, b2 = self._factor_squares()
+        squared: Floats = a2 * b2 * (self.scale * self.scale)
+        return squared
+
+    def add_clipped_sum(self, factors: Floats, total: Ints, work: Workspace | None = None
+                        ) -> None:
+        a, b = self._a, self._b
+        a2, b2 = self._factor_squares()
+        work = Workspace() if work is None else work
+        (n, n_in), n_out = a.shape, b.shape[1]
+        width = n_in + (len(self.params) == 2)
+        u_t, u = work.get("u", (n, width), torch.float64)
+        v_t, v = work.get("v", (n, n_out), torch.float64)
+        _kernels.outer_factors(a, b, a2, b2, self.scale, factors, u, v)
+        product_t, product = work.get("product", (width, n_out), torch.float64)
+        for start in range(0, n, ROWS):  # exact integers: at most ROWS examples at a time
+            rows = slice(start, start + ROWS)
+            torch.mm(u_t[rows].T, v_t[rows], out=product_t)  # sum_i u_i v_i^T
+            _kernels.add_outer(product, total, n_in)
+
+    def gradients(self) -> list[Tensor]:
+        a = self.activations.to(torch.float64)
+        b = self.backprops.to(torch.float64) * self.scale
+        grads = [torch.einsum("bo,bi->boi", b, a)]
+        if len(self.params) == 2:
+            grads.append(b)
+        return grads
 
 
 @dataclass
@@ -188,7 +281,13 @@ class _Use:
     """One call of a layer in a forward pass: its input, and later its output's gradient."""
 
     activation: Tensor
+    version: int  # the input's version counter then: a later in-place change is refused
     backprop: Tensor | None = None
+
+    def keep(self, backprop: Tensor) -> None:
+        """The output's gradient hook (twice for a graph run backward twice: they add)."""
+        done = backprop.detach()
+        self.backprop = done if self.backprop is None else self.backprop + done
 
 
 @dataclass
@@ -199,8 +298,125 @@ class _Layer:
     uses: list[_Use] = field(default_factory=list)
 
 
+# --- tapped layers --------------------------------------------------------------------------
+
+#: Tapped modules and the records their calls go to, both held weakly: a deep copy of a
+#: tapped module is not in it, and a module whose sampler is gone (its optimizer dropped) is
+#: no longer recorded; either computes as the plain layer does.
+_TAPS: weakref.WeakKeyDictionary[nn.Module, weakref.ref[_Layer]] = weakref.WeakKeyDictionary()
+
+
+def _tapped_layer(module: nn.Module) -> _Layer | None:
+    """The records of a tapped module's calls, if they are wanted now."""
+    if not torch.is_grad_enabled():
+        return None
+    ref = _TAPS.get(module)
+    return None if ref is None else ref()
+
+
+#: A constant that "needs" a gradient: the anchor of a tapped layer whose input needs none.
+_ANCHOR = torch.zeros((), requires_grad=True)
+
+
+class _Anchored(torch.autograd.Function):
+    """out = compute(x) for an x that needs no gradient, made to need one (through the
+    anchor) so that the backward pass reaches it; the backward records dL/dout and passes
+    nothing on. The output is a fresh tensor, so in-place operations on it stay legal."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, anchor: Tensor, compute: Callable[[Tensor], Tensor],
+                use: _Use) -> Tensor:
+        ctx.use = use
+        return compute(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[None, None, None, None]:
+        ctx.use.keep(grad_out)
+        return None, None, None, None
+
+
+def _tap(layer: _Layer, x: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
+    """out = compute(x), from detached parameters; keep x and the gradient reaching out.
+
+    With the parameters detached, autograd computes the input's gradient only. The output's
+    gradient is recorded by a tensor hook (which sees the output as it was, even if it is
+    changed in place later), or, when the input needs no gradient, by ``_Anchored``.
+    """
+    use = _Use(x.detach(), x._version)
+    layer.uses.append(use)
+    if x.requires_grad:
+        out = compute(x)
+        out.register_hook(use.keep)  # type: ignore[no-untyped-call]
+        return out
+    anchored: Tensor = _Anchored.apply(x, _ANCHOR, compute, use)  # type: ignore[no-untyped-call]
+    return anchored
+
+
+def _detached(param: Tensor | None) -> Tensor | None:
+    return None if param is None else param.detach()
+
+
+def _unbatched(module: nn.Module, shape: torch.Size) -> UserError:
+    return UserError(f"a {type(module).__name__} layer got an input of shape {tuple(shape)}; "
+                     "per-example gradients need the batch as the input's first dimension")
+
+
+class _TappedLinear(nn.Linear):
+    """nn.Linear whose summed weight gradient is never computed while it is made private."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        layer = _tapped_layer(self)
+        if layer is None:
+            return super().forward(input)
+        if input.dim() < 2:
+            raise _unbatched(self, input.shape)
+        weight, bias = self.weight.detach(), _detached(self.bias)
+        return _tap(layer, input, lambda x: F.linear(x, weight, bias))
+
+    def _get_name(self) -> str:
+        return "Linear"
+
+
+class _TappedConv2d(nn.Conv2d):
+    """nn.Conv2d whose summed weight gradient is never computed while it is made private."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        layer = _tapped_layer(self)
+        if layer is None:
+            return super().forward(input)
+        if not _tappable_conv(self):
+            raise UserError(f"layer {layer.name!r} was changed after make_private (grouped, or "
+                            "padding other than zeros); make the model private again")
+        if input.dim() != 4:
+            raise _unbatched(self, input.shape)
+        weight, bias = self.weight.detach(), _detached(self.bias)
+        stride, padding, dilation = self.stride, self.padding, self.dilation
+        return _tap(layer, input,
+                    lambda x: F.conv2d(x, weight, bias, stride, padding, dilation))
+
+    def _get_name(self) -> str:
+        return "Conv2d"
+
+
+def _tappable_conv(module: nn.Conv2d) -> bool:
+    return (module.groups == 1 and isinstance(module.padding, tuple)
+            and module.padding_mode == "zeros")
+
+
+def _tapped_class(module: nn.Module) -> type[nn.Module] | None:
+    """The tapped subclass for exactly nn.Linear or a tappable nn.Conv2d, else None."""
+    if type(module) is nn.Linear:
+        return _TappedLinear
+    if type(module) is nn.Conv2d and _tappable_conv(module):
+        return _TappedConv2d
+    return None
+
+
+# --- the sampler ----------------------------------------------------------------------------
+
+
 class GradSampler:
-    """Captures what each trainable layer of ``module`` needs for per-example gradients.
+    """Records what each trainable layer of ``module`` needs for per-example gradients.
 
     ``loss_reduction`` says how the loss combined the examples: "mean" (the gradients that
     reach the layers are divided by the batch size, which is undone) or "sum". ``fuse``
@@ -213,11 +429,12 @@ class GradSampler:
         if loss_reduction not in ("mean", "sum"):
             raise UserError(f"loss_reduction must be 'mean' or 'sum', got {loss_reduction!r}")
         self.loss_reduction = loss_reduction
-        self.fuse = fuse  # a linear layer's weight and bias as one clipped unit (flat clipping)
+        self.fuse = fuse
         self.module = module
         self.layers: list[_Layer] = []
         self._handles: list[Any] = []
-        for name, sub in module.named_modules():
+        self._tapped: list[tuple[nn.Module, type[nn.Module]]] = []
+        for name, sub in module.named_modules():  # check everything, then attach
             if isinstance(sub, _MIXING_LAYERS):
                 raise UserError(
                     f"module {name or type(sub).__name__!r} ({type(sub).__name__}) mixes the "
@@ -233,11 +450,17 @@ class GradSampler:
                     "own and trainable submodules; per-example gradients need each trainable "
                     "parameter to belong to a module whose children are frozen or parameter-free"
                 )
-            layer = _Layer(name, sub, own)
-            self.layers.append(layer)
-            self._handles.append(sub.register_forward_hook(self._capture(layer)))
+            self.layers.append(_Layer(name, sub, own))
         if not self.layers:
             raise UserError("module has no trainable parameters")
+        for layer in self.layers:
+            tapped = _tapped_class(layer.module)
+            if tapped is not None:
+                self._tapped.append((layer.module, type(layer.module)))
+                layer.module.__class__ = tapped
+                _TAPS[layer.module] = weakref.ref(layer)
+            else:
+                self._handles.append(layer.module.register_forward_hook(self._capture(layer)))
 
     def parameters(self) -> Iterator[nn.Parameter]:
         """The trainable parameters, in the order ``per_example`` returns them."""
@@ -245,10 +468,13 @@ class GradSampler:
             yield from layer.params.values()
 
     def _capture(self, layer: _Layer) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+        held = weakref.ref(layer)  # as for tapped layers: nothing is recorded once it is gone
+
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
             if not torch.is_grad_enabled() or not isinstance(output, Tensor):
                 return
-            if not output.requires_grad:
+            layer = held()
+            if layer is None or not output.requires_grad:
                 return
             if len(inputs) != 1 or not isinstance(inputs[0], Tensor):
                 raise UserError(
@@ -256,31 +482,33 @@ class GradSampler:
                     f"{len(inputs)} inputs; per-example gradients need layers with trainable "
                     "parameters to take one tensor"
                 )
-            use = _Use(inputs[0].detach())
+            use = _Use(inputs[0].detach(), inputs[0]._version)
             layer.uses.append(use)
-
-            def keep(backprop: Tensor) -> None:
-                use.backprop = backprop.detach()
-
-            output.register_hook(keep)  # type: ignore[no-untyped-call]
+            output.register_hook(use.keep)  # type: ignore[no-untyped-call]
 
         return hook
 
     def clear(self) -> None:
-        """Forget what was captured (after a step, or on ``zero_grad``)."""
+        """Forget what was recorded (after a step, or on ``zero_grad``)."""
         for layer in self.layers:
             layer.uses.clear()
 
     def remove(self) -> None:
-        """Detach from the module."""
+        """Detach from the module: hooks removed, tapped layers back to their own class."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for module, cls in self._tapped:
+            ref = _TAPS.get(module)
+            if ref is not None and any(ref() is layer for layer in self.layers):
+                del _TAPS[module]
+            module.__class__ = cls
+        self._tapped.clear()
         self.clear()
 
-    def per_example(self) -> tuple[int, list[PerExample]]:
+    def per_example(self, work: Workspace | None = None) -> tuple[int, list[PerExample]]:
         """The batch size and the per-example gradients of every trainable parameter, in the
-        order of ``parameters()``."""
+        order of ``parameters()`` (scratch arrays from ``work``, valid until its next use)."""
         batch: int | None = None
         out: list[PerExample] = []
         for layer in self.layers:
@@ -292,6 +520,12 @@ class GradSampler:
                     "freeze the layer (requires_grad=False)"
                 )
             for use in done:
+                if use.activation._version != use.version:
+                    raise UserError(
+                        f"the input of layer {layer.name!r} was changed in place after the "
+                        "layer used it; per-example gradients need it unchanged until "
+                        "optimizer.step() (avoid in-place operations such as relu_ on it)"
+                    )
                 size = use.activation.shape[0] if use.activation.dim() else -1
                 if batch is None:
                     batch = size
@@ -302,74 +536,116 @@ class GradSampler:
                         "trainable layer's input"
                     )
             scale = float(batch) if self.loss_reduction == "mean" and batch else 1.0
-            per_use = [_layer_per_example(layer, u, scale, self.fuse) for u in done]
+            per_use = [_layer_per_example(layer, u, scale, self.fuse,
+                                          work if len(done) == 1 else None) for u in done]
             if len(per_use) == 1:
                 out.extend(per_use[0])
             else:  # a layer called several times in one forward pass: gradients add up
                 for param in layer.params.values():
-                    total = sum(_materialize(parts, param) for parts in per_use)
+                    total = sum(_gradient_of(parts, param) for parts in per_use)
                     assert isinstance(total, Tensor)
                     out.append(Materialized((param,), total))
         assert batch is not None
         return batch, out
 
 
-def _materialize(parts: list[PerExample], param: nn.Parameter) -> Tensor:
+def _gradient_of(parts: list[PerExample], param: nn.Parameter) -> Tensor:
     """One parameter's per-example gradients (B, *shape), in float64."""
     for part in parts:
-        if not any(p is param for p in part.params):
-            continue
-        if isinstance(part, Materialized):
-            return part.grads.to(torch.float64)
-        assert isinstance(part, OuterProduct)
-        full = torch.einsum("bo,bi->boi", part.backprops, part.activations)
-        if part.params[0] is param:
-            return full[:, :, : param.shape[1]] if len(part.params) == 2 else full
-        return full[:, :, -1]
+        for p, grads in zip(part.params, part.gradients(), strict=True):
+            if p is param:
+                return grads
     raise AssertionError("parameter missing from its layer's gradients; this is a bug")
 
 
-def _layer_per_example(layer: _Layer, use: _Use, scale: float, fuse: bool
-                       ) -> list[PerExample]:
+def _layer_per_example(layer: _Layer, use: _Use, scale: float, fuse: bool,
+                       work: Workspace | None) -> list[PerExample]:
     assert use.backprop is not None
     module, a, b = layer.module, use.activation, use.backprop
+    weight = layer.params.get("weight")
+    bias = layer.params.get("bias")
     if isinstance(module, nn.Linear) and a.dim() == 2:
-        b64 = b.to(torch.float64) * scale
-        a64 = a.to(torch.float64)
-        weight = layer.params.get("weight")
-        bias = layer.params.get("bias")
-        parts: list[PerExample] = []
         if weight is not None and bias is not None and fuse:
-            ones = torch.ones((a64.shape[0], 1), dtype=torch.float64)
-            return [OuterProduct((weight, bias), b64, torch.cat([a64, ones], dim=1))]
+            return [OuterProduct((weight, bias), a, b, scale)]
+        parts: list[PerExample] = []
         if weight is not None:
-            parts.append(OuterProduct((weight,), b64, a64))
+            parts.append(OuterProduct((weight,), a, b, scale))
         if bias is not None:
-            parts.append(Materialized((bias,), b64))
+            parts.append(Materialized((bias,), b, scale))
         return parts
-    if (isinstance(module, nn.Conv2d) and module.groups == 1
-            and isinstance(module.padding, tuple) and module.padding_mode == "zeros"
-            and a.dim() == 4):
-        return _conv2d_per_example(layer, module, a, b * scale)
-    grads = _functorch_per_example(layer, a, b * scale)
-    return [Materialized((p,), g) for p, g in zip(layer.params.values(), grads, strict=True)]
+    if isinstance(module, nn.Linear) and a.dim() > 2:
+        # (B, T, in) and (B, T, out): sum over the positions T of the outer products.
+        a3 = a.reshape(a.shape[0], -1, a.shape[-1])
+        b3 = b.reshape(b.shape[0], -1, b.shape[-1])
+        parts = []
+        if weight is not None:
+            parts.append(Materialized((weight,), torch.bmm(b3.transpose(1, 2), a3), scale))
+        if bias is not None:
+            parts.append(Materialized((bias,), b3.sum(dim=1), scale))
+        return parts
+    if isinstance(module, nn.Conv2d) and _tappable_conv(module) and a.dim() == 4:
+        return _conv2d_per_example(layer, module, a, b, scale, fuse, work)
+    grads = _functorch_per_example(layer, a, b)
+    return [Materialized((p,), g, scale)
+            for p, g in zip(layer.params.values(), grads, strict=True)]
 
 
-def _conv2d_per_example(layer: _Layer, module: nn.Conv2d, a: Tensor, b: Tensor
-                        ) -> list[PerExample]:
-    """Per-example gradients of a 2-D convolution: unfold the input, one batched product."""
-    assert isinstance(module.padding, tuple)
-    columns = torch.nn.functional.unfold(
-        a, module.kernel_size, dilation=module.dilation, padding=module.padding,
-        stride=module.stride)  # (B, C_in k k, L)
-    backprops = b.reshape(b.shape[0], b.shape[1], -1)  # (B, C_out, L)
-    parts: list[PerExample] = []
-    for name, param in layer.params.items():
-        if name == "weight":
-            grads = torch.bmm(backprops, columns.transpose(1, 2)).reshape(-1, *param.shape)
-        else:
-            grads = backprops.sum(dim=2)
-        parts.append(Materialized((param,), grads))
+@functools.lru_cache(maxsize=64)
+def _conv_order(out_c: int, in_c: int, kh: int, kw: int, channels_inner: bool, bias: bool
+                ) -> npt.NDArray[np.intp]:
+    """The gather from a held (K [+ 1], out_c) layout to (weight, [bias]) order; K indexes
+    (ki, kj, c) when ``channels_inner``, else (c, ki, kj), and the bias is the last row."""
+    o, c, i, j = np.meshgrid(np.arange(out_c), np.arange(in_c), np.arange(kh), np.arange(kw),
+                             indexing="ij")
+    row = (i * kw + j) * in_c + c if channels_inner else (c * kh + i) * kw + j
+    order = (row * out_c + o).reshape(-1)
+    if bias:
+        order = np.concatenate([order, in_c * kh * kw * out_c + np.arange(out_c)])
+    return order.astype(np.intp)
+
+
+def _conv2d_per_example(layer: _Layer, module: nn.Conv2d, a: Tensor, b: Tensor, scale: float,
+                        fuse: bool, work: Workspace | None) -> list[PerExample]:
+    """Per-example gradients of a 2-D convolution: the input unfolded into columns (compiled
+    im2col), then one batched product (B, C_in k k [+ 1], L) x (B, L, C_out), L the output
+    positions; the bias, when fused, is a row of ones (its gradient is the output gradient
+    summed over the positions)."""
+    n, channels = a.shape[0], a.shape[1]
+    out_c, out_h, out_w = b.shape[1], b.shape[2], b.shape[3]
+    positions = out_h * out_w
+    kh, kw = module.kernel_size
+    sh, sw = module.stride
+    padding = module.padding
+    assert isinstance(padding, tuple)  # _tappable_conv
+    ph, pw = padding
+    dh, dw = module.dilation
+    dtype = torch.float64 if a.dtype == b.dtype == torch.float64 else torch.float32
+    x = _array(a.to(dtype))
+    backprops = b.reshape(n, out_c, positions).to(dtype)
+    weight, bias = layer.params.get("weight"), layer.params.get("bias")
+    if weight is None:
+        assert bias is not None
+        return [Materialized((bias,), backprops.sum(dim=2), scale)]
+    work = Workspace() if work is None else work
+    fused = bias is not None and fuse
+    rows = channels * kh * kw + fused
+    channels_inner = channels >= out_w  # the faster im2col loop
+    if channels_inner:
+        cols_t, cols = work.get((id(layer), "cols"), (n, positions, rows), dtype)
+        _kernels.im2col_channels(x, kh, kw, sh, sw, ph, pw, dh, dw, out_w, cols)
+        columns = cols_t.transpose(1, 2)
+    else:
+        columns, cols = work.get((id(layer), "cols"), (n, rows, positions), dtype)
+        _kernels.im2col_rows(x, kh, kw, sh, sw, ph, pw, dh, dw, out_w, cols)
+    grads, _ = work.get((id(layer), "grads"), (n, rows, out_c), dtype)
+    torch.bmm(columns, backprops.transpose(1, 2), out=grads)  # (B, C_in k k [+ 1], C_out)
+    order = _conv_order(out_c, channels, kh, kw, channels_inner, fused)
+    if fused:
+        assert bias is not None
+        return [Materialized((weight, bias), grads, scale, order)]
+    parts: list[PerExample] = [Materialized((weight,), grads, scale, order)]
+    if bias is not None:
+        parts.append(Materialized((bias,), backprops.sum(dim=2), scale))
     return parts
 
 

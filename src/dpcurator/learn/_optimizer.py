@@ -31,11 +31,19 @@ from fractions import Fraction
 from typing import Any
 
 import torch
-from torch import Tensor
 from torch.optim import Optimizer
 
 from dpcurator.errors import UserError
-from dpcurator.learn._grads import GRID_BITS, MAX_BATCH, GradSampler, clip_factors
+from dpcurator.learn import _kernels
+from dpcurator.learn._grads import (
+    GRID_BITS,
+    MAX_BATCH,
+    MAX_ENTRIES,
+    GradSampler,
+    Ints,
+    Workspace,
+    clip_factors,
+)
 from dpcurator.learn._noise import WideGaussian
 from dpcurator.noise import RandomSource
 
@@ -57,7 +65,10 @@ class DPOptimizer(Optimizer):
 
     Use it as the optimizer it wraps: ``zero_grad()``, ``loss.backward()``, ``step()``. With
     virtual steps (``max_physical_batch_size``), ``step()`` after a chunk that is not its
-    batch's last only adds the chunk's clipped gradients to the running sum.
+    batch's last only adds the chunk's clipped gradients to the running sum. After a step,
+    each parameter's ``.grad`` is the released gradient, a view of one buffer that the next
+    step overwrites (as ``backward()`` overwrites a plain model's after
+    ``zero_grad(set_to_none=False)``): copy it to keep it.
     """
 
     def __init__(
@@ -95,9 +106,15 @@ class DPOptimizer(Optimizer):
         self._on_step = on_step
         self._source = source
         self._noise = WideGaussian(self.grid_sigma, source)
-        self._size = sum(p.numel() for p in self.params)
-        self._sum: Tensor | None = None
+        self._sizes = [p.numel() for p in self.params]
+        self._size = sum(self._sizes)
+        if self._size >= MAX_ENTRIES:
+            raise UserError(f"the model has {self._size} trainable parameters; the exact "
+                            f"clipped sum is proved for fewer than {MAX_ENTRIES}")
+        self._sum: Ints | None = None
         self._examples = 0
+        self._work = Workspace()
+        self._grads: list[torch.Tensor] = []  # views of one flat buffer, reused every step
 
     # The wrapped optimizer's state, shared (LR schedulers and checkpoints see the same).
     @property
@@ -156,26 +173,34 @@ class DPOptimizer(Optimizer):
 
     def accumulate(self) -> None:
         """Add this batch's clipped per-example gradients to the running exact sum."""
-        batch, per_example = self.sampler.per_example()
+        batch, per_example = self.sampler.per_example(self._work)
         self.sampler.clear()
-        unit = float(1 << GRID_BITS) / self.max_grad_norm
-        if batch == 0:
-            total = torch.zeros(self._size, dtype=torch.int64)
+        covered = [p for pe in per_example for p in pe.params]
+        if len(covered) != len(self.params) or any(
+                a is not b for a, b in zip(covered, self.params, strict=True)):
+            raise AssertionError("per-example gradients do not cover the parameters; "
+                                 "this is a bug in dpcurator")
+        if self._sum is None:
+            total = self._work.get("sum", (self._size,), torch.int64)[1]
+            total.fill(0)
         else:
-            if self.bounds is None:
-                squared = torch.stack([pe.squared_norms() for pe in per_example]).sum(dim=0)
-                factors = clip_factors(squared, self.max_grad_norm) * unit
-                sums = [pe.clipped_sum(factors) for pe in per_example]
+            total = self._sum
+        if batch:
+            unit = float(1 << GRID_BITS) / self.max_grad_norm
+            if self.bounds is None:  # flat: one clip factor per example, from the total norm
+                squared = per_example[0].squared_norms()
+                for pe in per_example[1:]:
+                    squared += pe.squared_norms()
+                factors = [clip_factors(squared, self.max_grad_norm) * unit] * len(per_example)
             else:
-                sums = [pe.clipped_sum(clip_factors(pe.squared_norms(), bound) * unit)
-                        for pe, bound in zip(per_example, self.bounds, strict=True)]
-            total = torch.cat(sums)
-            covered = [p for pe in per_example for p in pe.params]
-            if len(covered) != len(self.params) or any(
-                    a is not b for a, b in zip(covered, self.params, strict=True)):
-                raise AssertionError("per-example gradients do not cover the parameters; "
-                                     "this is a bug in dpcurator")
-        self._sum = total if self._sum is None else self._sum + total
+                factors = [clip_factors(pe.squared_norms(), bound) * unit
+                           for pe, bound in zip(per_example, self.bounds, strict=True)]
+            offset = 0
+            for pe, f in zip(per_example, factors, strict=True):
+                size = pe.size
+                pe.add_clipped_sum(f, total[offset:offset + size], self._work)
+                offset += size
+        self._sum = total
         self._examples += batch
         if self._examples > MAX_BATCH:
             raise UserError(f"a batch of more than {MAX_BATCH} examples cannot be summed "
@@ -187,14 +212,31 @@ class DPOptimizer(Optimizer):
         if exact is None:
             raise UserError("optimizer.step() was called before any batch was processed")
         self._sum, self._examples = None, 0
-        # The release: integers, exact. Everything after is post-processing.
-        noisy = exact + torch.from_numpy(self._noise.sample(self._size))
+        noise = self._noise.sample(self._size)
         scale = self.max_grad_norm / float(1 << GRID_BITS)
         if self.sampler.loss_reduction == "mean":
             scale /= self.expected_batch_size
-        values = noisy.to(torch.float64).mul_(scale)
-        offset = 0
-        for param in self.params:
-            size = param.numel()
-            param.grad = values[offset:offset + size].to(param.dtype).view(param.shape)
-            offset += size
+        # The release is the integer vector exact + noise; the floats are post-processing.
+        grads = self._grad_views()
+        _kernels.release(exact, noise, scale, self._work.get("grad", (self._size,),
+                                                             grads[0].dtype)[1])
+        for param, grad in zip(self.params, grads, strict=True):
+            if param.dtype == grad.dtype:
+                if param.grad is not grad:
+                    param.grad = grad
+            else:
+                param.grad = grad.to(param.dtype)
+
+    def _grad_views(self) -> list[torch.Tensor]:
+        """Views of one flat gradient buffer, one per parameter (made again if a parameter's
+        dtype changed). A step overwrites the buffer, as zero_grad(set_to_none=False) and
+        backward() overwrite a plain model's gradients."""
+        dtype = self.params[0].dtype
+        if dtype not in (torch.float32, torch.float64) or any(
+                p.dtype != dtype for p in self.params):
+            dtype = torch.float64
+        if not self._grads or self._grads[0].dtype != dtype:
+            flat = self._work.get("grad", (self._size,), dtype)[0]
+            self._grads = [g.view(p.shape) for p, g in
+                           zip(self.params, torch.split(flat, self._sizes), strict=True)]
+        return self._grads
