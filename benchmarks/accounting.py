@@ -121,8 +121,8 @@ def _load_opacus() -> tuple[types.SimpleNamespace | None, str]:
     spec = importlib.util.find_spec("opacus")  # locates the package without running it
     if spec is None or not spec.submodule_search_locations:
         return None, (
-            "opacus not installed: uv pip install --python .bench-venv/bin/python --no-deps "
-            "opacus==1.6.0"
+            "opacus not installed: run scripts/setup-bench (torch from disk, then Opacus), "
+            "or uv pip install --python .bench-venv/bin/python --no-deps opacus==1.6.0"
         )
     root = next(iter(spec.submodule_search_locations))
     for name in [m for m in sys.modules if m == "opacus" or m.startswith("opacus.")]:
