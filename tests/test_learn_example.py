@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from dpcurator.accounting.dpsgd import dpsgd_epsilon
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "learn_digits.py"
 
 
@@ -33,3 +35,10 @@ def test_example_trains_and_reports_epsilon() -> None:
     assert rows[0]["accuracy"] > 0.8
     assert 1.9 < rows[1]["epsilon"] <= 2.0 and rows[1]["noise_multiplier"] > 0
     assert 0.0 <= rows[1]["accuracy"] <= 1.0
+    # the reported epsilon is the accountant's for the steps taken: 1,437 examples in batches
+    # of 256 expected are 6 Poisson steps an epoch at rate 1/6, 12 in two epochs
+    spent = dpsgd_epsilon(sampling_rate=1 / 6, noise_multiplier=rows[1]["noise_multiplier"],
+                          steps=12, delta=1e-5).epsilon
+    assert rows[1]["epsilon"] == pytest.approx(spent, rel=1e-12)
+    assert dpsgd_epsilon(sampling_rate=1 / 6, noise_multiplier=rows[1]["noise_multiplier"],
+                         steps=13, delta=1e-5).epsilon > rows[1]["epsilon"]
