@@ -209,29 +209,16 @@ def _(event: ZCDPEvent) -> LawPair:
 
 
 def _gaussian_mu(event: DpEvent) -> float | None:
-    """mu of the one Gaussian loss a structure of Gaussian mechanisms has, or None.
+    """The mean (= half the variance) of the one Gaussian loss a structure of Gaussian
+    mechanisms has, or None: mu^2 / 2 for the mu-GDP that ``accountant`` finds the structure
+    to be (Dong, Roth and Su 2022, Corollary 3.3), mu kept within the scales handled here."""
+    from dpcurator.accounting.accountant import _gaussian_mu as gdp_mu
 
-    Gaussian losses add: N(mu_1, 2 mu_1) + N(mu_2, 2 mu_2) = N(mu_1 + mu_2, 2 (mu_1 + mu_2))
-    (Dong, Roth and Su 2022, Corollary 3.3). Poisson sampling at rate 1 is no sampling.
-    """
-    match event:
-        case GaussianEvent(noise_multiplier=sigma):
-            s = min(float(sigma), _NOISE_SCALES[1])
-            return None if s < _NOISE_SCALES[0] else 0.5 / (s * s)
-        case SelfComposedEvent(event=inner, count=count):
-            mu = _gaussian_mu(inner)
-            return None if mu is None else mu * count
-        case PoissonSampledEvent(sampling_rate=q, event=inner) if q == 1.0:
-            return _gaussian_mu(inner)
-        case ComposedEvent(events=children) if children:
-            total = 0.0
-            for child in children:
-                mu = _gaussian_mu(child)
-                if mu is None:
-                    return None
-                total += mu
-            return total
-    return None
+    mu = gdp_mu(event)
+    if mu is None or not mu <= 1 / _NOISE_SCALES[0]:
+        return None
+    mu = max(mu, 1 / _NOISE_SCALES[1])
+    return 0.5 * mu * mu
 
 
 def _composed_gaussian(event: DpEvent) -> LawPair | None:
