@@ -44,6 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _rounds import time_rounds
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SQL = "SELECT category, COUNT(*) AS n, SUM(value) AS total FROM data GROUP BY category"
@@ -125,14 +127,7 @@ def child_duckdb(args: argparse.Namespace) -> dict[str, Any]:
     cases: dict[str, Callable[[], Any]] = {
         "floor: two-level + unit cap": lambda: con.execute(UNIT_CAP_FLOOR).fetchall(),
         **curator_cases(con)}
-    for fn in cases.values():
-        fn()  # warm-up: the file's metadata, noise tables
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.repeats):
-        for name, fn in cases.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    times = time_rounds(cases, args.repeats)
     floor = times["floor: two-level + unit cap"]
     return {name: {"median_s": statistics.median(values),
                    "x_floor": statistics.median(values) / statistics.median(floor),

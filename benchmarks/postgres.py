@@ -31,7 +31,6 @@ import json
 import os
 import pwd
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from _rounds import ratios, time_rounds
 
 SQL = "SELECT category, COUNT(*) AS n, SUM(value) AS total FROM data GROUP BY category"
 
@@ -145,29 +146,13 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
                     for name in ("server_version", "work_mem",
                                  "max_parallel_workers_per_gather")}
         timed = cases(con, url, table, args.categories)
-        for fn in timed.values():
-            fn()  # warm-up: caches, compiled statements
-        times: dict[str, list[float]] = {name: [] for name in timed}
-        for _ in range(args.repeats):
-            for name, fn in timed.items():
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+        times = time_rounds(timed, args.repeats)
     finally:
         con.execute(f"DROP SCHEMA {schema} CASCADE")
         con.close()
-    floor = times["floor: two-level"]
     report: dict[str, Any] = {"settings": settings, "rows": args.rows, "units": args.units,
-                              "categories": args.categories, "cases": {}}
-    print(f"\n{'case':32s} {'min s':>8s} {'median s':>9s} {'x 2-level':>9s} {'paired':>7s}")
-    for name, values in times.items():
-        median = statistics.median(values)
-        paired = statistics.median(v / f for v, f in zip(values, floor, strict=True))
-        report["cases"][name] = {"min_s": min(values), "median_s": median,
-                                 "x_two_level": median / statistics.median(floor),
-                                 "paired": paired}
-        print(f"{name:32s} {min(values):8.3f} {median:9.3f} "
-              f"{median / statistics.median(floor):9.2f} {paired:7.2f}")
+                              "categories": args.categories,
+                              "cases": ratios(times, "floor: two-level")}
     print(f"(PostgreSQL {settings['server_version']}, work_mem {settings['work_mem']}, "
           f"max_parallel_workers_per_gather {settings['max_parallel_workers_per_gather']})")
     return report

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from _rounds import ratios, time_rounds
 
 SQL = "SELECT category, COUNT(*) AS n, SUM(value) AS total FROM data GROUP BY category"
 
@@ -91,31 +92,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"generated and cached {args.rows:,} rows ({pairs:,} user-category pairs) in "
               f"{time.perf_counter() - start:.1f}s", flush=True)
         timed = cases(spark, frame, args.categories)
-        for fn in timed.values():
-            fn()  # warm-up: code generation, compiled statements
-        times: dict[str, list[float]] = {name: [] for name in timed}
-        for _ in range(args.repeats):
-            for name, fn in timed.items():
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+        times = time_rounds(timed, args.repeats)
         settings = {"spark": spark.version, "master": args.master,
                     "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
                     "adaptive": spark.conf.get("spark.sql.adaptive.enabled")}
     finally:
         spark.stop()
-    floor = times["floor: two-level"]
     report: dict[str, Any] = {"settings": settings, "rows": args.rows, "units": args.units,
-                              "categories": args.categories, "cases": {}}
-    print(f"\n{'case':32s} {'min s':>8s} {'median s':>9s} {'x 2-level':>9s} {'paired':>7s}")
-    for name, values in times.items():
-        median = statistics.median(values)
-        paired = statistics.median(v / f for v, f in zip(values, floor, strict=True))
-        report["cases"][name] = {"min_s": min(values), "median_s": median,
-                                 "x_two_level": median / statistics.median(floor),
-                                 "paired": paired}
-        print(f"{name:32s} {min(values):8.3f} {median:9.3f} "
-              f"{median / statistics.median(floor):9.2f} {paired:7.2f}")
+                              "categories": args.categories,
+                              "cases": ratios(times, "floor: two-level")}
     print(f"(Spark {settings['spark']}, {settings['master']}, shuffle partitions "
           f"{settings['shuffle_partitions']}, adaptive {settings['adaptive']})")
     return report
