@@ -59,6 +59,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _rounds import time_rounds
+
 EPSILON = 1.0
 MAX_PARTITIONS = 5
 MAX_ROWS = 2
@@ -142,18 +144,6 @@ def build_cases(con: Any, categories: int, with_sample: bool) -> dict[str, Calla
     if with_sample:
         cases["dpcurator (bounding=sample)"] = dpcurator_case(con, categories, "sample")
     return cases
-
-
-def time_cases(cases: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
-    for fn in cases.values():  # warm-up: noise tables, caches, JIT
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, fn in cases.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return times
 
 
 # -- memory: one case per subprocess ----------------------------------------------------------
@@ -399,7 +389,7 @@ def main() -> None:
     print(f"generated {args.rows:,} rows ({pairs[0] if pairs else 0:,} user-category pairs) "
           f"in {time.perf_counter() - start:.1f}s", flush=True)
     cases = build_cases(con, args.categories, not args.no_sample)
-    times = time_cases(cases, args.repeats)
+    times = time_rounds(cases, args.repeats)
     # Ratios of medians (the project's convention); the minima's ratios go to the JSON too.
     floor_plain = statistics.median(times["floor: GROUP BY category"])
     floor_two = statistics.median(times["floor: two-level"])
