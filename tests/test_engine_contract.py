@@ -499,3 +499,27 @@ def test_row_level_private_keys_count_each_row_as_a_unit(make: Make) -> None:
     counted = {(None if k is None or k != k else k): n for k, n in sizes.items()}
     assert result.selection_units is not None
     assert dict(zip((k[0] for k in result.keys), result.selection_units, strict=True)) == counted
+
+
+@pytest.mark.parametrize("shape", ["private keys", "public keys", "one partition",
+                                   "row level", "float keys"])
+def test_the_contribution_profile_is_identical_on_every_engine(make: Make, shape: str) -> None:
+    """The counts that ``bounds="auto"`` chooses bounds from: identical everywhere, over
+    NaN, infinities, 1e300 and subnormal values (their magnitude buckets included)."""
+    df = contract_frame(4)
+    unit: str | None = None if shape == "row level" else "tuid"
+    keys: tuple[GroupKey, ...] = () if shape == "one partition" else (
+        (KEYS["float"],) if shape == "float keys" else (KEYS["text"],))
+    public = PublicKeys((("a",), ("b",), (None,), ("zz",))) if shape == "public keys" else None
+    mode = "none" if unit is None else "rescale"
+    q = BoundedQuery(unit, keys, None, public, 1, 1, mode,  # type: ignore[arg-type]
+                     mode if keys else "none", (), profile=("v", "w"))  # type: ignore[arg-type]
+
+    def rows(engine: Engine) -> list[tuple[Any, ...]]:
+        profile = engine.compute_exact_aggregates(q, 0).profile
+        assert profile is not None
+        return sorted(profile, key=lambda r: tuple(-999 if v is None else v for v in r))
+
+    got, expected = rows(make(df)), rows(duckdb_engine(df))
+    assert got == expected
+    assert sum(c for part, *_, c in got if part == 0) > 0

@@ -85,15 +85,18 @@ def demo_curator(*, as_json: bool = False, customers: int = 20_000, seed: int = 
                                "queries": []}
 
     # 1. Orders and average basket per region: the regions are public; a customer lives in
-    # one region and counts with at most 25 orders.
+    # one region; how many orders of a customer count is chosen from the data, under DP.
     sql1 = ("SELECT region, COUNT(*) AS orders, AVG(amount) AS avg_amount FROM data "
             "GROUP BY region")
     r1 = curator.sql(sql1, epsilon=0.4, keys=REGIONS, max_partitions=1,
-                     max_rows_per_partition=25)
+                     max_rows_per_partition="auto")
     bounded = orders.assign(amount=orders["amount"].clip(0, 300))
     truth1 = bounded.groupby("region").agg(orders=("amount", "size"),
                                            avg_amount=("amount", "mean"))
+    chosen = r1.bounds_chosen or {}
     results["queries"].append({"sql": sql1, "spent": str(r1.privacy),
+                               "bounds_chosen": {k: v for k, v in chosen.items()
+                                                 if k != "method"},
                                "rows": _rows(r1, truth1, ["orders", "avg_amount"])})
 
     # 2. Customers per category: categories are free text, so they are selected privately.

@@ -25,14 +25,21 @@ from dpcurator.errors import UserError
 __all__ = ["parse_bounds", "query"]
 
 
-def parse_bounds(items: list[str] | None) -> dict[str, tuple[float, float]]:
-    """``["amount=0:500", "age=18:99"]`` -> ``{"amount": (0.0, 500.0), ...}``."""
-    out: dict[str, tuple[float, float]] = {}
+def parse_bounds(items: list[str] | None) -> dict[str, Any] | str:
+    """``["amount=0:500", "age=18:99"]`` -> ``{"amount": (0.0, 500.0), ...}``; ``["auto"]``
+    -> ``"auto"`` (every bound chosen from the data), ``["amount=auto"]`` -> that column's."""
+    out: dict[str, Any] = {}
+    if items == ["auto"]:
+        return "auto"
     for item in items or []:
         column, sep, rest = item.partition("=")
+        if sep and column and rest == "auto":
+            out[column] = "auto"
+            continue
         lo_text, colon, hi_text = rest.partition(":")
         if not sep or not colon or not column:
-            raise typer.BadParameter(f"--bounds takes COLUMN=LO:HI, got {item!r}")
+            raise typer.BadParameter(f"--bounds takes COLUMN=LO:HI, COLUMN=auto or auto, got "
+                                     f"{item!r}")
         try:
             lo, hi = float(lo_text), float(hi_text)
         except ValueError:
@@ -40,6 +47,20 @@ def parse_bounds(items: list[str] | None) -> dict[str, tuple[float, float]]:
                 f"--bounds {column}: LO and HI must be numbers, got {rest!r}") from None
         out[column] = (lo, hi)
     return out
+
+
+def _cap(option: str, value: str) -> int | str:
+    """A contribution cap: a positive integer, or "auto"."""
+    if value == "auto":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{option} takes a positive integer or auto, got "
+                                 f"{value!r}") from None
+    if number < 1:
+        raise typer.BadParameter(f"{option} must be at least 1, got {number}")
+    return number
 
 
 def _read_keys(path: Path) -> Any:
@@ -147,11 +168,14 @@ def query(
     epsilon: float = typer.Option(..., "--epsilon", help="Epsilon this query spends."),
     delta: float = typer.Option(0.0, "--delta", help="Delta (needed for private keys)."),
     bounds: list[str] | None = typer.Option(
-        None, "--bounds", help="Clamping bounds COLUMN=LO:HI (repeatable)."),
-    max_partitions: int = typer.Option(1, "--max-partitions", min=1,
-                                       help="Partitions one unit may contribute to."),
-    max_rows_per_partition: int = typer.Option(
-        1, "--max-rows-per-partition", min=1, help="Rows one unit may contribute per group."),
+        None, "--bounds", help="Clamping bounds COLUMN=LO:HI or COLUMN=auto (repeatable), or "
+                               "'auto': every bound not given, chosen from the data under DP "
+                               "with 10%% of --epsilon."),
+    max_partitions: str = typer.Option("1", "--max-partitions",
+                                       help="Partitions one unit may contribute to, or auto."),
+    max_rows_per_partition: str = typer.Option(
+        "1", "--max-rows-per-partition", help="Rows one unit may contribute per group, or "
+                                              "auto."),
     keys: Path | None = typer.Option(
         None, "--keys", help="CSV/Parquet of public group keys (header = key columns)."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
@@ -188,8 +212,8 @@ def query(
                  "--budget-epsilon": budget_epsilon, "--budget-delta": budget_delta,
                  "--one-row-per-person": one_row_per_person or None,
                  "--allow-large-delta": allow_large_delta or None,
-                 "--max-partitions": None if max_partitions == 1 else max_partitions,
-                 "--max-rows-per-partition": (None if max_rows_per_partition == 1
+                 "--max-partitions": None if max_partitions == "1" else max_partitions,
+                 "--max-rows-per-partition": (None if max_rows_per_partition == "1"
                                               else max_rows_per_partition)}
         with user_errors(as_json):
             given = [name for name, value in local.items() if value]
@@ -206,8 +230,9 @@ def query(
         budget = _budget(journal, epsilon, delta, budget_epsilon, budget_delta)
         curator = Curator(
             data, privacy_unit=privacy_unit, one_row_per_person=one_row_per_person,
-            budget=budget, max_partitions=max_partitions,
-            max_rows_per_partition=max_rows_per_partition, confidence=confidence,
+            budget=budget, max_partitions=_cap("--max-partitions", max_partitions),
+            max_rows_per_partition=_cap("--max-rows-per-partition", max_rows_per_partition),
+            confidence=confidence,
             allow_large_delta=allow_large_delta)
         if not as_json:
             curator._engine.show_progress(True)
@@ -242,4 +267,7 @@ def query(
     console = Console()
     console.print(table)
     console.print(f"privacy spent: {release.privacy}")
+    if release.bounds_chosen is not None:
+        chosen = {k: v for k, v in release.bounds_chosen.items() if k != "method"}
+        console.print(f"bounds chosen from the data (part of the privacy spent): {chosen}")
     console.print(f"budget remaining: {result['remaining']}")

@@ -51,6 +51,7 @@ from dpcurator.query.errors import (
 )
 from dpcurator.query.plan import (
     Aggregate,
+    AutoBounds,
     Bounds,
     Count,
     CountUnits,
@@ -63,6 +64,7 @@ from dpcurator.query.plan import (
 )
 
 from . import _privacy
+from ._auto_bounds import AutoPlan, plan_auto
 from ._cost import check_within, stated_event
 from ._estimators import Estimator, NoisyMeasure
 from ._privacy import PrivacyRequest
@@ -79,9 +81,15 @@ class Defaults:
     """The curator's defaults for what a plan leaves open."""
 
     bounds: Mapping[str, Bounds] = field(default_factory=dict)
-    max_partitions: int = 1
-    max_rows_per_partition: int = 1
+    max_partitions: int | None = None  # None: not given (1, unless chosen automatically)
+    max_rows_per_partition: int | None = None
     bounding: str = "rescale"
+    auto: AutoBounds | None = None
+
+
+# The bounds an automatically bounded column is compiled with before its bounds are chosen:
+# what the query costs does not depend on them (``_auto_bounds``).
+_AUTO_PLACEHOLDER = Bounds(0.0, 1.0)
 
 
 def _match_column(name: str, columns: Mapping[str, str], what: str) -> str:
@@ -118,6 +126,8 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     """Fill defaults and check the plan against the schema (column names and types)."""
     from dpcurator.engines import column_kind
 
+    wanted = plan.auto.merged(defaults.auto) if plan.auto is not None else defaults.auto
+    auto_columns: list[str] = []
     aggregates: list[Aggregate] = []
     for agg in plan.aggregates:
         if isinstance(agg, CountUnits) and privacy_unit is None:
@@ -130,12 +140,21 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
         if column_kind(columns[column]) not in ("numeric", "boolean"):
             raise QueryError(f"aggregate {agg.name!r} needs a numeric column, but {column!r} "
                              f"has type {columns[column]}")
-        bounds = agg.bounds or defaults.bounds.get(column)
+        bounds = agg.bounds
+        if bounds is None and plan.auto is not None and plan.auto.columns and \
+                plan.auto.wants_column(column):
+            bounds = _AUTO_PLACEHOLDER  # asked by the query itself: before the curator's
+        bounds = bounds or defaults.bounds.get(column)
+        if bounds is None and wanted is not None and wanted.wants_column(column):
+            bounds = _AUTO_PLACEHOLDER
         if bounds is None:
             raise BoundsError(
                 f"{type(agg).__name__.upper()} over {column!r} needs clamping bounds: pass "
                 f"bounds={{'{column}': (lo, hi)}} with values chosen without looking at the "
-                "data (the noise is calibrated to them)")
+                "data (the noise is calibrated to them), or bounds='auto' to have them "
+                "chosen from the data under DP with a share of the query's budget")
+        if bounds is _AUTO_PLACEHOLDER and column not in auto_columns:
+            auto_columns.append(column)
         if isinstance(agg, Quantile):
             aggregates.append(Quantile(column, bounds, agg.name, q=agg.q))
         elif isinstance(agg, Variance):
@@ -148,11 +167,30 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     where = (_resolve_expression(plan.where, columns, "WHERE")
              if plan.where is not None else None)
     keys = plan.keys if plan.keys is not None else plan.public_labels
+    caps: list[int] = []
+    chosen: list[bool] = []
+    for name in ("max_partitions", "max_rows_per_partition"):
+        value = getattr(plan, name)
+        if value is None and not (plan.auto is not None and getattr(plan.auto, name)):
+            value = getattr(defaults, name)
+        if value is None and wanted is not None and (wanted.open or getattr(wanted, name)):
+            caps.append(1)  # a placeholder: chosen when the query runs
+            chosen.append(True)
+        else:
+            caps.append(1 if value is None else value)
+            chosen.append(False)
+    unit = privacy_unit is not None
+    # a cap is chosen only where it binds: k with several partitions, r where rows count
+    choose_k = chosen[0] and unit and bool(group) and (keys is None or len(keys) > 1)
+    choose_r = chosen[1] and unit and any(not isinstance(a, CountUnits) for a in aggregates)
+    auto = None
+    if choose_k or choose_r or auto_columns:
+        share = wanted.share if wanted is not None else AutoBounds().share
+        auto = AutoBounds(choose_k, choose_r, tuple(auto_columns), share=share)
     return plan.replace(
         aggregates=tuple(aggregates), group_by=group, where=where, keys=keys,
-        max_partitions=plan.max_partitions or defaults.max_partitions,
-        max_rows_per_partition=plan.max_rows_per_partition or defaults.max_rows_per_partition,
-        bounding=plan.bounding or defaults.bounding,
+        max_partitions=caps[0], max_rows_per_partition=caps[1],
+        bounding=plan.bounding or defaults.bounding, auto=auto,
     )
 
 
@@ -179,6 +217,7 @@ class CompiledQuery:
     cost: PureDP | ApproxDP | ZCDP
     events: tuple[DpEvent, ...]
     threshold_measure: str | None = None
+    auto: AutoPlan | None = None  # bounds still to choose: compiled with placeholders
 
     @property
     def event(self) -> ComposedEvent:
@@ -293,6 +332,31 @@ def _measures_for(agg: Aggregate, index: int, kind: str, budget: float, k: int,
 
 def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | None,
                   postprocess: bool, source: RandomSource | None) -> CompiledQuery:
+    """The query compiled (``_compile_plain``); with bounds to choose (``plan.auto``), compiled
+    with placeholder bounds and the rest of the request, its events preceded by the choices'
+    (what it costs does not depend on the bounds chosen: ``_auto_bounds``)."""
+    if plan.auto is None:
+        return _compile_plain(plan, request, privacy_unit=privacy_unit,
+                              postprocess=postprocess, source=source)
+    auto, choices = plan_auto(plan, request)
+    main = _compile_plain(plan, auto.request, privacy_unit=privacy_unit,
+                          postprocess=postprocess, source=source)
+    if request.rho is not None:
+        cost: PureDP | ApproxDP | ZCDP = ZCDP(request.rho)
+        check_within(ComposedEvent(tuple(choices)), epsilon=None, delta=0.0,
+                     rho=Fraction(auto.spent))
+    else:
+        assert request.epsilon is not None and auto.request.epsilon is not None
+        cost = PureDP(request.epsilon) if isinstance(main.cost, PureDP) else \
+            ApproxDP(request.epsilon, request.delta)
+        check_within(ComposedEvent(tuple(choices)), epsilon=auto.spent, delta=0.0,
+                     rho=Fraction(0))
+    return CompiledQuery(plan, request, main.bounded, main.estimators, main.selection, cost,
+                         (*choices, *main.events), main.threshold_measure, auto)
+
+
+def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | None,
+                   postprocess: bool, source: RandomSource | None) -> CompiledQuery:
     """Split the budget, pick grids and sensitivities, build mechanisms (plan is resolved).
 
     Private keys are selected by thresholding the query's noisy count when it has one (a

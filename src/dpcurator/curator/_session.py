@@ -29,17 +29,24 @@ import numpy.typing as npt
 from dpcurator.accounting import RDP, ZCDP, ApproxDP, Neighbouring, PureDP
 from dpcurator.accounting.filters import Amount
 from dpcurator.engines import Engine, ExactAggregates, PostgresTable, column_kind, open_engine
-from dpcurator.errors import BudgetExceededError, UnsupportedChargeError, UserError
+from dpcurator.errors import (
+    BudgetExceededError,
+    InternalError,
+    UnsupportedChargeError,
+    UserError,
+)
 from dpcurator.ledger import Budget, Charge
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dpcurator.mechanisms.partition_selection import CountThreshold
 from dpcurator.noise import RandomSource, resolve_source, sample_discrete_laplace
 from dpcurator.noise.samplers import sample_discrete_gaussian
+from dpcurator.query.bounding import BoundedQuery
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import UnknownColumnError
-from dpcurator.query.plan import Bounds, Plan
+from dpcurator.query.plan import Bounds, Plan, auto_options
 from dpcurator.query.sql import parse_sql, too_deep_error
 
+from ._auto_bounds import choose_bounds
 from ._compile import CompiledQuery, Defaults, _match_column, compile_query, resolve_plan
 from ._cost import query_cost
 from ._estimators import Intervals, Noisy, estimate
@@ -89,7 +96,10 @@ class Curator:
         table: the table's name in DP SQL (``FROM data``).
         bounds: default clamping bounds per column, ``{"age": (0, 120)}``. Declared here, the
             columns are checked once for NaN (a data-owner check; see ``check_nan``).
-        max_partitions, max_rows_per_partition, bounding: default contribution bounds.
+            ``"auto"`` (or ``{"age": "auto"}``): bounds not given are chosen from the data
+            under DP with 10% of each query's budget (``Release.bounds_chosen``).
+        max_partitions, max_rows_per_partition, bounding: default contribution bounds (1 and
+            1 when not given; ``"auto"``: chosen from the data, as for ``bounds``).
         cache: return the stored release for a repeated identical query, for free.
         journal: the budget's ledger file (SQLite; see ``dpcurator.ledger``): every charge is
             committed to it before any release, and every curator, thread and process using
@@ -118,9 +128,9 @@ class Curator:
         budget: BudgetLike,
         one_row_per_person: bool = False,
         table: str = "data",
-        bounds: Mapping[str, Any] | None = None,
-        max_partitions: int = 1,
-        max_rows_per_partition: int = 1,
+        bounds: Mapping[str, Any] | str | None = None,
+        max_partitions: int | str | None = None,
+        max_rows_per_partition: int | str | None = None,
         bounding: str = "rescale",
         cache: bool = True,
         journal: str | os.PathLike[str] | None = None,
@@ -160,8 +170,10 @@ class Curator:
         check_delta(getattr(self._budget.total, "delta", 0.0), "the budget's delta",
                     self._allow_large_delta)
         declared = {}
+        bounds, max_partitions, max_rows_per_partition, auto = auto_options(
+            bounds, max_partitions, max_rows_per_partition)
         if bounds is not None and not isinstance(bounds, Mapping):
-            raise UserError("bounds must be a mapping {column: (lo, hi)}")
+            raise UserError("bounds must be a mapping {column: (lo, hi)} or 'auto'")
         for name, value in (bounds or {}).items():
             column = _match_column(str(name), columns, "bounds")
             if column in declared:
@@ -171,7 +183,11 @@ class Curator:
                 raise UserError(f"bounds were given for {column!r}, which is not numeric "
                                 f"(type {columns[column]})")
             declared[column] = Bounds.of(value, column)
-        self._defaults = Defaults(declared, max_partitions, max_rows_per_partition, bounding)
+        if auto is not None:
+            for column in auto.columns:
+                _match_column(column, columns, "bounds")
+        self._defaults = Defaults(declared, max_partitions, max_rows_per_partition, bounding,
+                                  auto)
         Plan(aggregates=(Query().count().plan().aggregates[0],),  # validates the defaults
              max_partitions=max_partitions, max_rows_per_partition=max_rows_per_partition,
              bounding=bounding)  # type: ignore[arg-type]
@@ -262,9 +278,9 @@ class Curator:
     # -- asking ------------------------------------------------------------------------------
 
     def sql(self, query: str, *, epsilon: float | None = None, delta: float | None = None,
-            rho: float | None = None, bounds: Mapping[str, Any] | None = None,
-            keys: Any = None, max_partitions: int | None = None,
-            max_rows_per_partition: int | None = None, bounding: str | None = None,
+            rho: float | None = None, bounds: Mapping[str, Any] | str | None = None,
+            keys: Any = None, max_partitions: int | str | None = None,
+            max_rows_per_partition: int | str | None = None, bounding: str | None = None,
             noise: str | None = None, weights: Mapping[str, float] | None = None,
             confidence: float | None = None, cache: bool | None = None,
             label: str | None = None) -> Release:
@@ -272,7 +288,10 @@ class Curator:
 
         ``epsilon`` [and ``delta``] or ``rho`` is what this query spends; ``bounds`` clamps
         columns; ``keys`` lists public partitions (without keys, and unless every group key
-        is binned, partitions are selected privately, which needs ``delta``).
+        is binned, partitions are selected privately, which needs ``delta``). ``"auto"``
+        (``bounds="auto"``, a column's bounds, ``max_partitions``, ``max_rows_per_partition``)
+        chooses that bound from the data under DP with a share of the query's budget (10%);
+        the release states the bounds chosen (``Release.bounds_chosen``).
         """
         if isinstance(bounds, Mapping):  # a misspelt column is named, not silently unused
             for name in bounds:
@@ -332,6 +351,8 @@ class Curator:
         try:
             compiled = self._compile(resolved.plan, resolved.request)
             statements = self._engine.validate(compiled.bounded)
+            if compiled.auto is not None:  # the choice's statement too, before any charge
+                self._engine.validate(_profile_query(compiled))
         except RecursionError:
             raise too_deep_error() from None
         return PreparedQuery(compiled, list(statements), resolved.level)
@@ -431,10 +452,27 @@ class Curator:
             return None
         return smaller, new_cost
 
+    def _choose_bounds(self, compiled: CompiledQuery, key: int
+                       ) -> tuple[CompiledQuery, list[str], dict[str, Any]]:
+        """Choose the bounds a charged query left to the data (``_auto_bounds``), and compile
+        the query with them and the rest of its request."""
+        auto = compiled.auto
+        assert auto is not None
+        profile = self._engine.compute_exact_aggregates(_profile_query(compiled), key).profile
+        if profile is None:
+            raise InternalError("the engine returned no profile; this is a bug")
+        plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
+                                     self._source)
+        final = self._compile(plan, auto.request)
+        return final, self._engine.validate(final.bounded), chosen
+
     def _answer(self, compiled: CompiledQuery, statements: list[str], level: float,
                 privacy: PureDP | ApproxDP | ZCDP) -> Release:
         """Run a charged query: one call per stage, the data's shape after each."""
         key = int(resolve_source(self._source).words(1)[0])  # the engine's sampling key
+        chosen = None
+        if compiled.auto is not None:
+            compiled, statements, chosen = self._choose_bounds(compiled, key)
         exact = self._engine.compute_exact_aggregates(compiled.bounded, key)
         # exact: E partitions found, each with its exact integer measures and histograms
         kept = select_partitions(compiled, exact)
@@ -447,12 +485,27 @@ class Curator:
         mechanisms = {e.aggregate.name: e.describe() for e in compiled.estimators}
         if compiled.selection is not None:
             mechanisms["partition_selection"] = [describe_selection(compiled)]
+        if chosen is not None:
+            mechanisms["bounds"] = [chosen]
         return Release(
             keys=kept.keys, group_columns=tuple(k.name for k in plan.group_by),
             values=values, privacy=privacy, plan=plan,
             sql=tuple(exact.sql or statements), confidence=level, mechanisms=mechanisms,
             _intervals=Intervals(compiled.estimators, noisy),
             secure=bool(getattr(resolve_source(self._source), "secure", False)))
+
+
+def _profile_query(compiled: CompiledQuery) -> BoundedQuery:
+    """The statement measuring the shape of the contributions, for choosing bounds."""
+    auto, shell = compiled.auto, compiled.bounded
+    assert auto is not None
+    unit = shell.unit is not None
+    return BoundedQuery(
+        unit=shell.unit, group_keys=shell.group_keys, where=shell.where, keys=shell.keys,
+        max_partitions=1, max_rows_per_partition=1,
+        rows_mode="rescale" if unit else "none",
+        partitions_mode="rescale" if unit and shell.group_keys else "none",
+        measures=(), profile=auto.auto.columns)
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,15 @@ class Release:
         described = self.mechanisms.get("partition_selection")
         return dict(described[0]) if described else None
 
+    @property
+    def bounds_chosen(self) -> dict[str, Any] | None:
+        """The contribution bounds chosen from the data (``bounds="auto"``), None otherwise:
+        ``max_partitions``, ``max_rows_per_partition`` and ``bounds`` {column: (lo, hi)} where
+        chosen, what choosing them cost (``epsilon``, or ``rho``, part of ``privacy``), the
+        ``share`` of the query's budget and the ``method``."""
+        described = self.mechanisms.get("bounds")
+        return dict(described[0]) if described else None
+
     # -- intervals -----------------------------------------------------------------------------
 
     def interval(self, name: str, confidence: float | None = None
@@ -186,8 +195,14 @@ class Release:
             privacy.update(rho=self.privacy.rho, epsilon=None, delta=None)
         else:
             privacy.update(epsilon=self.privacy.epsilon, delta=self.privacy.delta)
-        return {"rows": _jsonable_rows(self.rows()), "intervals": intervals,
-                "confidence": level, "privacy": privacy, "cached": self.from_cache}
+        out = {"rows": _jsonable_rows(self.rows()), "intervals": intervals,
+               "confidence": level, "privacy": privacy, "cached": self.from_cache}
+        chosen = self.bounds_chosen
+        if chosen is not None:
+            out["bounds_chosen"] = {k: list(v) if isinstance(v, tuple) else
+                                    ({c: list(b) for c, b in v.items()} if isinstance(v, dict)
+                                     else v) for k, v in chosen.items()}
+        return out
 
     def explain(self) -> str:
         """The plan, the mechanisms and the SQL, as text for an audit."""

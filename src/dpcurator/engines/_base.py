@@ -44,7 +44,9 @@ class ExactAggregates:
     - ``measures``: for each measure name, one exact Python int per partition;
     - ``selection_units``: distinct kept units per partition, when asked for;
     - ``histograms``: for each histogram name, {partition key: list of bin counts};
-    - ``sql``: the statements the engine ran (the secret key is a parameter, not inlined).
+    - ``sql``: the statements the engine ran (the secret key is a parameter, not inlined);
+    - ``profile``: for a profile query (``BoundedQuery.profile``), its rows (part, partitions
+      per unit, rows per pair, sign, bucket, count) as Python ints (None where not applicable).
     """
 
     keys: list[tuple[Any, ...]]
@@ -52,6 +54,7 @@ class ExactAggregates:
     selection_units: list[int] | None = None
     histograms: dict[str, dict[tuple[Any, ...], list[int]]] = field(default_factory=dict)
     sql: list[str] = field(default_factory=list)
+    profile: list[tuple[int | None, ...]] | None = None
 
 
 @runtime_checkable

@@ -505,13 +505,17 @@ class CompileCache:
         return compiled
 
 
+#: The magnitude steps of a profile's value buckets: 2^(q/4), 2^-20 to 2^40.
+PROFILE_STEPS = tuple(range(-80, 161))
+
+
 def compile_bounding(query: BoundedQuery, dialect: Dialect, column_types: Mapping[str, str],
                      key_types: Sequence[str], relation: str,
                      keys_table: str | None = None) -> CompiledQuery:
     """The statement computing ``query``'s exact aggregates on ``relation`` (engine text
     spliced in place of ``RELATION``), with public keys read from ``keys_table``."""
     builder = _Builder(query, dialect, column_types, key_types, keys_table)
-    tree = builder.statement()
+    tree = builder.profile_statement() if query.profile is not None else builder.statement()
     text = dialect.render(tree).replace(RELATION, relation)
     names = tuple(builder.hash.names)
     return CompiledQuery(query, dialect.runnable(text, bool(names)), names, keys_table,
@@ -540,6 +544,9 @@ class _Builder:
         for h in query.histograms:
             if h.column not in columns:
                 columns.append(h.column)
+        for column in query.profile or ():
+            if column not in columns:
+                columns.append(column)
         self.columns = columns
         self.values: list[ValueSpec] = []
         for m in query.measures:
@@ -1011,6 +1018,80 @@ class _Builder:
         # the key columns first, as in the statement without histograms
         return self._with(ctes, select([*self.keys(), *(col(c) for c in columns)], union))
 
+    # the contribution profile (contribution bounds chosen from the data) ---------------------
+
+    def profile_statement(self) -> exp.Query:
+        """The shape of the units' contributions (``BoundedQuery.profile``), as counts only.
+
+        Part 0 counts the (unit, partition) pairs by (``__pb``: the unit's number of
+        partitions, ``__nb``: the pair's number of rows). Part 1 + c counts column c's
+        non-missing values by (``__pb``: the unit's number of rows, ``__s``: sign, ``__b``:
+        the largest q with |x| > 2^(q/4), q in ``PROFILE_STEPS``; one less if none). Every
+        count of a unit's partitions or rows is rounded up (``_up``), so that weights
+        computed as 1 / count never exceed the exact ones."""
+        q = self.q
+        ctes = self.rows()
+        source = self.source
+        if q.unit is None:  # each row its own unit: one partition, one row
+            ones = [alias(num(1), name) for name in ("__pb", "__nb", "__tb", "__i")]
+            ctes.append(("shaped", select([star(), *ones], source)))
+        else:
+            pair = [col("__u"), *self.keys()]
+            counted = select([star(), alias(window(exp.Count(this=exp.Star()), pair), "__n"),
+                              alias(window(exp.Count(this=exp.Star()), [col("__u")]), "__t"),
+                              alias(window(exp.RowNumber(), pair, [col("__u")]), "__i")],
+                             source, comment="each row with its pair's and its unit's rows")
+            first = case((exp.EQ(this=col("__i"), expression=num(1)), num(1)), default=num(0))
+            spread = select([star(), alias(window(exp.Sum(this=first), [col("__u")]), "__p")],
+                            "counted", comment="and its unit's number of partitions")
+            ctes += [("counted", counted), ("spread", spread)]
+            ctes.append(("shaped", select([star(), alias(self._up(col("__p")), "__pb"),
+                                           alias(self._up(col("__n")), "__nb"),
+                                           alias(self._up(col("__t")), "__tb")], "spread")))
+        null = cast(exp.Null(), "BIGINT")
+        branches: list[exp.Query] = [select(
+            [alias(num(0), "__part"), col("__pb"), col("__nb"), alias(null, "__s"),
+             alias(null.copy(), "__b"), alias(exp.Count(this=exp.Star()), "__c")], "shaped",
+            where=exp.EQ(this=col("__i"), expression=num(1)), group=[col("__pb"), col("__nb")],
+            comment="pairs by (partitions of the unit, rows of the pair)")]
+        for c, column in enumerate(q.profile or ()):
+            x = col(self.x(column))
+            sign = case((exp.LT(this=x.copy(), expression=self.d.double(0.0)), num(-1)),
+                        default=num(1))
+            magnitude = exp.Abs(this=x.copy())
+            bucket = self._bucket(magnitude, PROFILE_STEPS[0], PROFILE_STEPS[-1])
+            values = select([col("__tb"), alias(sign, "__s"), alias(bucket, "__b")], "shaped",
+                            where=exp.Not(this=exp.Is(this=x, expression=exp.Null())))
+            branches.append(select(
+                [alias(num(c + 1), "__part"), col("__tb"), alias(null.copy(), "__nb"),
+                 col("__s"), col("__b"), alias(exp.Count(this=exp.Star()), "__c")], values,
+                group=[col("__tb"), col("__s"), col("__b")],
+                comment=f"values of column {c} by (rows of the unit, sign, magnitude)"))
+        union: exp.Query = branches[0]
+        for branch in branches[1:]:
+            union = exp.Union(this=union, expression=branch, distinct=False)
+        return self._with(ctes, union)
+
+    def _bucket(self, magnitude: exp.Expr, lo: int, hi: int) -> exp.Expr:
+        """The largest q in [lo, hi] with magnitude > 2^(q/4), or lo - 1: a binary search of
+        nested CASEs (8 comparisons a value), given magnitude > 2^((lo-1)/4) is known or lo is
+        the first step, and magnitude <= 2^((hi+1)/4) known or hi the last."""
+        if lo > hi:
+            return num(lo - 1)
+        mid = (lo + hi) // 2
+        return case((exp.GT(this=magnitude.copy(), expression=self.d.double(2.0 ** (mid / 4))),
+                     self._bucket(magnitude, mid + 1, hi)),
+                    default=self._bucket(magnitude, lo, mid - 1) if lo <= mid - 1
+                    else num(lo - 1))
+
+    @staticmethod
+    def _up(node: exp.Expr) -> exp.Expr:
+        """A count >= 1 as itself up to 8, else rounded up to a power of two (at most 2^40)."""
+        whens = [(exp.LTE(this=node.copy(), expression=num(8)), node.copy())]
+        whens += [(exp.LTE(this=node.copy(), expression=num(2**b)), num(2**b))
+                  for b in range(4, 41)]
+        return case(*whens, default=num(2**41))
+
     @staticmethod
     def _with(ctes: Sequence[tuple[str, exp.Query]], body: exp.Query) -> exp.Query:
         for name, query in ctes:
@@ -1065,6 +1146,9 @@ def collect(compiled: CompiledQuery, rows: Sequence[tuple[Any, ...]]) -> ExactAg
     """The statement's result rows as exact aggregates (Python ints, whatever the engine's
     exact type: HUGEINT, NUMERIC or DECIMAL)."""
     query = compiled.query
+    if query.profile is not None:
+        return ExactAggregates([], {}, sql=list(compiled.sql), profile=[
+            tuple(None if v is None else int(v) for v in row) for row in rows])
     results = _split_parts(query, rows) if query.histograms else [list(rows)]
     # With public keys the statement returns the key's index in ``query.keys`` instead of
     # the key itself (so a key given as "1" for an integer column is still the same key).

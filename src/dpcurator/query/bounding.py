@@ -148,6 +148,13 @@ class BoundedQuery:
     ``partitions_mode`` choose the caps of stages 2 and 3 (``"none"`` when a stage cannot
     bind: row-level privacy, or a single global partition). ``selection_units`` asks for the
     integer number of distinct (kept) units per partition, for private partition selection.
+
+    ``profile`` (with no measures or histograms) asks instead for the shape of the units'
+    contributions, from which contribution bounds are chosen under DP
+    (``dpcurator.curator._auto_bounds``): pairs counted by (the unit's number of partitions,
+    the pair's number of rows), and, for each named column, its non-missing values counted by
+    (the same two numbers, sign, power-of-two bucket of the magnitude). Both numbers are
+    rounded up to a power of two above 8.
     """
 
     unit: str | None
@@ -161,8 +168,11 @@ class BoundedQuery:
     measures: tuple[MeasureSpec, ...]
     histograms: tuple[HistogramSpec, ...] = ()
     selection_units: bool = False
+    profile: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.profile is not None and (self.measures or self.histograms):
+            raise InternalError("a profile query has no measures; this is a bug")
         if self.unit is None and (self.rows_mode != "none" or self.partitions_mode != "none"):
             raise InternalError("row-level bounding has no caps to apply; this is a bug")
         if self.selection_units and self.partitions_mode == "rescale":

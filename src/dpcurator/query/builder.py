@@ -25,7 +25,9 @@ from dpcurator.query import _expressions as ex
 from dpcurator.query._keys import public_keys
 from dpcurator.query.errors import QueryError
 from dpcurator.query.plan import (
+    AUTO,
     Aggregate,
+    AutoBounds,
     BoundingMode,
     Bounds,
     Count,
@@ -37,11 +39,13 @@ from dpcurator.query.plan import (
     Quantile,
     Sum,
     Variance,
+    auto_options,
 )
 
 __all__ = ["Query", "bins", "column_key", "expression_key", "width_bucket"]
 
-BoundsLike = Bounds | tuple[float, float] | Sequence[float] | None
+#: Clamping bounds: a pair (lo, hi), or "auto" (chosen from the data under DP).
+BoundsLike = Bounds | tuple[float, float] | Sequence[float] | str | None
 
 
 def column_key(column: str, name: str | None = None) -> GroupKey:
@@ -117,6 +121,7 @@ class Query:
     max_partitions: int | None = None
     max_rows_per_partition: int | None = None
     bounding: BoundingMode | None = None
+    auto: AutoBounds | None = None
 
     # -- rows and partitions -------------------------------------------------------------
 
@@ -149,17 +154,29 @@ class Query:
             raise QueryError("call group_by before with_keys")
         return replace(self, public=public_keys(keys, [g.name for g in self.group_keys]))
 
-    def bound_contributions(self, *, max_partitions: int | None = None,
-                            max_rows_per_partition: int | None = None,
+    def bound_contributions(self, *, max_partitions: int | str | None = None,
+                            max_rows_per_partition: int | str | None = None,
                             mode: BoundingMode | None = None) -> Query:
-        """Set how much one privacy unit may contribute (see ``Plan``)."""
+        """Set how much one privacy unit may contribute (see ``Plan``); ``"auto"`` has a cap
+        chosen from the data under DP (``AutoBounds``)."""
+        _, k, r, auto = auto_options(None, max_partitions, max_rows_per_partition)
+        if auto is not None:
+            auto = auto.merged(self.auto)
         return replace(
             self,
-            max_partitions=max_partitions if max_partitions is not None else self.max_partitions,
-            max_rows_per_partition=(max_rows_per_partition if max_rows_per_partition is not None
-                                    else self.max_rows_per_partition),
+            max_partitions=k if k is not None else (
+                None if max_partitions is not None else self.max_partitions),
+            max_rows_per_partition=r if r is not None else (
+                None if max_rows_per_partition is not None else self.max_rows_per_partition),
             bounding=mode if mode is not None else self.bounding,
+            auto=auto if auto is not None else self.auto,
         )
+
+    def _auto_column(self, bounds: BoundsLike, column: str) -> Query:
+        """This query, asking for ``column``'s bounds to be chosen when ``bounds`` is "auto"."""
+        if isinstance(bounds, str) and bounds == AUTO:
+            return replace(self, auto=AutoBounds(columns=(column,)).merged(self.auto))
+        return self
 
     # -- aggregates ----------------------------------------------------------------------
 
@@ -176,25 +193,30 @@ class Query:
 
     def sum(self, column: str, bounds: BoundsLike = None, name: str | None = None) -> Query:
         """SUM(column) of values clamped to ``bounds`` (lo, hi)."""
-        return self._add(Sum(column, _bounds(bounds, column), name or ""))
+        return self._auto_column(bounds, column)._add(
+            Sum(column, _bounds(bounds, column), name or ""))
 
     def mean(self, column: str, bounds: BoundsLike = None, name: str | None = None) -> Query:
         """AVG(column) of values clamped to ``bounds``."""
-        return self._add(Mean(column, _bounds(bounds, column), name or ""))
+        return self._auto_column(bounds, column)._add(
+            Mean(column, _bounds(bounds, column), name or ""))
 
     def variance(self, column: str, bounds: BoundsLike = None,
                  name: str | None = None) -> Query:
         """Population variance of values clamped to ``bounds``."""
-        return self._add(Variance(column, _bounds(bounds, column), name or ""))
+        return self._auto_column(bounds, column)._add(
+            Variance(column, _bounds(bounds, column), name or ""))
 
     def stddev(self, column: str, bounds: BoundsLike = None, name: str | None = None) -> Query:
         """Population standard deviation of values clamped to ``bounds``."""
-        return self._add(Variance(column, _bounds(bounds, column), name or "", std=True))
+        return self._auto_column(bounds, column)._add(
+            Variance(column, _bounds(bounds, column), name or "", std=True))
 
     def quantile(self, column: str, q: float, bounds: BoundsLike = None,
                  name: str | None = None) -> Query:
         """The q-quantile of values clamped to ``bounds``."""
-        return self._add(Quantile(column, _bounds(bounds, column), name or "", q=q))
+        return self._auto_column(bounds, column)._add(
+            Quantile(column, _bounds(bounds, column), name or "", q=q))
 
     def median(self, column: str, bounds: BoundsLike = None, name: str | None = None) -> Query:
         """The median of values clamped to ``bounds``."""
@@ -216,8 +238,11 @@ class Query:
             max_partitions=self.max_partitions,
             max_rows_per_partition=self.max_rows_per_partition,
             bounding=self.bounding,
+            auto=self.auto,
         )
 
 
 def _bounds(value: BoundsLike, column: str) -> Bounds | None:
-    return None if value is None else Bounds.of(value, column)
+    if value is None or (isinstance(value, str) and value == AUTO):
+        return None
+    return Bounds.of(value, column)

@@ -23,7 +23,9 @@ from typing import Any, Literal
 from dpcurator.query.errors import BoundsError, QueryError
 
 __all__ = [
+    "AUTO",
     "Aggregate",
+    "AutoBounds",
     "BoundingMode",
     "Bounds",
     "Count",
@@ -268,6 +270,87 @@ class PublicKeys:
         return len(self.values)
 
 
+AUTO = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class AutoBounds:
+    """Contribution bounds the curator chooses from the data, under DP, for a query.
+
+    Asked for with ``"auto"``: ``bounds="auto"`` (``open``: every bound that neither the query
+    nor the curator gives), ``bounds={"x": "auto"}`` (``columns``), ``max_partitions="auto"``,
+    ``max_rows_per_partition="auto"``. Choosing them spends ``share`` of the query's epsilon
+    (or rho); see ``dpcurator.curator._auto_bounds``. Bounds given explicitly always win.
+    After the curator resolves a plan, ``open`` is False and the flags name exactly what will
+    be chosen.
+    """
+
+    max_partitions: bool = False
+    max_rows_per_partition: bool = False
+    columns: tuple[str, ...] = ()
+    open: bool = False
+    share: float = 0.1
+
+    def __post_init__(self) -> None:
+        share = self.share
+        if isinstance(share, bool) or not isinstance(share, int | float) or \
+                not 0.0 < float(share) < 1.0:
+            raise QueryError(f"the share of the budget spent choosing bounds must be a "
+                             f"number in (0, 1), got {share!r}")
+        object.__setattr__(self, "columns", tuple(str(c) for c in self.columns))
+
+    def merged(self, other: AutoBounds | None) -> AutoBounds:
+        """What either asks for (this one's share)."""
+        if other is None:
+            return self
+        return AutoBounds(self.max_partitions or other.max_partitions,
+                          self.max_rows_per_partition or other.max_rows_per_partition,
+                          tuple(dict.fromkeys([*self.columns, *other.columns])),
+                          self.open or other.open, self.share)
+
+    def wants_column(self, column: str) -> bool:
+        return self.open or column.lower() in {c.lower() for c in self.columns}
+
+    @property
+    def choices(self) -> int:
+        """How many bounds are chosen (two per column: lower and upper)."""
+        return int(self.max_partitions) + int(self.max_rows_per_partition) + \
+            2 * len(self.columns)
+
+
+def auto_options(bounds: Any, max_partitions: Any, max_rows_per_partition: Any
+                 ) -> tuple[Any, int | None, int | None, AutoBounds | None]:
+    """Split user options into explicit ones and what is asked to be chosen ("auto").
+
+    Returns (bounds mapping without "auto" entries, or None; max_partitions or None;
+    max_rows_per_partition or None; the AutoBounds asked for, or None)."""
+    auto = AutoBounds()
+    wanted = False
+    if isinstance(bounds, str):
+        if bounds != AUTO:
+            raise BoundsError(f"bounds must be a mapping {{column: (lo, hi)}} or 'auto', got "
+                              f"{bounds!r}")
+        auto, wanted, bounds = AutoBounds(open=True), True, None
+    elif hasattr(bounds, "items"):
+        chosen = [str(c) for c, v in bounds.items() if isinstance(v, str) and v == AUTO]
+        if chosen:
+            auto, wanted = auto.merged(AutoBounds(columns=tuple(chosen))), True
+            bounds = {c: v for c, v in bounds.items() if not (isinstance(v, str) and v == AUTO)}
+    caps: list[int | None] = []
+    flags: list[bool] = []
+    for value in (max_partitions, max_rows_per_partition):
+        if isinstance(value, str) and value == AUTO:
+            caps.append(None)
+            flags.append(True)
+            wanted = True
+        else:
+            caps.append(value)
+            flags.append(False)
+    if flags[0] or flags[1]:
+        auto = auto.merged(AutoBounds(flags[0], flags[1]))
+    return bounds, caps[0], caps[1], auto if wanted else None
+
+
 def _check_count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise QueryError(f"{name} must be a positive integer, got {value!r}")
@@ -288,6 +371,7 @@ class Plan:
     - ``max_partitions``, ``max_rows_per_partition``: each privacy unit contributes to at
       most this many partitions, and at most this many rows in each (``None``: the curator's
       defaults). Their product and the bounds give every aggregate's sensitivity.
+    - ``auto``: the bounds to choose from the data under DP (``AutoBounds``).
     - ``bounding``: ``"rescale"`` (default; a unit over a cap contributes the *expected*
       contribution of a uniformly random choice within the cap, with the same sensitivity and
       less variance) or ``"sample"`` (a uniformly random choice of rows and partitions).
@@ -300,8 +384,11 @@ class Plan:
     max_partitions: int | None = None
     max_rows_per_partition: int | None = None
     bounding: BoundingMode | None = None
+    auto: AutoBounds | None = None
 
     def __post_init__(self) -> None:
+        if self.auto is not None and not isinstance(self.auto, AutoBounds):
+            raise QueryError("auto must be an AutoBounds value or None")
         aggregates = tuple(self.aggregates)
         if not aggregates:
             raise QueryError("a query needs at least one aggregate (COUNT, SUM, AVG, ...)")
@@ -358,6 +445,6 @@ class Plan:
         """A copy with some fields changed (validated again)."""
         values = {name: getattr(self, name) for name in (
             "aggregates", "group_by", "where", "keys", "max_partitions",
-            "max_rows_per_partition", "bounding")}
+            "max_rows_per_partition", "bounding", "auto")}
         values.update(changes)
         return Plan(**values)

@@ -43,6 +43,7 @@ from dpcurator.query.plan import (
     Quantile,
     Sum,
     Variance,
+    auto_options,
 )
 
 __all__ = ["parse_sql"]
@@ -226,22 +227,28 @@ def parse_sql(
     *,
     table: str = "data",
     privacy_unit: str | None = None,
-    bounds: Mapping[str, Any] | None = None,
+    bounds: Mapping[str, Any] | str | None = None,
     keys: Any = None,
-    max_partitions: int | None = None,
-    max_rows_per_partition: int | None = None,
+    max_partitions: int | str | None = None,
+    max_rows_per_partition: int | str | None = None,
     bounding: BoundingMode | None = None,
 ) -> Plan:
     """Parse a DP SQL query into a ``Plan`` (see the module docstring for the subset).
 
     ``bounds`` gives clamping bounds per column; ``keys`` the public partitions (a list, tuples,
-    DataFrame or Arrow table); the contribution bounds default to the curator's.
+    DataFrame or Arrow table); the contribution bounds default to the curator's. ``"auto"``
+    (for ``bounds``, a column's bounds, or a cap) asks the curator to choose that bound from
+    the data under DP (``AutoBounds``).
     """
+    bounds, max_partitions, max_rows_per_partition, auto = auto_options(
+        bounds, max_partitions, max_rows_per_partition)
     try:
-        return _parse_sql(sql, table, privacy_unit, bounds, keys, max_partitions,
+        plan = _parse_sql(sql, table, privacy_unit, bounds, keys,  # type: ignore[arg-type]
+                          max_partitions,
                           max_rows_per_partition, bounding)
     except RecursionError:  # sqlglot parses and writes expressions recursively
         raise too_deep_error() from None
+    return plan if auto is None else plan.replace(auto=auto)
 
 
 def too_deep_error() -> UnsupportedQueryError:

@@ -1,0 +1,138 @@
+"""Contribution bounds chosen under DP against the best fixed bounds in hindsight.
+
+On the skewed generator (``skewed.py``: many units with 1-3 rows, a heavy tail with
+hundreds), COUNT(*) and SUM(amount) per category (public keys) are answered with
+``bounds="auto"`` (10% of epsilon chooses the caps and the clamping bounds) and compared,
+at the same total epsilon, with every fixed choice of powers of two for each cap
+(``max_partitions``, ``max_rows_per_partition``, the upper clamping bound; lower bound 0).
+Errors are against the true *unbounded* answers.
+
+- fixed bounds: the expected RMSE, exactly: the bias of the bounded answer (computed here
+  with the curator's rescaling rules) and the noise's variance (Laplace, 2 b^2); the best
+  configuration is then run through the curator (``--runs`` times) to check the formula;
+- auto: the curator's empirical RMSE over ``--runs`` releases (each chooses afresh).
+
+    .venv/bin/python benchmarks/auto_bounds.py                       # about a minute
+    .venv/bin/python benchmarks/auto_bounds.py --units 200000 --runs 50 --json auto.json
+
+Target (issue 14): auto RMSE <= 1.25x the best fixed RMSE, for each query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).parent))
+import dpcurator as dp
+from skewed import categories, skewed_table
+
+PARTITIONS = (1, 2, 4, 8)
+ROWS = tuple(2**i for i in range(11))
+UPPER = tuple(2.0**i for i in range(2, 13))
+
+
+def bounded_answers(table: pd.DataFrame, k: int, r: int, upper: float | None,
+                    keys: list[str]) -> np.ndarray:
+    """COUNT(*) (upper None) or SUM(amount clamped to [0, upper]) per key, bounded as the
+    curator does under ``bounding="rescale"``: a unit in m > k partitions weighs k / m in each,
+    a pair of n > r rows weighs r / n."""
+    pairs = table.assign(value=1.0 if upper is None else table.amount.clip(0.0, upper)) \
+        .groupby(["user", "category"], observed=True).agg(n=("value", "size"),
+                                                          total=("value", "sum")).reset_index()
+    m = pairs.groupby("user").category.transform("size").to_numpy()
+    n = pairs.n.to_numpy()
+    part = np.minimum(1.0, k / m) * pairs.total.to_numpy() * np.minimum(1.0, r / n)
+    sums = pd.Series(part).groupby(pairs.category.to_numpy()).sum()
+    return sums.reindex(keys, fill_value=0.0).to_numpy()
+
+
+def fixed_rmse(table: pd.DataFrame, truth: np.ndarray, epsilon: float, keys: list[str],
+               sum_query: bool) -> list[dict[str, float]]:
+    out = []
+    for k, r in itertools.product(PARTITIONS, ROWS):
+        for upper in (UPPER if sum_query else (None,)):
+            bounded = bounded_answers(table, k, r, upper, keys)
+            scale = k * r * (upper or 1.0) / epsilon  # Laplace: L1 sensitivity / epsilon
+            bias2 = float(np.mean((bounded - truth) ** 2))
+            out.append({"max_partitions": k, "max_rows_per_partition": r,
+                        "upper": upper or 0.0,
+                        "rmse": math.sqrt(bias2 + 2.0 * scale * scale),
+                        "bias_rms": math.sqrt(bias2)})
+    return sorted(out, key=lambda row: row["rmse"])
+
+
+def curator_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon: float,
+                 keys: list[str], runs: int, **options: object) -> tuple[float, list[dict]]:
+    curator = dp.Curator.from_pandas(table, privacy_unit="user",
+                                     budget=dp.PureDP(epsilon * runs * 2), cache=False)
+    errors, chosen = [], []
+    for _ in range(runs):
+        release = curator.sql(sql, epsilon=epsilon, keys=keys, **options)
+        frame = release.to_pandas().set_index("category").reindex(keys)
+        errors.append(frame["v"].to_numpy() - truth)
+        if release.bounds_chosen is not None:
+            chosen.append(release.bounds_chosen)
+    return float(np.sqrt(np.mean(np.square(errors)))), chosen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--units", type=int, default=50_000)
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=str, default=None)
+    args = parser.parse_args()
+    table = skewed_table(args.units, seed=args.seed)
+    keys = categories(8)
+    print(f"{len(table):,} rows, {args.units:,} units, epsilon {args.epsilon}, "
+          f"{args.runs} runs", flush=True)
+    report: dict[str, object] = {"rows": len(table), "units": args.units,
+                                 "epsilon": args.epsilon, "runs": args.runs}
+    for name, aggregate, sum_query in (("COUNT(*)", "COUNT(*)", False),
+                                       ("SUM(amount)", "SUM(amount)", True)):
+        started = time.perf_counter()
+        truth = (table.groupby("category").amount.sum() if sum_query else
+                 table.groupby("category").size()).reindex(keys).to_numpy().astype(float)
+        grid = fixed_rmse(table, truth, args.epsilon, keys, sum_query)
+        best = grid[0]
+        sql = f"SELECT category, {aggregate} AS v FROM data GROUP BY category"
+        options: dict[str, object] = {"max_partitions": best["max_partitions"],
+                                      "max_rows_per_partition": best["max_rows_per_partition"]}
+        if sum_query:
+            options["bounds"] = {"amount": (0.0, best["upper"])}
+        measured_best, _ = curator_rmse(table, sql, truth, args.epsilon, keys, args.runs,
+                                        **options)
+        auto, chosen = curator_rmse(table, sql, truth, args.epsilon, keys, args.runs,
+                                    bounds="auto")
+        ratio = auto / best["rmse"]
+        print(f"\n{name} per category (true total {truth.sum():,.0f})")
+        print(f"  best fixed in hindsight: k={best['max_partitions']} "
+              f"r={best['max_rows_per_partition']}"
+              + (f" upper={best['upper']:g}" if sum_query else "")
+              + f": expected RMSE {best['rmse']:,.1f} (bias {best['bias_rms']:,.1f}); "
+              f"run through the curator: {measured_best:,.1f}")
+        picks = pd.DataFrame([{**{k: v for k, v in c.items() if k in (
+            "max_partitions", "max_rows_per_partition")},
+            **({"upper": c["bounds"]["amount"][1]} if "bounds" in c else {})} for c in chosen])
+        common = picks.value_counts().head(3).to_dict() if len(picks) else {}
+        print(f"  auto: RMSE {auto:,.1f} = {ratio:.2f}x the best fixed (target <= 1.25); "
+              f"most chosen {common}  [{time.perf_counter() - started:.0f} s]", flush=True)
+        report[name] = {"best_fixed": best, "best_fixed_measured": measured_best,
+                        "auto_rmse": auto, "ratio": ratio, "top_fixed": grid[:5],
+                        "auto_choices": [str(k) for k in common]}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

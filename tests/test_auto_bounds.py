@@ -1,0 +1,209 @@
+"""Contribution bounds chosen from the data under DP (``bounds="auto"``, issue 14 part 4).
+
+The privacy argument rests on one property: every statistic the choices read moves by at
+most 1 when one unit is added or removed (``Profile``; the scores are then 1-sensitive and
+permute-and-flip is epsilon-DP). It is checked here on data with heavy, wide and odd units,
+through the real engine, with a broken twin (a statistic without the unit's weights) that
+the same check must catch. The rest: the profile counted right, what is charged (exactly the
+request, nothing for a refused query), explicit bounds winning, the release stating what was
+chosen, and the choice finding clear bounds. Choices use a seeded source: deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import dpcurator as dp
+from dpcurator.cli import app
+from dpcurator.curator._auto_bounds import ROW_CANDIDATES, Profile
+from dpcurator.engines import DuckDBEngine
+from dpcurator.errors import BudgetExceededError
+from dpcurator.noise import SeededRandom
+from dpcurator.query import GroupKey, Query
+from dpcurator.query.bounding import BoundedQuery
+from dpcurator.query.errors import BoundsError
+
+GROUP = (GroupKey("g", '"g"'),)
+
+
+def profile_of(df: pd.DataFrame, columns: tuple[str, ...] = ("x",), *,
+               group: bool = True) -> Profile:
+    query = BoundedQuery(unit="u", group_keys=GROUP if group else (), where=None, keys=None,
+                         max_partitions=1, max_rows_per_partition=1, rows_mode="rescale",
+                         partitions_mode="rescale" if group else "none", measures=(),
+                         profile=columns)
+    result = DuckDBEngine.from_frame(df).compute_exact_aggregates(query, 0)
+    assert result.profile is not None
+    return Profile(result.profile)
+
+
+def random_frame(seed: int, units: int = 60) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(units):
+        count = int(rng.choice([1, 2, 3, 40, 300]))
+        spread = int(rng.integers(1, 12))
+        scale = float(rng.choice([1e-7, 0.5, 30.0, 1e6]))
+        for _ in range(count):
+            value = float(rng.normal(0, scale)) if rng.random() > 0.05 else math.nan
+            rows.append((u, f"g{rng.integers(0, spread)}", value))
+    return pd.DataFrame(rows, columns=["u", "g", "x"])
+
+
+def one_unit(seed: int, uid: int) -> pd.DataFrame:
+    rng = np.random.default_rng(10_000 + seed)
+    count = int(rng.choice([1, 7, 500, 3000]))
+    spread = int(rng.choice([1, 3, 40]))
+    return pd.DataFrame({"u": uid, "g": [f"g{rng.integers(0, spread)}" for _ in range(count)],
+                         "x": rng.normal(0, float(rng.choice([1e-6, 5.0, 1e9])), count)})
+
+
+def all_statistics(profile: Profile) -> np.ndarray:
+    negative, positive = profile.signs(0)
+    return np.array([*profile.partitions([1, 2, 4, 8, 16, 1024]),
+                     *profile.rows(ROW_CANDIDATES), *profile.magnitudes(0), negative,
+                     positive])
+
+
+def broken_rows(profile: Profile) -> list[float]:
+    """The twin: pairs beyond R counted without the unit's 1 / P weight."""
+    return [float(sum(c for _, n, c in profile.pairs if n > cap)) for cap in ROW_CANDIDATES]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_statistic_moves_by_at_most_one_when_a_unit_is_added(seed: int) -> None:
+    base = random_frame(seed)
+    added = pd.concat([base, one_unit(seed, 10_000)], ignore_index=True)
+    before, after = profile_of(base), profile_of(added)
+    change = np.abs(all_statistics(after) - all_statistics(before))
+    assert change.max() <= 1.0 + 1e-9
+    assert change.max() > 0.0  # the added unit is seen
+
+
+def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:
+    base = random_frame(0)
+    wide = pd.DataFrame({"u": 10_000, "g": [f"g{i % 30}" for i in range(900)], "x": 1.0})
+    before, after = profile_of(base), profile_of(pd.concat([base, wide], ignore_index=True))
+    assert max(np.abs(np.array(broken_rows(after)) - np.array(broken_rows(before)))) >= 30
+    assert np.abs(all_statistics(after) - all_statistics(before)).max() <= 1.0 + 1e-9
+
+
+def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
+    df = random_frame(3)
+    profile = profile_of(df)
+    pairs = df.groupby(["u", "g"]).size().rename("n").reset_index()
+    parts = pairs.groupby("u").size()
+
+    def up(n: int) -> int:
+        return n if n <= 8 else 2 ** math.ceil(math.log2(n))
+
+    expected = sorted(pairs.assign(p=pairs.u.map(parts).map(up), n=pairs.n.map(up))
+                      .groupby(["p", "n"]).size().items())
+    assert sorted(((p, n), c) for p, n, c in profile.pairs) == expected
+    rows = df.groupby("u").size().map(up)
+    present = df[df.x.notna()]
+    expected_beyond = [float(sum(1.0 / rows[u] for u, x in zip(present.u, present.x,
+                                                              strict=True)
+                                 if abs(x) > 2.0 ** (q / 4))) for q in (-80, -4, 0, 7, 80)]
+    got = profile.magnitudes(0)
+    assert [got[q + 80] for q in (-80, -4, 0, 7, 80)] == pytest.approx(expected_beyond)
+
+
+def clear_frame(units: int = 3000) -> pd.DataFrame:
+    """Every unit: 5 rows in one of 4 groups, values in (0, 10]."""
+    rng = np.random.default_rng(5)
+    return pd.DataFrame({"u": np.repeat(np.arange(units), 5),
+                         "g": np.repeat([f"g{i}" for i in rng.integers(0, 4, units)], 5),
+                         "x": rng.uniform(0.01, 10.0, units * 5)})
+
+
+def test_the_choice_finds_clear_bounds_and_the_release_states_them() -> None:
+    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(1))
+    release = curator.sql("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g",
+                          epsilon=2, keys=["g0", "g1", "g2", "g3"], bounds="auto")
+    chosen = release.bounds_chosen
+    assert chosen is not None
+    assert chosen["max_partitions"] == 1
+    assert chosen["max_rows_per_partition"] == 5
+    lo, hi = chosen["bounds"]["x"]
+    assert lo == 0.0 and 6.0 <= hi <= 10.0
+    assert chosen["epsilon"] == pytest.approx(0.2) and chosen["epsilon"] <= 0.2
+    assert release.plan.max_rows_per_partition == 5 and release.plan.auto is None
+    assert release.privacy == dp.PureDP(2)
+    assert curator.spent.epsilon == pytest.approx(2.0)
+    assert "bounds_chosen" in release.to_dict()
+    # the counts are (almost) unbounded: 5 rows each, none cut
+    truth = clear_frame().groupby("g").size().reindex(["g0", "g1", "g2", "g3"]).to_numpy()
+    low, high = release.interval("n")
+    assert np.all((low <= truth) & (truth <= high))
+
+
+def test_explicit_bounds_win_and_unneeded_caps_are_not_chosen() -> None:
+    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+                                     max_partitions=2, source=SeededRandom(2))
+    release = curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1,
+                          keys=["g0", "g1"], bounds={"x": "auto"},
+                          max_rows_per_partition=4)
+    chosen = release.bounds_chosen
+    assert chosen is not None and set(chosen) >= {"bounds"}
+    assert "max_partitions" not in chosen and "max_rows_per_partition" not in chosen
+    assert release.plan.max_partitions == 2 and release.plan.max_rows_per_partition == 4
+    # COUNT(DISTINCT unit) alone, no GROUP BY: nothing to choose, nothing spent on it
+    release = curator.sql("SELECT COUNT(DISTINCT u) AS n FROM data", epsilon=1,
+                          bounds="auto")
+    assert release.bounds_chosen is None
+
+
+def test_a_refused_auto_query_charges_nothing_and_missing_bounds_name_auto() -> None:
+    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(1))
+    with pytest.raises(BudgetExceededError):
+        curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=2,
+                    keys=["g0"], bounds="auto")
+    assert curator.spent.epsilon == 0.0
+    with pytest.raises(BoundsError, match="auto"):
+        curator.sql("SELECT SUM(x) AS s FROM data", epsilon=0.5)
+    assert curator.spent.epsilon == 0.0
+
+
+def test_curator_defaults_builder_rho_and_private_keys() -> None:
+    df = clear_frame()
+    curator = dp.Curator.from_pandas(df, privacy_unit="u", budget=dp.ZCDP(1.0),
+                                     bounds="auto", source=SeededRandom(3))
+    query = Query().group_by("g", keys=["g0", "g1", "g2", "g3"]).mean("x")
+    release = curator.run(query, rho=0.5)
+    chosen = release.bounds_chosen
+    assert chosen is not None and chosen["rho"] == pytest.approx(0.05)
+    assert isinstance(release.privacy, dp.ZCDP)  # the events' rhos, exactly summed
+    assert release.privacy.rho <= 0.5 and release.privacy.rho == pytest.approx(0.5)
+    assert curator.spent.rho == pytest.approx(0.5)
+    built = Query().group_by("g").sum("x", bounds="auto").bound_contributions(
+        max_rows_per_partition="auto")
+    plain = dp.Curator.from_pandas(df, privacy_unit="u", budget=dp.ApproxDP(5, 1e-5),
+                                   source=SeededRandom(4))
+    release = plain.run(built, epsilon=2, delta=1e-6)  # private keys
+    assert release.bounds_chosen is not None
+    assert release.bounds_chosen["max_rows_per_partition"] == 5
+    assert set(k for (k,) in release.keys) <= {"g0", "g1", "g2", "g3"}
+
+
+def test_the_cli_takes_auto(tmp_path: pytest.TempPathFactory) -> None:
+    path = f"{tmp_path}/data.csv"
+    clear_frame(500).to_csv(path, index=False)
+    result = CliRunner().invoke(app, [
+        "query", path, "--sql", "SELECT g, AVG(x) AS a FROM data GROUP BY g",
+        "--privacy-unit", "u", "--epsilon", "1", "--delta", "1e-6", "--bounds", "auto",
+        "--max-rows-per-partition", "auto", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert set(out["bounds_chosen"]) >= {"max_rows_per_partition", "bounds", "epsilon"}
+    bad = CliRunner().invoke(app, ["query", path, "--sql", "SELECT COUNT(*) AS n FROM data",
+                                   "--privacy-unit", "u", "--epsilon", "1",
+                                   "--max-partitions", "many"])
+    assert bad.exit_code != 0 and "--max-partitions" in bad.output
