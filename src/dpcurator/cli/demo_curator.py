@@ -165,6 +165,12 @@ def _print(results: dict[str, Any]) -> None:
             table.add_row(*cells)
         console.print(table)
         console.print(f"  spent {query['spent']}")
+        chosen = query.get("bounds_chosen")
+        if chosen:
+            caps = ", ".join(f"{k}={v}" for k, v in chosen.items()
+                             if k in ("max_partitions", "max_rows_per_partition"))
+            console.print(f"  chosen from the data under DP: {caps} (epsilon "
+                          f"{chosen.get('epsilon', 0):.3g} of the spend)")
         if "escargots_released" in query:
             console.print("  the category one customer invented (Escargots) was "
                           + ("released (probability <= delta)" if query["escargots_released"]
