@@ -207,3 +207,30 @@ def test_the_cli_takes_auto(tmp_path: pytest.TempPathFactory) -> None:
                                    "--privacy-unit", "u", "--epsilon", "1",
                                    "--max-partitions", "many"])
     assert bad.exit_code != 0 and "--max-partitions" in bad.output
+
+
+def test_caps_too_large_for_the_epsilon_are_lowered_not_failed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A choice of caps whose noise this epsilon cannot calibrate on the fixed-point grid
+    (possible only on billions of rows, so the choice is forced here) is lowered, a function
+    of the DP choice alone, and the charged query is answered instead of failing."""
+    import dpcurator.curator._session as session
+
+    real = session.choose_bounds
+
+    def too_large(*args: object, **kwargs: object) -> tuple[object, dict[str, object]]:
+        plan, chosen = real(*args, **kwargs)  # type: ignore[arg-type]
+        chosen.update(max_partitions=4, max_rows_per_partition=4096)
+        return plan.replace(max_partitions=4, max_rows_per_partition=4096), chosen
+
+    monkeypatch.setattr(session, "choose_bounds", too_large)
+    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(1),
+                                     source=SeededRandom(6))
+    release = curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=0.01,
+                          keys=["g0", "g1", "g2", "g3"], bounds="auto")
+    chosen = release.bounds_chosen
+    assert chosen is not None
+    k, r = chosen["max_partitions"], chosen["max_rows_per_partition"]
+    assert (k, r) == (release.plan.max_partitions, release.plan.max_rows_per_partition)
+    assert k == 4 and r < 4096 and k * r <= 2**20 * 0.01
+    assert curator.spent.epsilon == pytest.approx(0.01)

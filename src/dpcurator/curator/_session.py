@@ -463,7 +463,24 @@ class Curator:
             raise InternalError("the engine returned no profile; this is a bug")
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
                                      self._source)
-        final = self._compile(plan, auto.request)
+        # Caps so large that this epsilon cannot calibrate their noise on the fixed-point grid
+        # are lowered (the row cap first) until it can: a function of the DP choice alone
+        # (post-processing), so that no query fails after its charge.
+        for _ in range(64):
+            try:
+                final = self._compile(plan, auto.request)
+                break
+            except UserError:
+                k, r = plan.max_partitions or 1, plan.max_rows_per_partition or 1
+                if r == 1 and k == 1:
+                    raise InternalError("no bounds can be calibrated; this is a bug") from None
+                plan = plan.replace(max_rows_per_partition=max(1, r // 2)) if r > 1 else \
+                    plan.replace(max_partitions=max(1, k // 2))
+                for name in ("max_partitions", "max_rows_per_partition"):
+                    if name in chosen:
+                        chosen[name] = getattr(plan, name)
+        else:
+            raise InternalError("no bounds can be calibrated; this is a bug")
         return final, self._engine.validate(final.bounded), chosen
 
     def _answer(self, compiled: CompiledQuery, statements: list[str], level: float,
