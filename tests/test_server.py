@@ -131,6 +131,41 @@ budgets = {{ orders = {{ epsilon = 1.0, delta = 1e-7 }} }}
     assert (tmp_path / "ledger.sqlite").exists()  # relative to the configuration file
 
 
+def test_a_dataset_can_have_its_bounds_chosen_under_dp(tmp_path: Path) -> None:
+    """bounds = "auto" and max_rows_per_partition = "auto" in the configuration: each query
+    chooses them with 10% of its epsilon, says so, and is charged exactly its epsilon."""
+    rows = "\n".join(f"{i % 300},{['n', 's'][i % 2]},{(i * 37) % 90}" for i in range(2400))
+    (tmp_path / "orders.csv").write_text("customer_id,region,amount\n" + rows + "\n")
+    (tmp_path / "curator.toml").write_text(f"""ledger = "ledger.sqlite"
+[datasets.orders]
+path = "orders.csv"
+privacy_unit = "customer_id"
+bounds = "auto"
+max_rows_per_partition = "auto"
+keys = {{ region = ["n", "s"] }}
+budget = {{ epsilon = 3.0 }}
+[analysts.alice]
+token_sha256 = "{sha(ALICE)}"
+budgets = {{ orders = {{ epsilon = 1.0 }} }}
+""")
+    app = create_app(load_config(tmp_path / "curator.toml"))
+    with TestClient(app) as c:
+        catalogue = c.get("/v1/datasets", headers=auth(ALICE)).json()["datasets"][0]
+        assert catalogue["bounds"] == "auto"
+        assert catalogue["max_rows_per_partition"] == "auto"
+        answer = ask(c, ALICE, "SELECT region, SUM(amount) AS total FROM data GROUP BY region",
+                     epsilon=0.5)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert set(body["bounds_chosen"]) >= {"max_rows_per_partition", "bounds", "epsilon"}
+        assert body["privacy"]["epsilon"] == 0.5 and body["remaining"]["epsilon"] == 0.5
+    app.state.service.close()
+    (tmp_path / "bad.toml").write_text((tmp_path / "curator.toml").read_text().replace(
+        'max_rows_per_partition = "auto"', 'max_rows_per_partition = "many"'))
+    with pytest.raises(ConfigError, match="max_rows_per_partition"):
+        load_config(tmp_path / "bad.toml")
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("[datasets.x]\npath='a.csv'\nbudget={epsilon=1}\n[analysts.a]\n"
      f"token_sha256='{sha('t')}'\nbudgets={{x={{epsilon=1}}}}", "privacy_unit"),

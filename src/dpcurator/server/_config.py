@@ -4,7 +4,7 @@
     [datasets.orders]
     path = "orders.csv"                      # CSV or Parquet, relative to this file
     privacy_unit = "customer_id"
-    bounds = { amount = [0, 500] }
+    bounds = { amount = [0, 500] }           # or "auto", or { amount = "auto" }: chosen
     keys = { region = ["north", "south"] }   # public group keys (optional)
     budget = { epsilon = 3.0, delta = 1e-6 } # for all analysts together
     [analysts.alice]
@@ -50,11 +50,11 @@ class DatasetConfig:
     path: Path
     privacy_unit: str | None
     one_row_per_person: bool
-    bounds: dict[str, tuple[float, float]]
+    bounds: dict[str, tuple[float, float] | str] | str  # "auto": chosen under DP per query
     keys: dict[str, list[Any]] | None
     budget: Total
-    max_partitions: int
-    max_rows_per_partition: int
+    max_partitions: int | str
+    max_rows_per_partition: int | str
     allow_large_delta: bool
 
 
@@ -163,12 +163,23 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
     if not isinstance(per_person, bool) or (unit is None) != per_person:
         raise ConfigError(f"{where} needs privacy_unit = \"<column>\", or the explicit "
                           "one_row_per_person = true (every row a different person)")
-    bounds = {}
-    for column, pair in (spec.get("bounds") or {}).items():
-        if (not isinstance(pair, list) or len(pair) != 2
-                or not all(_is_number(v) for v in pair) or not pair[0] < pair[1]):
-            raise ConfigError(f"{where} bounds.{column} must be [low, high] with low < high")
-        bounds[str(column)] = (float(pair[0]), float(pair[1]))
+    bounds: dict[str, tuple[float, float] | str] | str = {}
+    given = spec.get("bounds") or {}
+    if given == "auto":
+        bounds = "auto"
+    elif not isinstance(given, dict):
+        raise ConfigError(f"{where} bounds must be {{ column = [low, high] }} or \"auto\"")
+    else:
+        bounds = {}
+        for column, pair in given.items():
+            if pair == "auto":
+                bounds[str(column)] = "auto"
+                continue
+            if (not isinstance(pair, list) or len(pair) != 2
+                    or not all(_is_number(v) for v in pair) or not pair[0] < pair[1]):
+                raise ConfigError(f"{where} bounds.{column} must be [low, high] with low < "
+                                  "high, or \"auto\"")
+            bounds[str(column)] = (float(pair[0]), float(pair[1]))
     keys = spec.get("keys")
     if keys is not None:
         if (not isinstance(keys, dict) or len(keys) != 1
@@ -179,9 +190,9 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         name=name, path=(base / path).resolve(), privacy_unit=unit,
         one_row_per_person=per_person, bounds=bounds, keys=keys,
         budget=_total(spec.get("budget"), f"{where} budget"),
-        max_partitions=_positive_int(spec.get("max_partitions", 1), f"{where} max_partitions"),
-        max_rows_per_partition=_positive_int(spec.get("max_rows_per_partition", 1),
-                                             f"{where} max_rows_per_partition"),
+        max_partitions=_cap(spec.get("max_partitions", 1), f"{where} max_partitions"),
+        max_rows_per_partition=_cap(spec.get("max_rows_per_partition", 1),
+                                    f"{where} max_rows_per_partition"),
         allow_large_delta=bool(spec.get("allow_large_delta", False)))
 
 
@@ -246,6 +257,15 @@ def _limits(spec: dict[str, Any]) -> Limits:
 def _positive_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where} must be a whole number >= 1")
+    return value
+
+
+def _cap(value: Any, where: str) -> int | str:
+    """A contribution cap: a whole number >= 1, or "auto" (chosen under DP per query)."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} must be a whole number >= 1, or \"auto\"")
     return value
 
 

@@ -329,7 +329,9 @@ class Service:
             spec = data.config
             out.append({"name": name, "columns": data.curator.columns,
                         "privacy_unit": spec.privacy_unit,
-                        "bounds": {k: list(v) for k, v in spec.bounds.items()},
+                        "bounds": spec.bounds if isinstance(spec.bounds, str) else {
+                            k: v if isinstance(v, str) else list(v)
+                            for k, v in spec.bounds.items()},
                         "keys": spec.keys, "max_partitions": spec.max_partitions,
                         "max_rows_per_partition": spec.max_rows_per_partition})
         return out
