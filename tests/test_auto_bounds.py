@@ -162,7 +162,8 @@ def test_explicit_bounds_win_and_unneeded_caps_are_not_chosen() -> None:
 
 
 def test_a_refused_auto_query_charges_nothing_and_missing_bounds_name_auto() -> None:
-    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(1))
+    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(1),
+                                     auto_bounds=False)
     with pytest.raises(BudgetExceededError):
         curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=2,
                     keys=["g0"], bounds="auto")
@@ -234,3 +235,26 @@ def test_caps_too_large_for_the_epsilon_are_lowered_not_failed(
     assert (k, r) == (release.plan.max_partitions, release.plan.max_rows_per_partition)
     assert k == 4 and r < 4096 and k * r <= 2**20 * 0.01
     assert curator.spent.epsilon == pytest.approx(0.01)
+
+
+def test_bounds_given_nowhere_are_chosen_by_default_and_auto_bounds_false_refuses() -> None:
+    df = clear_frame(1000)
+    curator = dp.Curator.from_pandas(df, privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(7))
+    release = curator.sql("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g",
+                          epsilon=1, keys=["g0", "g1", "g2", "g3"])
+    chosen = release.bounds_chosen
+    assert chosen is not None
+    assert set(chosen) >= {"max_partitions", "max_rows_per_partition", "bounds"}
+    # given once, at the curator or in the query, a bound is not chosen
+    release = curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1,
+                          keys=["g0", "g1", "g2", "g3"], bounds={"x": (0, 10)},
+                          max_partitions=1, max_rows_per_partition=5)
+    assert release.bounds_chosen is None and curator.spent.epsilon == pytest.approx(2.0)
+    strict = dp.Curator.from_pandas(df, privacy_unit="u", budget=dp.PureDP(10),
+                                    auto_bounds=False)
+    release = strict.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=1,
+                         keys=["g0", "g1", "g2", "g3"])
+    assert release.bounds_chosen is None and release.plan.max_rows_per_partition == 1
+    with pytest.raises(BoundsError, match="auto"):
+        strict.sql("SELECT SUM(x) AS s FROM data", epsilon=1)

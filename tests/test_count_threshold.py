@@ -181,7 +181,7 @@ def _education_frame() -> pd.DataFrame:
 
 def test_count_per_education_level_thresholds_the_count_and_says_so() -> None:
     curator = Curator(_education_frame(), privacy_unit="uid", budget=dp.ApproxDP(10, 1e-5),
-                      source=SeededRandom(41))
+                      max_partitions=1, max_rows_per_partition=1, source=SeededRandom(41))
     release = curator.sql("SELECT educ, COUNT(*) AS n FROM data GROUP BY educ",
                           epsilon=1.0, delta=1e-6)
     described = release.partition_selection

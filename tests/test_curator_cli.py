@@ -64,7 +64,7 @@ def test_private_keys_and_table_output(shop: Path) -> None:
 
 def test_errors_are_one_clear_line(shop: Path) -> None:
     code, out = run(str(shop), "--sql", "SELECT SUM(amount) FROM data", "--privacy-unit", "uid",
-                    "--epsilon", "1", "--json")
+                    "--epsilon", "1", "--bounds", "amount=5:1", "--json")
     assert code == 2 and json.loads(out)["type"] == "BoundsError"
     code, out = run(str(shop), "--sql", "DELETE FROM data", "--privacy-unit", "uid",
                     "--epsilon", "1", "--json")

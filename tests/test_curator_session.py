@@ -81,7 +81,7 @@ def test_every_constructor(kind: str, tmp_path: Path) -> None:
         con.execute("CREATE TABLE purchases AS SELECT * FROM staging")
         c = Curator.from_duckdb(con, "purchases", privacy_unit="user_id",
                                 budget=dp.PureDP(1.0))
-    release = c.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.5)
+    release = c.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.5, max_rows_per_partition=1)
     assert len(release) == 1 and abs(release.values["n"][0] - 600) < 200  # ~600 units, k=r=1
 
 
@@ -109,7 +109,7 @@ def test_refused_query_charges_nothing_and_runs_nothing() -> None:
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
     c._engine.compute_exact_aggregates = spy  # type: ignore[method-assign]
-    c.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.9)
+    c.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.9, max_rows_per_partition=1)
     with pytest.raises(BudgetExceededError, match="nothing was charged"):
         c.sql("SELECT AVG(value) AS m FROM data", epsilon=0.2)
     assert len(calls) == 1 and len(c.ledger) == 1 and c.remaining.epsilon == pytest.approx(0.1)
@@ -181,7 +181,8 @@ def test_all_aggregates_and_gaussian_and_zcdp() -> None:
     zr = z.sql("SELECT category, SUM(value) AS s FROM data GROUP BY category", rho=0.1,
                keys=["books", "food"])
     assert zr.privacy == dp.ZCDP(0.1)
-    laplace_on_zcdp = z.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.2)
+    laplace_on_zcdp = z.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.2,
+                            max_rows_per_partition=1)
     charged = laplace_on_zcdp.privacy
     assert isinstance(charged, dp.ZCDP) and charged.rho <= 0.2 ** 2 / 2  # eps^2 / 2, a hair less
     assert charged.rho == pytest.approx(0.02, rel=1e-9)

@@ -64,7 +64,7 @@ def test_gaussian_counts_are_integer_when_the_l2_sensitivity_is() -> None:
     frame = _frame()
     for k, integer in [(1, True), (4, True), (2, False)]:
         curator = Curator(frame, privacy_unit="uid", budget=dp.ZCDP(100),
-                          max_partitions=k, source=SeededRandom(k))
+                          max_partitions=k, max_rows_per_partition=1, source=SeededRandom(k))
         release = curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", rho=0.5,
                               keys=KEYS, bounding="sample")
         (noise,) = _measures(release, "n")

@@ -49,9 +49,9 @@ def parse_bounds(items: list[str] | None) -> dict[str, Any] | str:
     return out
 
 
-def _cap(option: str, value: str) -> int | str:
-    """A contribution cap: a positive integer, or "auto"."""
-    if value == "auto":
+def _cap(option: str, value: str | None) -> int | str | None:
+    """A contribution cap: a positive integer, "auto", or None (not given: chosen)."""
+    if value is None or value == "auto":
         return value
     try:
         number = int(value)
@@ -168,14 +168,15 @@ def query(
     epsilon: float = typer.Option(..., "--epsilon", help="Epsilon this query spends."),
     delta: float = typer.Option(0.0, "--delta", help="Delta (needed for private keys)."),
     bounds: list[str] | None = typer.Option(
-        None, "--bounds", help="Clamping bounds COLUMN=LO:HI or COLUMN=auto (repeatable), or "
-                               "'auto': every bound not given, chosen from the data under DP "
-                               "with 10%% of --epsilon."),
-    max_partitions: str = typer.Option("1", "--max-partitions",
-                                       help="Partitions one unit may contribute to, or auto."),
-    max_rows_per_partition: str = typer.Option(
-        "1", "--max-rows-per-partition", help="Rows one unit may contribute per group, or "
-                                              "auto."),
+        None, "--bounds", help="Clamping bounds COLUMN=LO:HI (repeatable); a column given "
+                               "none has its bounds chosen from the data under DP with 10%% "
+                               "of --epsilon, as have the caps below."),
+    max_partitions: str | None = typer.Option(
+        None, "--max-partitions", help="Partitions one unit may contribute to (default: "
+                                       "chosen from the data under DP)."),
+    max_rows_per_partition: str | None = typer.Option(
+        None, "--max-rows-per-partition", help="Rows one unit may contribute per group "
+                                               "(default: chosen from the data under DP)."),
     keys: Path | None = typer.Option(
         None, "--keys", help="CSV/Parquet of public group keys (header = key columns)."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
@@ -212,9 +213,8 @@ def query(
                  "--budget-epsilon": budget_epsilon, "--budget-delta": budget_delta,
                  "--one-row-per-person": one_row_per_person or None,
                  "--allow-large-delta": allow_large_delta or None,
-                 "--max-partitions": None if max_partitions == "1" else max_partitions,
-                 "--max-rows-per-partition": (None if max_rows_per_partition == "1"
-                                              else max_rows_per_partition)}
+                 "--max-partitions": max_partitions,
+                 "--max-rows-per-partition": max_rows_per_partition}
         with user_errors(as_json):
             given = [name for name, value in local.items() if value]
             if given:

@@ -43,7 +43,7 @@ from dpcurator.noise.samplers import sample_discrete_gaussian
 from dpcurator.query.bounding import BoundedQuery
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import UnknownColumnError
-from dpcurator.query.plan import Bounds, Plan, auto_options
+from dpcurator.query.plan import AutoBounds, Bounds, Plan, auto_options
 from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import choose_bounds
@@ -98,8 +98,11 @@ class Curator:
             columns are checked once for NaN (a data-owner check; see ``check_nan``).
             ``"auto"`` (or ``{"age": "auto"}``): bounds not given are chosen from the data
             under DP with 10% of each query's budget (``Release.bounds_chosen``).
-        max_partitions, max_rows_per_partition, bounding: default contribution bounds (1 and
-            1 when not given; ``"auto"``: chosen from the data, as for ``bounds``).
+        max_partitions, max_rows_per_partition, bounding: default contribution bounds
+            (``"auto"``: chosen from the data, as for ``bounds``).
+        auto_bounds: choose every bound that neither the curator nor a query gives from the
+            data, under DP, with 10% of the query's budget (the default; the release states
+            them). False: caps not given are 1, and an aggregate without bounds is refused.
         cache: return the stored release for a repeated identical query, for free.
         journal: the budget's ledger file (SQLite; see ``dpcurator.ledger``): every charge is
             committed to it before any release, and every curator, thread and process using
@@ -141,6 +144,7 @@ class Curator:
         connection_table: str | None = None,
         threads: int | None = None,
         allow_large_delta: bool = False,
+        auto_bounds: bool = True,
     ) -> None:
         self._engine = _engine_for(data, connection_table, threads)
         self.table = _check_table_name(table)
@@ -172,6 +176,8 @@ class Curator:
         declared = {}
         bounds, max_partitions, max_rows_per_partition, auto = auto_options(
             bounds, max_partitions, max_rows_per_partition)
+        if auto_bounds:  # every bound given nowhere is chosen from the data
+            auto = AutoBounds(open=True).merged(auto)
         if bounds is not None and not isinstance(bounds, Mapping):
             raise UserError("bounds must be a mapping {column: (lo, hi)} or 'auto'")
         for name, value in (bounds or {}).items():

@@ -4,7 +4,7 @@
     [datasets.orders]
     path = "orders.csv"                      # CSV or Parquet, relative to this file
     privacy_unit = "customer_id"
-    bounds = { amount = [0, 500] }           # or "auto", or { amount = "auto" }: chosen
+    bounds = { amount = [0, 500] }           # a column without bounds has them chosen
     keys = { region = ["north", "south"] }   # public group keys (optional)
     budget = { epsilon = 3.0, delta = 1e-6 } # for all analysts together
     [analysts.alice]
@@ -190,8 +190,8 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         name=name, path=(base / path).resolve(), privacy_unit=unit,
         one_row_per_person=per_person, bounds=bounds, keys=keys,
         budget=_total(spec.get("budget"), f"{where} budget"),
-        max_partitions=_cap(spec.get("max_partitions", 1), f"{where} max_partitions"),
-        max_rows_per_partition=_cap(spec.get("max_rows_per_partition", 1),
+        max_partitions=_cap(spec.get("max_partitions", "auto"), f"{where} max_partitions"),
+        max_rows_per_partition=_cap(spec.get("max_rows_per_partition", "auto"),
                                     f"{where} max_rows_per_partition"),
         allow_large_delta=bool(spec.get("allow_large_delta", False)))
 
