@@ -62,6 +62,8 @@ def write_config(folder: Path, data: Path) -> Path:
 path = "{data.name}"
 privacy_unit = "customer_id"
 bounds = {{ amount = [0, 500] }}
+max_partitions = 1
+max_rows_per_partition = 1
 keys = {{ region = ["north", "south", "east", "west"] }}
 budget = {{ epsilon = 1e6 }}
 [analysts.bench]
@@ -89,7 +91,8 @@ def run_library(data: Path, n: int, offset: int) -> dict[str, Any]:
     import dpcurator as dp
 
     curator = dp.Curator(str(data), privacy_unit="customer_id", budget=dp.PureDP(1e6),
-                         bounds={"amount": (0, 500)})
+                         bounds={"amount": (0, 500)}, max_partitions=1,
+                         max_rows_per_partition=1)  # the caps the service's config states
     keys = ["north", "south", "east", "west"]
     curator.sql(uncached_sql(offset - 1), epsilon=1.0, keys=keys)  # warm the engine
     times = []
