@@ -258,3 +258,14 @@ def test_bounds_given_nowhere_are_chosen_by_default_and_auto_bounds_false_refuse
     assert release.bounds_chosen is None and release.plan.max_rows_per_partition == 1
     with pytest.raises(BoundsError, match="auto"):
         strict.sql("SELECT SUM(x) AS s FROM data", epsilon=1)
+
+
+def test_explain_says_which_bounds_will_be_chosen_and_charges_nothing() -> None:
+    curator = dp.Curator.from_pandas(clear_frame(500), privacy_unit="u", budget=dp.PureDP(1))
+    explained = curator.explain("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=0.5,
+                                keys=["g0", "g1"])
+    chosen = explained["bounds_to_choose"]
+    assert chosen["max_partitions"] and chosen["max_rows_per_partition"]
+    assert chosen["columns"] == ["x"] and chosen["share"] == 0.1
+    assert sum(chosen["epsilons"].values()) <= 0.05
+    assert explained["cost"] == dp.PureDP(0.5) and curator.spent.epsilon == 0.0

@@ -392,13 +392,23 @@ class Curator:
             plan, epsilon=privacy.get("epsilon"), delta=privacy.get("delta"),
             rho=privacy.get("rho"), noise=privacy.get("noise"), weights=privacy.get("weights")))
         compiled, statements, plan = prepared.compiled, prepared.statements, prepared.compiled.plan
-        return {
+        explained: dict[str, Any] = {
             "plan": plan,
             "cost": self._charge_cost(compiled),
             "sql": statements,
             "noise": {e.aggregate.name: e.describe() for e in compiled.estimators},
             "partition_selection": repr(compiled.selection) if compiled.selection else None,
         }
+        if compiled.auto is not None:
+            auto = compiled.auto
+            explained["bounds_to_choose"] = {
+                "max_partitions": auto.auto.max_partitions,
+                "max_rows_per_partition": auto.auto.max_rows_per_partition,
+                "columns": list(auto.auto.columns), "share": auto.auto.share,
+                "epsilons": dict(auto.epsilons),
+                "note": "chosen from the data when the query runs; the plan, SQL and noise "
+                        "above show placeholder bounds (caps of 1, bounds (0, 1))"}
+        return explained
 
     def close(self) -> None:
         self._engine.close()
