@@ -10,39 +10,79 @@ grows with tau). Raising tau removes bias at the rate of the mass beyond tau and
 at the rate d(sigma)/d(tau), so the best tau is where the amount beyond tau is about the
 noise's rate: Amin, Kulesza, Munoz Medina and Vassilvitskii, "Bounding user contributions: a
 bias-variance trade-off in differential privacy" (ICML 2019), Section 3. For G partitions
-each with noise s k^a r (a = 1 under Laplace noise, 1/2 under Gaussian) that rate is
-``AutoPlan.target``. A small count cannot be located with a small epsilon: candidates
-beyond the data all score alike, and one far beyond it would multiply the noise. So the
-target is raised to at least ``AutoPlan.floor`` = 2 ln(C / beta) / epsilon (beta = 1e-4),
-which makes every candidate past the data less likely, together, than beta: a slightly
-lower bound (a little more bias), and a bound far beyond the data almost never.
+each with noise s k^a r M (a = 1 under Laplace noise, 1/2 under Gaussian) the rates, in the
+units of the statistics below, are (``AutoPlan.target``):
 
-The mechanism. Each choice is permute-and-flip (McKenna and Sheldon 2020;
-``PermuteAndFlip``, epsilon-DP, never worse than the exponential mechanism) over candidates
-in steps of 2^(1/4) (finer than the powers of two a person would try), with the score
+- ``max_partitions``: t = G s a k^(a-1) units with more than k partitions (a unit beyond k
+  taken to lose r rows, or r M, per unit of k);
+- ``max_rows_per_partition``: t = f G s k^a pairs beyond r, with f = ``ROW_FACTOR`` (1.5)
+  for counts and ``ROW_FACTOR_VALUES`` (2) when the query aggregates a column. G s k^a is
+  the rate for pairs of units in one partition (the longest pairs are usually theirs; a
+  unit in P partitions weighs 1 / P below, so it is reached later, on the safe side); the
+  factor f was set on the skewed benchmark (``benchmarks/auto_bounds.py``): its squared
+  error is smallest above Amin et al.'s point for counts, and values beyond the cap average
+  less than M, so a column's rate per pair is lower than M;
+- a column's magnitude M: t = G s k^a units' worth of values beyond M (a unit's values
+  weigh 1 / T below: a unit of r rows in one partition holds about r of them).
 
-    u_j = -max(0, stat_j - t_j, t_(j-1) - stat_(j-1))          (u_0 = -max(0, stat_0 - t_0))
+The statistics. ``Profile`` computes them from the engine's profile (counts only,
+``BoundedQuery.profile``), each weighing a unit's parts so that one unit adds at most 1 to
+it; P, n and T are rounded up by the engine, so the weights never exceed the exact ones:
 
-where stat_j, decreasing in j, is how much lies beyond candidate j and t_j its target: 0
-exactly at the smallest candidate whose statistic is within its target. Each statistic
-weighs a unit's parts so that one unit adds at most 1 to it (``Profile``), so every score
-moves by at most 1 when a unit is added or removed (the sensitivity; the max of terms that
-each move by at most 1):
+- units with more than K partitions (each of a unit's pairs weighing 1 / P, P its
+  partitions);
+- pairs with more than R rows, each weighing 1 / P; a pair counted as n > 8 rows (n rounded
+  up to a power of two) counts for the part of (n / 2, n] above R (``_beyond``, a weight in
+  [0, 1]), not all or nothing, so that the candidates between powers of two see a change;
+- values with |x| > M, each weighing 1 / T (T the unit's rows);
+- negative and positive values, each weighing 1 / T (for the signs).
 
-- ``max_partitions``: units with more than K partitions, each of a unit's pairs weighing
-  1 / P (P, the unit's number of partitions, rounded up by the engine: the weights never
-  exceed the exact ones);
-- ``max_rows_per_partition``: pairs with more than R rows, each weighing 1 / P;
-- a column's bounds: first a magnitude M (values with |x| > M, each weighing 1 / T, T the
-  unit's rows), then the signs among [0, M], [-M, 0] and [-M, M] (scores: minus the
-  negative values, minus the positive ones, minus a fixed price ``floor``).
+The penalties. For each candidate c_j (in increasing order, steps of 2^(1/4) for rows and
+magnitudes, of 2 for partitions) with statistic stat_j (decreasing in j) and target t_j:
 
-The choices are made in that order (the later targets use the k chosen), and the row cap and
-magnitudes, where the error moves fastest, get twice the others' share of epsilon.
+    p_j = max(0, stat_j - t_j, max_(i<j) h_ij - stat_i),
+    h_ij = max(t_i, min(2 F, t_i + 2 lambda log2(c_j / c_i) / epsilon))     (``_penalties``)
 
-The statistics are computed inside the engine from counts only (``BoundedQuery.profile``).
-Cost: each choice is epsilon-DP (``PureDP``) under add/remove one unit; with a rho request
-it is charged as epsilon^2 / 2-zCDP (Bun and Steinke 2016, Proposition 1.4). The choices and
+(stat_j - t_j left out for the last candidate, which has nothing above it). p_j is 0 at the
+crossing (the smallest candidate within its target) when the statistic below it grows by at
+least 2 lambda / epsilon per octave; above the crossing it grows by 2 lambda / epsilon per
+octave (each octave about e^-lambda times as likely), up to 2 F. lambda = ``LAMBDA`` (4),
+``K_LAMBDA`` (8) for the partition cap, whose steps are octaves and whose few candidates
+compete in the joint choice with many row caps and magnitudes. Every term is a statistic
+plus a constant, so each penalty, and any maximum of penalties, moves by at most 1 when a
+unit is added or removed (the sensitivity).
+
+The choices. One joint choice (``choice_names``) takes the caps asked for and the first
+auto-bounded column's magnitude: permute-and-flip (McKenna and Sheldon 2020;
+``PermuteAndFlip``, epsilon-DP) over the product of their candidates (at most 11 x 44 x 241)
+with the score -max(p_k, p_r(k), p_M(k)) (the targets of r and M use that candidate's k):
+one mechanism with their summed epsilon instead of one each. Each further column's magnitude
+is its own permute-and-flip, with the k chosen. Then each column's signs: [0, M] scores minus
+the negative values, [-M, 0] minus the positive ones, [-M, M] minus a fixed price
+ln(3 / beta) / epsilon with beta = ``BETA_BOUNDED`` (twice the width: twice the noise of a
+mean); adding a unit lowers or keeps each of these scores, so the choice is monotonic
+(permute-and-flip with half the noise: Ding, Kifer, Wang and Zhang 2021). Weights in the
+budget: 1 per cap and 2 per magnitude (summed for the joint choice), 1/4 per column's signs.
+
+The floor. F = 2 ln(C / beta) / epsilon (``AutoPlan.floor``; C the choice's number of
+candidates, beta = ``BETA`` = 1e-4). Each coordinate of a choice has a candidate with
+penalty at most F (the smallest j with stat_j <= F, or the last: every term is then at most
+F, for targets up to 2 F; with larger ones the crossing scores 0), so the best score is at
+least -F; a candidate whose ramp has reached 2 F above a candidate with nothing beyond it
+(more than (2 F - t) epsilon / (2 lambda) octaves above the data: about 10 for a SUM's
+joint choice, 7 for a COUNT's) scores at most -2 F, and all of them together are less likely
+than beta. In data whose best candidate scores 0, each octave above the crossing is about
+e^-lambda times as likely. A small count cannot be located with a small epsilon: when the
+statistic grows too slowly below the crossing the ramp penalizes it and the choice lands
+lower (more bias), not higher.
+
+Exactness. The statistics are summed exactly (fractions), capped at 2^36 and rounded down to
+multiples of 2^-16, and the penalties capped at 2^35, so that the floating-point scores move
+by at most 1 + 2^-14 between neighbours; the mechanisms are told a sensitivity of 1 + 2^-12
+(``SENSITIVITY``), never less than the scores' true one.
+
+Cost: each choice is epsilon-DP (``PureDP``) under add/remove one unit; with a rho request it
+is charged as epsilon^2 / 2-zCDP (Bun and Steinke 2016, Proposition 1.4). The choices and
 the query compose (basic composition for (epsilon, delta), adding rhos for zCDP).
 """
 
@@ -53,6 +93,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from dpcurator.accounting.conversions import zcdp_rho_for
 from dpcurator.accounting.events import DpEvent, PureDPEvent, ZCDPEvent
@@ -76,25 +119,39 @@ from ._privacy import PrivacyRequest
 
 __all__ = ["AutoPlan", "Profile", "choose_bounds", "plan_auto"]
 
+FloatArray = npt.NDArray[np.float64]
+
 PARTITION_CANDIDATES = tuple(2**i for i in range(11))  # 1 .. 1024
 # 1 .. 4096 in steps of about 2^(1/4): finer than powers of two, where the error moves fast
 ROW_CANDIDATES = tuple(sorted({round(2 ** (i / 4)) for i in range(49)}))
-# value bounds: 0, then the engine's bucket steps 2^(q/4), 2^-20 .. 2^40 (PROFILE_STEPS)
-MAGNITUDES = (0.0, *(2.0 ** (q / 4) for q in PROFILE_STEPS))
+# value bounds: the engine's bucket steps 2^(q/4), 2^-20 .. 2^40 (PROFILE_STEPS)
+MAGNITUDES = tuple(2.0 ** (q / 4) for q in PROFILE_STEPS)
+#: the chance, at most, that a bound is chosen where its ramp has reached its cap
 BETA = 1e-4
-#: beta for the choices whose worst candidate costs at most a small factor of noise: the
-#: partition cap over public keys (at most their number) and the signs (at most 2x)
+#: beta of the sign choice, whose worst candidate costs at most twice the noise
 BETA_BOUNDED = 0.05
+#: the ramp above a candidate adds 2 LAMBDA / epsilon per octave (K_LAMBDA for the partition
+#: cap, whose steps are octaves, competing in the joint choice with the many row caps and
+#: magnitudes), up to CAP times the floor
+LAMBDA = 4.0
+K_LAMBDA = 8.0
+CAP = 2.0
+#: the row cap aims at this many times the noise's rate: a count, or a column's values
+ROW_FACTOR = 1.5
+ROW_FACTOR_VALUES = 2.0
+#: the weights of the choices in the budget (``choice_names``)
+WEIGHTS = {"max_partitions": 1.0, "max_rows_per_partition": 1.0, "magnitude": 2.0,
+           "signs": 0.25}
 
 
 @dataclass(frozen=True)
 class AutoPlan:
     """How a query's bounds will be chosen (fixed before anything is read).
 
-    ``epsilon`` is each choice's epsilon, ``request`` what the query itself then spends,
-    ``partitions`` the number of partitions G the noise is paid in (the public keys; 1
-    otherwise), ``noise`` the noise's standard deviation per unit of sensitivity and
-    ``exponent`` a (1: Laplace, L1; 1/2: Gaussian, L2)."""
+    ``epsilons`` is each choice's epsilon (``choice_names``), ``request`` what the query
+    itself then spends, ``partitions`` the number of partitions G the noise is paid in (the
+    public keys; 1 otherwise), ``noise`` the noise's standard deviation per unit of
+    sensitivity and ``exponent`` a (1: Laplace, L1; 1/2: Gaussian, L2)."""
 
     auto: AutoBounds
     epsilons: dict[str, float]  # per choice (``choice_names``)
@@ -104,31 +161,42 @@ class AutoPlan:
     exponent: float
     spent: float  # the choices' total epsilon (or rho, for a rho request)
 
-    def floor(self, choice: str, candidates: int, beta: float = BETA) -> float:
-        """The least target a selection among ``candidates`` can locate (module docstring)."""
-        return 2.0 * math.log(candidates / beta) / self.epsilons[choice]
+    def floor(self, choice: str, candidates: int, beta: float = BETA, *,
+              monotonic: bool = False) -> float:
+        """F = 2 ln(C / beta) / epsilon (ln(C / beta) / epsilon for a ``monotonic`` choice):
+        C candidates scoring F below the best are, together, less likely than beta."""
+        factor = 1.0 if monotonic else 2.0
+        return factor * math.log(candidates / beta) / self.epsilons[choice]
 
     def target(self, k: float, *, per_partition: bool) -> float:
-        """The noise's rate: G s a k^(a-1) for the partition cap k (``per_partition``), else
-        G s k^(a-1) (rows and values, per unit of the statistic)."""
-        rate = self.partitions * self.noise * float(k) ** (self.exponent - 1.0)
-        return float(rate * (self.exponent if per_partition else 1.0))
+        """The noise's rate: G s a k^(a-1) for the partition cap k (``per_partition``, per
+        unit beyond it), else G s k^a (per pair beyond the row cap, and per unit's worth of
+        values beyond the magnitude)."""
+        rate = self.partitions * self.noise
+        if per_partition:
+            return float(rate * self.exponent * float(k) ** (self.exponent - 1.0))
+        return float(rate * float(k) ** self.exponent)
 
 
 def _round_down(value: float) -> float:
     return math.nextafter(value, 0.0)
 
 
+def _joint_parts(auto: AutoBounds) -> list[str]:
+    parts = [name for name in ("max_partitions", "max_rows_per_partition")
+             if getattr(auto, name)]
+    return parts + [f"magnitude:{column}" for column in auto.columns[:1]]
+
+
 def choice_names(auto: AutoBounds) -> list[tuple[str, float]]:
-    """The choices, in the order they are made, with their weights in the budget: the row
-    cap and upper bounds, where the error moves fastest, weigh 2; the others 1."""
-    names: list[tuple[str, float]] = []
-    if auto.max_partitions:
-        names.append(("max_partitions", 1.0))
-    if auto.max_rows_per_partition:
-        names.append(("max_rows_per_partition", 2.0))
-    for column in auto.columns:
-        names += [(f"magnitude:{column}", 2.0), (f"signs:{column}", 1.0)]
+    """The choices, in the order they are made, with their weights in the budget: one joint
+    choice of the caps and the first column's magnitude (named by its parts joined with
+    "+", weighing the sum of theirs: 1 per cap, 2 per magnitude), the further columns'
+    magnitudes (2 each), and each column's signs (1/4: a monotonic choice)."""
+    parts = _joint_parts(auto)
+    names = [("+".join(parts), sum(WEIGHTS[part.split(":")[0]] for part in parts))]
+    names += [(f"magnitude:{column}", WEIGHTS["magnitude"]) for column in auto.columns[1:]]
+    names += [(f"signs:{column}", WEIGHTS["signs"]) for column in auto.columns]
     return names
 
 
@@ -182,24 +250,64 @@ def _with_bounds(agg: Aggregate, bounds: dict[str, Bounds]) -> Aggregate:
     return type(agg)(agg.column, chosen, agg.name)
 
 
-def _score(stats: Sequence[float], targets: Sequence[float]) -> list[float]:
-    """u_j = -max(0, stat_j - t_j, t_(j-1) - stat_(j-1)): 0 at the crossing (docstring)."""
-    scores = []
-    for j, (stat, target) in enumerate(zip(stats, targets, strict=True)):
-        below = targets[j - 1] - stats[j - 1] if j else 0.0
-        scores.append(-max(0.0, stat - target, below))
-    return scores
+def _penalties(stats: Sequence[float], candidates: Sequence[float],
+               targets: Sequence[float], cap: float, epsilon: float,
+               ramp: float) -> FloatArray:
+    """The penalties p_j of the module docstring: max(0, stat_j - t_j, max_(i<j) h_ij -
+    stat_i), the first term left out at the last candidate, h_ij = t_i + 2 ``ramp``
+    log2(c_j / c_i) / epsilon, at most ``cap`` (and at least t_i). Each term is one statistic
+    plus a constant, so p moves by at most as much as the statistics."""
+    stat = np.asarray(stats, dtype=np.float64)
+    target = np.asarray(targets, dtype=np.float64)
+    octaves = np.log2(np.asarray(candidates, dtype=np.float64))
+    n = stat.size
+    low = stat - target
+    low[-1] = -math.inf  # no larger candidate to move to
+    above = np.maximum(octaves[:, None] - octaves[None, :], 0.0)  # [j, i]: c_i up to c_j
+    high = target[None, :] + 2.0 * ramp * above / epsilon
+    high = np.maximum(target[None, :], np.minimum(cap, high)) - stat[None, :]
+    high[np.arange(n)[None, :] >= np.arange(n)[:, None]] = -math.inf  # i < j only
+    return np.asarray(np.maximum(0.0, np.maximum(low, high.max(axis=1))), dtype=np.float64)
 
 
-def _select_scores(scores: Sequence[float], epsilon: float,
-                   source: RandomSource | None) -> int:
-    return int(PermuteAndFlip(epsilon=epsilon, sensitivity=1.0, source=source).release(scores))
+def _release(scores: FloatArray | Sequence[float], epsilon: float,
+             source: RandomSource | None, *, monotonic: bool = False) -> int:
+    mechanism = PermuteAndFlip(epsilon=epsilon, sensitivity=SENSITIVITY, monotonic=monotonic,
+                               source=source)
+    capped = np.maximum(np.asarray(scores, dtype=np.float64), -PENALTY_CAP)
+    return int(mechanism.release(capped))
 
 
-def _select(stats: Sequence[float], targets: Sequence[float], epsilon: float,
-            source: RandomSource | None) -> int:
-    mechanism = PermuteAndFlip(epsilon=epsilon, sensitivity=1.0, source=source)
-    return int(mechanism.release(_score(stats, targets)))
+#: Exact scores: statistics are summed exactly (``Fraction``), capped at 2^36 and rounded
+#: down to multiples of 2^-16 (so they and the penalties, capped at 2^35, are floats whose
+#: arithmetic errs by less than 2^-16 each): a score then moves by at most 1 + 2^-14 between
+#: neighbours, and the mechanisms are told 1 + 2^-12.
+STAT_CAP = 2**36
+GRID = 2**16
+PENALTY_CAP = float(2**35)
+SENSITIVITY = 1.0 + 2.0**-12
+
+
+def _down(value: Fraction) -> float:
+    """An exact statistic, capped at ``STAT_CAP`` and rounded down to the ``GRID`` (both
+    1-Lipschitz up to 2^-16): an exact float."""
+    return math.floor(min(value, Fraction(STAT_CAP)) * GRID) / GRID
+
+
+def _beyond(n: int, cap: float) -> float:
+    """The part of the pairs counted as n rows with more than ``cap`` rows: all when n <= 8
+    (counted exactly), else the part of (n / 2, n] above the cap (n rounded up to a power of
+    two by the engine: the rows spread evenly between the powers)."""
+    return float(_beyond_exact(n, cap))
+
+
+def _beyond_exact(n: int, cap: float) -> Fraction:
+    """``_beyond`` as an exact fraction in [0, 1]."""
+    if n <= cap:
+        return Fraction(0)
+    if n <= 8:
+        return Fraction(1)
+    return min(Fraction(1), (n - Fraction(cap)) / (n // 2))
 
 
 class Profile:
@@ -218,24 +326,83 @@ class Profile:
 
     def partitions(self, caps: Sequence[int]) -> list[float]:
         """Units with more than K partitions (each pair weighs 1 / P)."""
-        return [sum(c / p for p, _, c in self.pairs if p > cap) for cap in caps]
+        return [_down(sum((Fraction(c, p) for p, _, c in self.pairs if p > cap), Fraction(0)))
+                for cap in caps]
 
     def rows(self, caps: Sequence[int]) -> list[float]:
-        """Pairs with more than R rows, each weighing 1 / P: a unit adds the fraction of its
-        partitions beyond R."""
-        return [sum(c / p for p, n, c in self.pairs if n > cap) for cap in caps]
+        """Pairs with more than R rows, each weighing 1 / P (a unit adds the fraction of its
+        partitions beyond R), those of n > 8 rows (rounded up) counted for the part of
+        (n / 2, n] above R (``_beyond``)."""
+        return [_down(sum((Fraction(c, p) * _beyond_exact(n, cap) for p, n, c in self.pairs),
+                          Fraction(0))) for cap in caps]
 
     def magnitudes(self, column: int) -> list[float]:
         """Values above 2^(q/4) in magnitude, q in ``PROFILE_STEPS`` (each weighs 1 / T)."""
-        values = self.values.get(column, [])
-        return [sum(c / t for t, _, b, c in values if b >= q) for q in PROFILE_STEPS]
+        per_bucket: dict[int, Fraction] = {}
+        for t, _, b, c in self.values.get(column, []):
+            per_bucket[b] = per_bucket.get(b, Fraction(0)) + Fraction(c, t)
+        out, beyond = [], Fraction(0)
+        for q in reversed(PROFILE_STEPS):  # suffix sums: buckets >= q
+            beyond += per_bucket.get(q, Fraction(0))
+            out.append(_down(beyond))
+        return out[::-1]
 
     def signs(self, column: int) -> tuple[float, float]:
         """(negative, positive) values above 2^-20 in magnitude (each weighs 1 / T)."""
         values = self.values.get(column, [])
         first = PROFILE_STEPS[0]
-        return (sum(c / t for t, s, b, c in values if s < 0 and b >= first),
-                sum(c / t for t, s, b, c in values if s > 0 and b >= first))
+        negative = sum((Fraction(c, t) for t, s, b, c in values if s < 0 and b >= first),
+                       Fraction(0))
+        positive = sum((Fraction(c, t) for t, s, b, c in values if s > 0 and b >= first),
+                       Fraction(0))
+        return _down(negative), _down(positive)
+
+
+def _partition_candidates(plan: Plan) -> list[int]:
+    candidates = [c for c in PARTITION_CANDIDATES if plan.keys is None or c < len(plan.keys)]
+    if plan.keys is not None and len(plan.keys) <= PARTITION_CANDIDATES[-1]:
+        candidates.append(len(plan.keys))
+    return candidates
+
+
+def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
+                  source: RandomSource | None) -> tuple[int, int, int | None]:
+    """The joint choice: (k, r, the first column's magnitude index or None)."""
+    auto = auto_plan.auto
+    name = "+".join(_joint_parts(auto))
+    epsilon = auto_plan.epsilons[name]
+    ks = _partition_candidates(plan) if auto.max_partitions else [plan.max_partitions or 1]
+    rs = list(ROW_CANDIDATES) if auto.max_rows_per_partition else \
+        [plan.max_rows_per_partition or 1]
+    magnitude = bool(auto.columns)
+    size = len(ks) * len(rs) * (len(MAGNITUDES) if magnitude else 1)
+    cap = CAP * auto_plan.floor(name, size)
+    pk = np.zeros(len(ks))
+    if auto.max_partitions:
+        targets = [auto_plan.target(k, per_partition=True) for k in ks]
+        pk = _penalties(stats.partitions(ks), ks, targets, cap, epsilon, K_LAMBDA)
+    row_stats = stats.rows(rs) if auto.max_rows_per_partition else []
+    value_stats = stats.magnitudes(0) if magnitude else []
+    values = any(not isinstance(agg, Count | CountUnits) for agg in plan.aggregates)
+    factor = ROW_FACTOR_VALUES if values else ROW_FACTOR
+    blocks = []
+    for a, k in enumerate(ks):
+        rate = auto_plan.target(k, per_partition=False)
+        block = np.full(len(rs), pk[a])
+        if auto.max_rows_per_partition:
+            block = np.maximum(block, _penalties(row_stats, rs, [factor * rate] * len(rs), cap,
+                                                 epsilon, LAMBDA))
+        if magnitude:
+            pm = _penalties(value_stats, MAGNITUDES, [rate] * len(MAGNITUDES), cap, epsilon,
+                            LAMBDA)
+            block = np.maximum(block[:, None], pm[None, :]).ravel()
+        blocks.append(block)
+    index = _release(-np.concatenate(blocks), epsilon, source)
+    a, rest = divmod(index, len(blocks[0]))
+    if magnitude:
+        j, m = divmod(rest, len(MAGNITUDES))
+        return ks[a], rs[j], m
+    return ks[a], rs[rest], None
 
 
 def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
@@ -246,40 +413,32 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     auto = auto_plan.auto
     stats = Profile(profile)
     eps = auto_plan.epsilons
-    k = plan.max_partitions or 1
+    k, r, first = _choose_joint(auto_plan, plan, stats, source)
     chosen: dict[str, Any] = {}
     if auto.max_partitions:
-        candidates = [c for c in PARTITION_CANDIDATES
-                      if plan.keys is None or c < len(plan.keys)]
-        if plan.keys is not None and len(plan.keys) <= PARTITION_CANDIDATES[-1]:
-            candidates.append(len(plan.keys))
-        floor = auto_plan.floor("max_partitions", len(candidates),
-                                BETA_BOUNDED if plan.keys is not None else BETA)
-        targets = [max(auto_plan.target(cap, per_partition=True), floor) for cap in candidates]
-        k = candidates[_select(stats.partitions(candidates), targets, eps["max_partitions"],
-                               source)]
         chosen["max_partitions"] = k
-    r = plan.max_rows_per_partition or 1
     if auto.max_rows_per_partition:
-        target = max(auto_plan.target(k, per_partition=False),
-                     auto_plan.floor("max_rows_per_partition", len(ROW_CANDIDATES)))
-        r = ROW_CANDIDATES[_select(stats.rows(ROW_CANDIDATES), [target] * len(ROW_CANDIDATES),
-                                   eps["max_rows_per_partition"], source)]
         chosen["max_rows_per_partition"] = r
     bounds: dict[str, Bounds] = {}
+    rate = auto_plan.target(k, per_partition=False)
     for index, column in enumerate(columns):
-        choice = f"magnitude:{column}"
-        target = max(auto_plan.target(k, per_partition=False),
-                     auto_plan.floor(choice, len(PROFILE_STEPS)))
-        magnitude = MAGNITUDES[1 + _select(stats.magnitudes(index), [target] * len(
-            PROFILE_STEPS), eps[choice], source)]
+        if index == 0:
+            assert first is not None
+            magnitude = MAGNITUDES[first]
+        else:
+            choice = f"magnitude:{column}"
+            cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
+            penalties = _penalties(stats.magnitudes(index), MAGNITUDES,
+                                   [rate] * len(MAGNITUDES), cap, eps[choice], LAMBDA)
+            magnitude = MAGNITUDES[_release(-penalties, eps[choice], source)]
         # the signs: [0, M] costs the negative values, [-M, 0] the positive ones, [-M, M] a
-        # fixed price (twice the width: twice the noise of a mean)
+        # fixed price (twice the width: twice the noise of a mean); adding a unit lowers or
+        # keeps every score (monotonic)
         choice = f"signs:{column}"
         negative, positive = stats.signs(index)
-        both = auto_plan.floor(choice, 3, BETA_BOUNDED)
+        both = auto_plan.floor(choice, 3, BETA_BOUNDED, monotonic=True)
         lo, hi = ((0.0, magnitude), (-magnitude, 0.0), (-magnitude, magnitude))[
-            _select_scores([-negative, -positive, -both], eps[choice], source)]
+            _release([-negative, -positive, -both], eps[choice], source, monotonic=True)]
         bounds[column] = Bounds(lo, hi)
     if bounds:
         chosen["bounds"] = {c: (b.lo, b.hi) for c, b in bounds.items()}
@@ -289,7 +448,8 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     cost_name = "rho" if auto_plan.request.rho is not None else "epsilon"
     chosen[cost_name] = auto_plan.spent
     chosen["share"] = auto.share
-    chosen["method"] = ("permute-and-flip over steps of 2^(1/4), one choice per bound "
-                        "(Amin et al. 2019's bias-variance rule); epsilons " +
+    chosen["method"] = ("permute-and-flip over steps of 2^(1/4), one joint choice of the "
+                        "caps and the first magnitude (Amin et al. 2019's bias-variance "
+                        "rule, penalties ramping above it); epsilons " +
                         ", ".join(f"{name} {value:.3g}" for name, value in eps.items()))
     return final, chosen
