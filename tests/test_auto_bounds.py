@@ -84,6 +84,9 @@ def test_every_statistic_moves_by_at_most_one_when_a_unit_is_added(seed: int) ->
     change = np.abs(all_statistics(after) - all_statistics(before))
     assert change.max() <= 1.0 + 2**-16  # exact sums, rounded down to 2^-16
     assert change.max() > 0.0  # the added unit is seen
+    # the sign choice runs permute-and-flip as monotonic: adding a unit may only raise the
+    # negative and positive statistics (so every sign score falls or stays)
+    assert all(a >= b for a, b in zip(after.signs(0), before.signs(0), strict=True))
 
 
 def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:

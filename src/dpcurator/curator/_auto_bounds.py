@@ -128,6 +128,14 @@ ROW_CANDIDATES = tuple(sorted({round(2 ** (i / 4)) for i in range(49)}))
 MAGNITUDES = tuple(2.0 ** (q / 4) for q in PROFILE_STEPS)
 #: the chance, at most, that a bound is chosen where its ramp has reached its cap
 BETA = 1e-4
+#: Exact scores: statistics are summed exactly (``Fraction``), capped at 2^36 and rounded
+#: down to multiples of 2^-16 (so they and the penalties, capped at 2^35, are floats whose
+#: arithmetic errs by less than 2^-16 each): a score then moves by at most 1 + 2^-14 between
+#: neighbours, and the mechanisms are told 1 + 2^-12.
+STAT_CAP = 2**36
+GRID = 2**16
+PENALTY_CAP = float(2**35)
+SENSITIVITY = 1.0 + 2.0**-12
 #: beta of the sign choice, whose worst candidate costs at most twice the noise
 BETA_BOUNDED = 0.05
 #: the ramp above a candidate adds 2 LAMBDA / epsilon per octave (K_LAMBDA for the partition
@@ -278,31 +286,16 @@ def _release(scores: FloatArray | Sequence[float], epsilon: float,
     return int(mechanism.release(capped))
 
 
-#: Exact scores: statistics are summed exactly (``Fraction``), capped at 2^36 and rounded
-#: down to multiples of 2^-16 (so they and the penalties, capped at 2^35, are floats whose
-#: arithmetic errs by less than 2^-16 each): a score then moves by at most 1 + 2^-14 between
-#: neighbours, and the mechanisms are told 1 + 2^-12.
-STAT_CAP = 2**36
-GRID = 2**16
-PENALTY_CAP = float(2**35)
-SENSITIVITY = 1.0 + 2.0**-12
-
-
 def _down(value: Fraction) -> float:
     """An exact statistic, capped at ``STAT_CAP`` and rounded down to the ``GRID`` (both
     1-Lipschitz up to 2^-16): an exact float."""
     return math.floor(min(value, Fraction(STAT_CAP)) * GRID) / GRID
 
 
-def _beyond(n: int, cap: float) -> float:
-    """The part of the pairs counted as n rows with more than ``cap`` rows: all when n <= 8
-    (counted exactly), else the part of (n / 2, n] above the cap (n rounded up to a power of
-    two by the engine: the rows spread evenly between the powers)."""
-    return float(_beyond_exact(n, cap))
-
-
-def _beyond_exact(n: int, cap: float) -> Fraction:
-    """``_beyond`` as an exact fraction in [0, 1]."""
+def _beyond(n: int, cap: float) -> Fraction:
+    """The part of the pairs counted as n rows with more than ``cap`` rows, exactly, in
+    [0, 1]: all when n <= 8 (counted exactly), else the part of (n / 2, n] above the cap (n
+    rounded up to a power of two by the engine: the rows spread evenly between the powers)."""
     if n <= cap:
         return Fraction(0)
     if n <= 8:
@@ -333,7 +326,7 @@ class Profile:
         """Pairs with more than R rows, each weighing 1 / P (a unit adds the fraction of its
         partitions beyond R), those of n > 8 rows (rounded up) counted for the part of
         (n / 2, n] above R (``_beyond``)."""
-        return [_down(sum((Fraction(c, p) * _beyond_exact(n, cap) for p, n, c in self.pairs),
+        return [_down(sum((Fraction(c, p) * _beyond(n, cap) for p, n, c in self.pairs),
                           Fraction(0))) for cap in caps]
 
     def magnitudes(self, column: int) -> list[float]:
