@@ -4,6 +4,7 @@
     .bench-venv/bin/python benchmarks/dpsgd.py --quick              # about a minute
     .bench-venv/bin/python benchmarks/dpsgd.py --skip-accuracy --phases   # step time, profile
     .bench-venv/bin/python benchmarks/dpsgd.py --json benchmarks/results/dpsgd.json
+    python3 benchmarks/dpsgd.py --device cuda --models MLP,CNN,CNN32 --skip-accuracy  # a GPU
 
 Two models on sklearn's digits (1,797 8x8 images, a fixed split of 1,437 to train and 360 to
 test): an MLP (64-128-10) and a small CNN (two 3x3 convolutions of 16 and 32 channels with
@@ -94,10 +95,35 @@ def cnn() -> nn.Module:
     )
 
 
-MODELS: dict[str, Callable[[], nn.Module]] = {"MLP": mlp, "CNN": cnn}
+def cnn32() -> nn.Module:
+    """A larger CNN for a GPU (timing only): CIFAR-10's shape, 3x32x32 images, 0.39M weights."""
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(128 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10),
+    )
+
+
+MODELS: dict[str, Callable[[], nn.Module]] = {"MLP": mlp, "CNN": cnn, "CNN32": cnn32}
 # The same hyperparameters for both libraries (chosen once on dpcurator at epsilon 3, seed
 # 100, a seed not reported): SGD with momentum, these learning rates.
-LEARNING_RATE = {"MLP": 0.2, "CNN": 0.1}
+LEARNING_RATE = {"MLP": 0.2, "CNN": 0.1, "CNN32": 0.1}
+
+
+def step_batch(kind: str, train: TensorDataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed batch a step is timed on: digits for MLP and CNN, random images for CNN32."""
+    if kind == "CNN32":
+        g = torch.Generator().manual_seed(0)
+        return (torch.randn(BATCH, 3, 32, 32, generator=g),
+                torch.randint(0, 10, (BATCH,), generator=g))
+    return train.tensors[0][:BATCH], train.tensors[1][:BATCH]
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work (a GPU computes asynchronously)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
 MOMENTUM = 0.9
 
 
@@ -108,11 +134,13 @@ def sgd(model: nn.Module, kind: str) -> torch.optim.Optimizer:
 # --- step time ----------------------------------------------------------------------------------
 
 
-def step_cases(kind: str, train: TensorDataset) -> dict[str, Callable[[], None]]:
+def step_cases(kind: str, train: TensorDataset, device: str = "cpu"
+               ) -> dict[str, Callable[[], None]]:
     """One closure per library: a full training step on the same fixed batch of 256."""
-    x, y = train.tensors[0][:BATCH], train.tensors[1][:BATCH]
+    x, y = step_batch(kind, train)
+    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH)
+    x, y = x.to(device), y.to(device)
     loss_fn = nn.CrossEntropyLoss()
-    loader = DataLoader(train, batch_size=BATCH)
     cases: dict[str, Callable[[], None]] = {}
 
     def make_step(model: nn.Module, optimizer: Any) -> Callable[[], None]:
@@ -124,17 +152,17 @@ def step_cases(kind: str, train: TensorDataset) -> dict[str, Callable[[], None]]
         return step
 
     torch.manual_seed(0)
-    plain = MODELS[kind]()
+    plain = MODELS[kind]().to(device)
     cases["non-private"] = make_step(plain, sgd(plain, kind))
     torch.manual_seed(0)
-    model = MODELS[kind]()
+    model = MODELS[kind]().to(device)
     model, optimizer, _ = PrivacyEngine().make_private(
         module=model, optimizer=sgd(model, kind), data_loader=loader, noise_multiplier=1.0,
         delta=DELTA, max_grad_norm=CLIP)
     cases["dpcurator"] = make_step(model, optimizer)
     if OpacusEngine is not None:
         torch.manual_seed(0)
-        model = MODELS[kind]()
+        model = MODELS[kind]().to(device)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model, optimizer, _ = OpacusEngine().make_private(
@@ -145,17 +173,20 @@ def step_cases(kind: str, train: TensorDataset) -> dict[str, Callable[[], None]]
 
 
 def time_steps(cases: dict[str, Callable[[], None]], repeats: int, steps: int,
-               round_seconds: float) -> tuple[int, dict[str, dict[str, list[float]]]]:
+               round_seconds: float, device: str = "cpu"
+               ) -> tuple[int, dict[str, dict[str, list[float]]]]:
     """Seconds per step, per round, wall-clock and this thread's CPU time, every case timed
     once per round (round-robin). ``steps`` 0: as many as make a non-private round last
-    ``round_seconds`` (at least 20)."""
+    ``round_seconds`` (at least 20). On a GPU each round ends when the device's work does."""
     for step in cases.values():  # warm-up: tables, compiled kernels, lazy imports, allocator
         for _ in range(10):
             step()
+    synchronize(device)
     if steps <= 0:
         start = time.perf_counter()
         for _ in range(20):
             cases["non-private"]()
+        synchronize(device)
         steps = max(20, math.ceil(round_seconds / ((time.perf_counter() - start) / 20)))
     times: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []}
                                                 for name in cases}
@@ -164,6 +195,7 @@ def time_steps(cases: dict[str, Callable[[], None]], repeats: int, steps: int,
             wall, cpu = time.perf_counter(), time.thread_time()
             for _ in range(steps):
                 step()
+            synchronize(device)
             times[name]["cpu"].append((time.thread_time() - cpu) / steps)
             times[name]["wall"].append((time.perf_counter() - wall) / steps)
     return steps, times
@@ -177,7 +209,7 @@ def phase_times(kind: str, train: TensorDataset, repeats: int, steps: int
                 ) -> dict[str, dict[str, float]]:
     """CPU seconds per step in each phase of a step, median over rounds, non-private and
     dpcurator (its optimizer's step split into its stages) timed in alternate rounds."""
-    x, y = train.tensors[0][:BATCH], train.tensors[1][:BATCH]
+    x, y = step_batch(kind, train)
     loss_fn = nn.CrossEntropyLoss()
     torch.manual_seed(0)
     plain = MODELS[kind]()
@@ -225,6 +257,44 @@ def phase_times(kind: str, train: TensorDataset, repeats: int, steps: int
                     spent[case][name].append(total / steps)
     return {case: {name: statistics.median(v) for name, v in phases.items()}
             for case, phases in spent.items()}
+
+
+def profile_steps(kind: str, train: TensorDataset, device: str, steps: int = 20) -> None:
+    """torch.profiler's top operations over ``steps`` steps of each case, by host time and,
+    on a GPU, by device time; and the noise draw alone (host milliseconds per step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cases = step_cases(kind, train, device)
+    activities = [ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+    for name, step in cases.items():
+        for _ in range(10):
+            step()
+        synchronize(device)
+        with profile(activities=activities) as prof:
+            for _ in range(steps):
+                step()
+            synchronize(device)
+        table = prof.key_averages()
+        print(f"\n{kind} {name}: {steps} steps, top operations by host time")
+        print(table.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40))
+        if device.startswith("cuda"):
+            print(f"{kind} {name}: by device time")
+            print(table.table(sort_by="self_cuda_time_total", row_limit=12,
+                              max_name_column_width=40))
+    torch.manual_seed(0)
+    size = sum(p.numel() for p in MODELS[kind]().parameters())
+    from dpcurator.learn._noise import WideGaussian
+    from dpcurator.learn._optimizer import grid_sigma
+
+    noise = WideGaussian(grid_sigma(1.0))
+    noise.sample(size)
+    start = time.perf_counter()
+    for _ in range(steps):
+        noise.sample(size)
+    print(f"{kind}: noise draw for {size} weights: "
+          f"{(time.perf_counter() - start) / steps * 1e3:.3f} ms a step (host)")
 
 
 # --- accuracy -------------------------------------------------------------------------------------
@@ -308,8 +378,15 @@ def main() -> None:
                         help="length of a non-private round when --steps is not given")
     parser.add_argument("--phases", action="store_true",
                         help="also the CPU time of each phase of a step (a profile)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also torch.profiler's top operations of the steps (any device)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--models", default="MLP,CNN")
+    parser.add_argument("--models", default="MLP,CNN",
+                        help="of MLP, CNN (digits) and CNN32 (random 3x32x32 images, timing "
+                             "only: for a GPU)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the models compute, e.g. cuda (step time only; the "
+                             "accuracy runs stay on the CPU)")
     parser.add_argument("--skip-accuracy", action="store_true")
     parser.add_argument("--quick", action="store_true",
                         help="2 seeds, 10 epochs, 3 rounds: a smoke run, not a measurement")
@@ -324,18 +401,21 @@ def main() -> None:
     report: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "torch": torch.__version__,
                     "opacus": getattr(opacus, "__version__", None),
-                    "processor": platform.processor(), "threads": args.threads},
+                    "processor": platform.processor(), "threads": args.threads,
+                    "device": (torch.cuda.get_device_name(args.device)
+                               if args.device.startswith("cuda") else "cpu")},
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "step_time": {}, "accuracy": {},
     }
 
+    print(f"Device: {report['machine']['device']}")
     print(f"Step time, batch {BATCH}, {args.threads} thread(s), median of {args.repeats} "
           "rounds (ms of wall-clock time); ratios to the non-private step: of the medians, "
           "paired (median of the ratios within a round) and paired in this thread's CPU time")
     print(f"{'model':6} {'case':12} {'ms/step':>9} {'x plain':>8} {'paired':>7} {'cpu':>6}")
     for kind in kinds:
-        steps, times = time_steps(step_cases(kind, train_set), args.repeats, args.steps,
-                                  args.round_seconds)
+        steps, times = time_steps(step_cases(kind, train_set, args.device), args.repeats,
+                                  args.steps, args.round_seconds, args.device)
         base = times["non-private"]
         base_median = statistics.median(base["wall"])
         report["step_time"][kind] = {"seconds": times, "steps_per_round": steps}
@@ -351,7 +431,7 @@ def main() -> None:
         verdict = report["step_time"][kind]["dpcurator"]["paired"] <= 1.5
         print(f"{kind:6} target dpcurator <= 1.5x non-private: {'PASS' if verdict else 'FAIL'} "
               f"({steps} steps a round)")
-        if args.phases:
+        if args.phases and args.device == "cpu":
             phases = phase_times(kind, train_set, args.repeats, steps)
             report["step_time"][kind]["phases"] = phases
             for case, spent in phases.items():
@@ -359,7 +439,11 @@ def main() -> None:
                 print(f"{kind:6} {case:12} phases, CPU ms/step (total {total * 1e3:.3f}): "
                       + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in spent.items()))
 
-    if args.skip_accuracy:
+    if args.profile:
+        for kind in kinds:
+            profile_steps(kind, train_set, args.device)
+    kinds = [k for k in kinds if k != "CNN32"]  # timing only
+    if args.skip_accuracy or not kinds:
         _finish(report, args.json)
         return
     print(f"\nTest accuracy, mean of {args.seeds} seeds, {args.epochs} epochs, delta = {DELTA:g}")

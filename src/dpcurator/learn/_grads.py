@@ -430,6 +430,9 @@ class GradSampler:
             raise UserError(f"loss_reduction must be 'mean' or 'sum', got {loss_reduction!r}")
         self.loss_reduction = loss_reduction
         self.fuse = fuse
+        #: Compute with torch operations where the tensors are (``_device``) rather than with
+        #: the compiled CPU kernels; None: when the records are not on the CPU.
+        self.on_device: bool | None = None
         self.module = module
         self.layers: list[_Layer] = []
         self._handles: list[Any] = []
@@ -536,15 +539,25 @@ class GradSampler:
                         "trainable layer's input"
                     )
             scale = float(batch) if self.loss_reduction == "mean" and batch else 1.0
-            per_use = [_layer_per_example(layer, u, scale, self.fuse,
-                                          work if len(done) == 1 else None) for u in done]
+            on_device = (self.on_device if self.on_device is not None
+                         else done[0].activation.device.type != "cpu")
+            if on_device:
+                from dpcurator.learn._device import OnDevice, device_per_example
+
+                per_use: list[list[PerExample]] = [
+                    list(device_per_example(layer, u, scale, self.fuse)) for u in done]
+                whole: type[Materialized] | type[OnDevice] = OnDevice
+            else:
+                per_use = [_layer_per_example(layer, u, scale, self.fuse,
+                                              work if len(done) == 1 else None) for u in done]
+                whole = Materialized
             if len(per_use) == 1:
                 out.extend(per_use[0])
             else:  # a layer called several times in one forward pass: gradients add up
                 for param in layer.params.values():
                     total = sum(_gradient_of(parts, param) for parts in per_use)
                     assert isinstance(total, Tensor)
-                    out.append(Materialized((param,), total))
+                    out.append(whole((param,), total))
         assert batch is not None
         return batch, out
 

@@ -12,7 +12,9 @@ with L2 sensitivity C in grid units 2^40. The noise is the exact discrete Gaussi
 grid, Z ~ N_Z(0, s^2) per coordinate with s >= sqrt((sigma 2^40)^2 + 8^2)
 (``_noise.sample_wide_discrete_gaussian``, from the secure source), added in int64: the
 mechanism's output is the integer vector sum + Z, and every float computed from it afterwards
-is post-processing. Why the continuous accountant is sound for it: with tau = 8 and
+is post-processing. For a model on a GPU the sum is computed there (``_device``, the same
+argument) and Z, drawn on the host one step ahead while the device computes, is copied over
+and added in int64. Why the continuous accountant is sound for it: with tau = 8 and
 s'^2 = s^2 - tau^2, the law of N_Z(mu, s^2) for any integer mu is within a factor e^(+-eta)
 (eta = 4 sum_{k>=1} e^(-2 pi^2 k^2 tau^2) < 10^-500) of a post-processing of the continuous
 N(mu, s'^2): round x to y with probability phi_tau(y - x) / sum_z phi_tau(z - x) (Poisson
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any
 
@@ -35,6 +38,8 @@ from torch.optim import Optimizer
 
 from dpcurator.errors import UserError
 from dpcurator.learn import _kernels
+from dpcurator.learn._device import DevicePart
+from dpcurator.learn._device import clip_factors as device_clip_factors
 from dpcurator.learn._grads import (
     GRID_BITS,
     MAX_BATCH,
@@ -111,10 +116,14 @@ class DPOptimizer(Optimizer):
         if self._size >= MAX_ENTRIES:
             raise UserError(f"the model has {self._size} trainable parameters; the exact "
                             f"clipped sum is proved for fewer than {MAX_ENTRIES}")
-        self._sum: Ints | None = None
+        self._sum: Ints | torch.Tensor | None = None
         self._examples = 0
         self._work = Workspace()
         self._grads: list[torch.Tensor] = []  # views of one flat buffer, reused every step
+        # as _grads, on the model's device: the flat buffer and its views
+        self._device_grads: tuple[torch.Tensor, list[torch.Tensor]] | None = None
+        self._executor: ThreadPoolExecutor | None = None  # draws a device's noise ahead
+        self._pending_noise: Future[torch.Tensor] | None = None
 
     # The wrapped optimizer's state, shared (LR schedulers and checkpoints see the same).
     @property
@@ -180,6 +189,11 @@ class DPOptimizer(Optimizer):
                 a is not b for a, b in zip(covered, self.params, strict=True)):
             raise AssertionError("per-example gradients do not cover the parameters; "
                                  "this is a bug in dpcurator")
+        if per_example and all(isinstance(pe, DevicePart) for pe in per_example):
+            self._accumulate_on_device(batch, per_example)  # type: ignore[arg-type]
+            return
+        if isinstance(self._sum, torch.Tensor):
+            raise UserError("the model moved between devices within one batch")
         if self._sum is None:
             total = self._work.get("sum", (self._size,), torch.int64)[1]
             total.fill(0)
@@ -201,10 +215,41 @@ class DPOptimizer(Optimizer):
                 pe.add_clipped_sum(f, total[offset:offset + size], self._work)
                 offset += size
         self._sum = total
+        self._count(batch)
+
+    def _count(self, batch: int) -> None:
         self._examples += batch
         if self._examples > MAX_BATCH:
             raise UserError(f"a batch of more than {MAX_BATCH} examples cannot be summed "
                             "exactly; lower the expected batch size")
+
+    def _accumulate_on_device(self, batch: int, per_example: list[DevicePart]) -> None:
+        """``accumulate`` where the gradients are: the same clipping and exact sum in torch
+        operations (``_device``), into an int64 sum on the device."""
+        device = per_example[0].device
+        if self._sum is None:
+            total = torch.zeros(self._size, dtype=torch.int64, device=device)
+        elif isinstance(self._sum, torch.Tensor) and self._sum.device == device:
+            total = self._sum
+        else:
+            raise UserError("the model moved between devices within one batch")
+        if batch:
+            unit = float(1 << GRID_BITS) / self.max_grad_norm
+            if self.bounds is None:
+                squared = per_example[0].device_squared_norms()
+                for pe in per_example[1:]:
+                    squared += pe.device_squared_norms()
+                factors = [device_clip_factors(squared, self.max_grad_norm) * unit
+                           ] * len(per_example)
+            else:
+                factors = [device_clip_factors(pe.device_squared_norms(), bound) * unit
+                           for pe, bound in zip(per_example, self.bounds, strict=True)]
+            offset = 0
+            for pe, f in zip(per_example, factors, strict=True):
+                pe.device_add_clipped_sum(f, total[offset:offset + pe.size])
+                offset += pe.size
+        self._sum = total
+        self._count(batch)
 
     def add_noise(self) -> None:
         """Set each parameter's gradient to (exact sum + discrete Gaussian noise) g / E[B]."""
@@ -212,6 +257,9 @@ class DPOptimizer(Optimizer):
         if exact is None:
             raise UserError("optimizer.step() was called before any batch was processed")
         self._sum, self._examples = None, 0
+        if isinstance(exact, torch.Tensor):
+            self._release_on_device(exact)
+            return
         noise = self._noise.sample(self._size)
         scale = self.max_grad_norm / float(1 << GRID_BITS)
         if self.sampler.loss_reduction == "mean":
@@ -226,6 +274,52 @@ class DPOptimizer(Optimizer):
                     param.grad = grad
             else:
                 param.grad = grad.to(param.dtype)
+
+    def _release_on_device(self, exact: torch.Tensor) -> None:
+        """``add_noise`` for a sum on a device: the noise, drawn on the host while the device
+        computed, is copied over and added in int64; the floats are post-processing."""
+        noise = self._prefetched_noise(exact.device).to(exact.device, non_blocking=True)
+        exact += noise
+        scale = self.max_grad_norm / float(1 << GRID_BITS)
+        if self.sampler.loss_reduction == "mean":
+            scale /= self.expected_batch_size
+        flat, grads = self._device_grad_views(exact.device)
+        flat.copy_(exact.to(torch.float64).mul_(scale))
+        for param, grad in zip(self.params, grads, strict=True):
+            if param.grad is not grad:
+                param.grad = grad if param.dtype == grad.dtype else grad.to(param.dtype)
+
+    def _device_grad_views(self, device: torch.device
+                           ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One flat gradient buffer on the device and its views, one per parameter (as
+        ``_grad_views`` on the CPU)."""
+        dtype = self.params[0].dtype
+        if dtype not in (torch.float32, torch.float64) or any(
+                p.dtype != dtype for p in self.params):
+            dtype = torch.float64
+        held = self._device_grads
+        if held is None or held[0].dtype != dtype or held[0].device != device:
+            flat = torch.empty(self._size, dtype=dtype, device=device)
+            held = self._device_grads = (flat, [
+                g.view(p.shape) for p, g in
+                zip(self.params, torch.split(flat, self._sizes), strict=True)])
+        return held
+
+    def _prefetched_noise(self, device: torch.device) -> torch.Tensor:
+        """This step's noise vector (int64, on the host), and the next step's drawn in a
+        background thread: the sampler releases the GIL, so the draw overlaps the device's
+        work. Drawn in order from one source, as without the thread; a vector drawn for a
+        step that never comes is dropped unused."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="dpcurator-noise")
+        pending = self._pending_noise
+        noise = pending.result() if pending is not None else self._draw_noise(device)
+        self._pending_noise = self._executor.submit(self._draw_noise, device)
+        return noise
+
+    def _draw_noise(self, device: torch.device) -> torch.Tensor:
+        noise = torch.from_numpy(self._noise.sample(self._size))
+        return noise.pin_memory() if device.type == "cuda" else noise
 
     def _grad_views(self) -> list[torch.Tensor]:
         """Views of one flat gradient buffer, one per parameter (made again if a parameter's

@@ -1,0 +1,304 @@
+"""The torch-operations path of ``dpcurator.learn`` (``_device``), used for models on a GPU.
+
+Run here on the CPU by forcing the path (``sampler.on_device = True``), and on every CUDA
+device the machine has (none in CI; the device machine runs this file). What the privacy proof
+needs from it (``_device``' docstring):
+
+- the exact sum equals, bit for bit, each example's integer contribution summed one example
+  at a time in Python integers;
+- every example's contribution is at most C (2^40 grid units), in exact integer arithmetic;
+- its per-example gradients are the CPU path's (so, the true ones: ``test_learn_grads``);
+- an example whose gradient is not finite contributes exactly nothing;
+- the released gradient is (exact sum + the noise the source gives, in order) times the
+  scale: the same noise, step after step, as the CPU path draws from the same seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpcurator.learn import PrivacyEngine
+from dpcurator.learn._device import DeviceOuter, DevicePart, OnDevice, clip_factors
+from dpcurator.learn._grads import GRID_BITS, GradSampler, PerExample
+from dpcurator.learn._kernels import ROWS
+from dpcurator.learn._optimizer import DPOptimizer
+from dpcurator.noise import SeededRandom
+
+UNIT = 1 << GRID_BITS
+DEVICES = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class _Twice(nn.Module):
+    """A linear layer called twice in one pass (its gradients add up)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(6, 6)
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.inner(torch.tanh(self.inner(x)))))
+
+
+def _image(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, 2, 5, 5)
+
+
+class _Image(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _image(x)
+
+
+class _Sequence(nn.Module):
+    """A linear layer over sequences (B, T, in), then a LayerNorm (torch.func's path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(5, 4)
+        self.norm = nn.LayerNorm(4)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.proj(x.reshape(-1, 10, 5)))
+        out: torch.Tensor = self.head(h.mean(dim=1))
+        return out
+
+
+MODELS: dict[str, tuple[Callable[[], nn.Module], int]] = {  # (model, input width)
+    "mlp": (lambda: nn.Sequential(nn.Linear(50, 16), nn.ReLU(), nn.Linear(16, 3)), 50),
+    "cnn": (lambda: nn.Sequential(_Image(), nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(4, 3, (2, 3), stride=(2, 1), dilation=(1, 2)),
+                                  nn.Flatten(), nn.Linear(3 * 2 * 1, 3)), 50),
+    "twice": (_Twice, 6),
+    "sequence": (_Sequence, 50),
+}
+
+
+def _records(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, on_device: bool,
+             fuse: bool) -> tuple[GradSampler, list[PerExample]]:
+    sampler = GradSampler(model, loss_reduction="mean", fuse=fuse)
+    sampler.on_device = on_device
+    nn.CrossEntropyLoss()(model(x), y).backward()
+    _, parts = sampler.per_example()
+    return sampler, parts
+
+
+def _reference(part: DevicePart, factors: torch.Tensor) -> tuple[list[int], list[int]]:
+    if isinstance(part, DeviceOuter):
+        return _outer_reference(part, factors)
+    assert isinstance(part, OnDevice)
+    return _materialized_reference(part, factors)
+
+
+def _outer_reference(part: DeviceOuter, factors: torch.Tensor) -> tuple[list[int], list[int]]:
+    """The exact sum of v_i u_i^T in parameter order, and each |v_i|^2 |u_i|^2, from u_i and
+    v_i computed as the specification says (Python floats, from the part's own squares)."""
+    a = part._a.cpu().numpy()
+    b = part._b.cpu().numpy()
+    a2, b2 = (x.cpu().numpy() for x in part._factor_squares())
+    f_all = factors.cpu().numpy()
+    bias = len(part.params) == 2
+    n, n_in = a.shape
+    n_out = b.shape[1]
+    total = [[0] * (n_in + bias) for _ in range(n_out)]
+    norms = []
+    for i in range(n):
+        na, nb = math.sqrt(a2[i]), math.sqrt(b2[i])
+        t2 = float(f_all[i]) * (na * nb * part.scale)
+        if not (t2 > 0 and math.isfinite(t2) and na > 0 and nb > 0):
+            norms.append(0)
+            continue
+        t = math.sqrt(t2)
+        u = [int(np.trunc(a[i, k] * (t / na))) for k in range(n_in)]
+        if bias:
+            u.append(int(np.trunc(t / na)))
+        v = [int(np.trunc(b[i, o] * (t / nb))) for o in range(n_out)]
+        norms.append(sum(x * x for x in u) * sum(y * y for y in v))
+        for o in range(n_out):
+            for k, uk in enumerate(u):
+                total[o][k] += v[o] * uk
+    flat = [total[o][k] for o in range(n_out) for k in range(n_in)]
+    if bias:
+        flat += [total[o][n_in] for o in range(n_out)]
+    return flat, norms
+
+
+def _materialized_reference(part: OnDevice, factors: torch.Tensor
+                            ) -> tuple[list[int], list[int]]:
+    """sum_i trunc(g_ij f_i scale) and each |z_i|^2, one example at a time in integers."""
+    held = part.grads.detach().reshape(part.grads.shape[0], -1).cpu().to(torch.float64)
+    f_all = (factors * part.scale).cpu().numpy()
+    total = [0] * held.shape[1]
+    norms = []
+    for i in range(held.shape[0]):
+        f = float(f_all[i])
+        if not (f > 0 and math.isfinite(f)):
+            norms.append(0)
+            continue
+        z = [int(v) for v in np.trunc(held[i].numpy() * f)]
+        norms.append(sum(v * v for v in z))
+        total = [s + v for s, v in zip(total, z, strict=True)]
+    return total, norms
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fuse", [True, False])
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_device_sums_are_exact_bounded_and_of_the_true_gradients(
+        kind: str, fuse: bool, device: str) -> None:
+    build, width = MODELS[kind]
+    torch.manual_seed(7)
+    model = build().to(device)
+    reference = build()
+    reference.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
+    x = torch.randn(12, width) * 3.0
+    y = torch.randint(0, 3, (12,))
+    x[0] = 0.0
+    _, parts = _records(model, x.to(device), y.to(device), on_device=True, fuse=fuse)
+    _, cpu_parts = _records(reference, x, y, on_device=False, fuse=fuse)
+    assert parts and all(isinstance(p, DevicePart) for p in parts)
+    if kind == "mlp":
+        assert isinstance(parts[0], DeviceOuter)
+    got = [g.cpu() for p in parts for g in p.gradients()]
+    want = [g for p in cpu_parts for g in p.gradients()]
+    assert [g.shape for g in got] == [g.shape for g in want]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+    squared = sum(p.device_squared_norms() for p in parts if isinstance(p, DevicePart))
+    assert isinstance(squared, torch.Tensor)
+    torch.testing.assert_close(squared.cpu(), sum(torch.from_numpy(p.squared_norms())
+                                                  for p in cpu_parts), rtol=1e-6, atol=0)
+    factors = clip_factors(squared, 0.05) * (UNIT / 0.05)  # clips almost every example
+    if len(factors) > 4:
+        factors[2], factors[3] = math.nan, math.inf
+    for part in parts:
+        assert isinstance(part, DevicePart)
+        total = torch.zeros(part.size, dtype=torch.int64, device=part.device)
+        part.device_add_clipped_sum(factors, total)
+        exact, norms = _reference(part, factors)
+        assert total.cpu().tolist() == exact
+        assert max(norms) <= UNIT * UNIT
+    flat_norms = [sum(_reference(p, factors)[1][i] for p in parts if isinstance(p, DevicePart))
+                  for i in range(len(x))]
+    assert max(flat_norms) <= UNIT * UNIT  # the whole example, across its units, within C
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_non_finite_example_contributes_nothing_on_the_device(device: str) -> None:
+    """A linear loss makes each example's gradient its own input: the exact sum with an
+    infinite or NaN example equals, bit for bit, the sum without it."""
+    x = torch.randn(8, 5)
+    sums = []
+    for bad in (None, math.inf, math.nan):
+        rows = x.clone()
+        if bad is not None:
+            rows[3, 2] = bad
+        else:
+            rows = torch.cat([x[:3], x[4:]])
+        model = nn.Linear(5, 3).to(device)
+        _, optimizer = _private(model, rows)
+        optimizer.sampler.on_device = True
+        (model(rows.to(device)) * torch.tensor([1.0, -2.0, 0.5], device=device)
+         ).sum().backward()
+        optimizer.accumulate()
+        assert isinstance(optimizer._sum, torch.Tensor)
+        sums.append(optimizer._sum.cpu().clone())
+    assert torch.equal(sums[0], sums[1]) and torch.equal(sums[0], sums[2])
+
+
+def _private(model: nn.Module, x: torch.Tensor, seed: int = 0) -> tuple[Any, DPOptimizer]:
+    engine = PrivacyEngine(source=SeededRandom(seed))
+    dataset = TensorDataset(x, torch.zeros(len(x)))
+    model, optimizer, _ = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data_loader=DataLoader(dataset, batch_size=len(x)), noise_multiplier=1.0,
+        delta=1e-5, max_grad_norm=1.0, loss_reduction="sum")
+    return engine, optimizer
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_released_gradients_carry_the_sources_noise_in_order(device: str) -> None:
+    """Zero inputs: the exact sum of the weight is 0, so the released weight gradient is the
+    noise times the scale. The device path, which draws each step's noise ahead in a thread,
+    releases bit for bit what the CPU path releases from the same seed, step after step; and
+    a step with a real gradient releases the exact sum plus that noise."""
+    released: dict[bool, list[torch.Tensor]] = {}
+    for on_device in (False, True):
+        torch.manual_seed(1)
+        model = nn.Linear(4, 3)
+        if on_device:
+            model = model.to(device)
+        _, optimizer = _private(model, torch.zeros(6, 4), seed=5)
+        optimizer.sampler.on_device = on_device
+        target = device if on_device else "cpu"
+        steps = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.zeros(6, 4, device=target)).sum().backward()
+            optimizer.step()
+            assert model.weight.grad is not None and model.weight.grad.device == model.weight.device
+            steps.append(model.weight.grad.detach().cpu().clone())
+        released[on_device] = steps
+    for cpu_step, device_step in zip(released[False], released[True], strict=True):
+        assert torch.equal(cpu_step, device_step)
+    assert not torch.equal(released[True][0], released[True][1])  # fresh noise each step
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_device_step_trains_and_matches_the_cpu_step_up_to_truncation(device: str) -> None:
+    """One private step of a small MLP, CPU path and device path, same seed: the released
+    gradients differ only by how each path truncates onto the grid, far below the noise
+    (standard deviation 1 here). The CPU path truncates a linear layer's two factors to
+    about 20 bits each (``_grads``), an error of at most |u_i| + |v_i| + 1 <= 2^21 + 1 grid
+    steps of 2^-40 per example and entry; the device path one step. So at most 2^-18 per
+    example, plus the float32 rounding of the released values."""
+    torch.manual_seed(2)
+    x, y = torch.randn(32, 10), torch.randint(0, 3, (32,))
+    grads = {}
+    for on_device in (False, True):
+        torch.manual_seed(3)
+        model = nn.Sequential(nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 3))
+        target = device if on_device else "cpu"
+        model = model.to(target)
+        _, optimizer = _private(model, x, seed=9)
+        optimizer.sampler.on_device = on_device
+        nn.CrossEntropyLoss(reduction="sum")(model(x.to(target)), y.to(target)).backward()
+        optimizer.step()
+        grads[on_device] = torch.cat([p.grad.detach().cpu().reshape(-1).to(torch.float64)
+                                      for p in model.parameters() if p.grad is not None])
+    assert (grads[True] - grads[False]).abs().max().item() <= 32 * 2.0**-18 + 2.0**-20
+    assert grads[True].abs().max().item() > 0.1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_outer_product_sums_are_exact_at_the_float64_edge_on_the_device(device: str) -> None:
+    """9,000 examples just under the bound, one entry each: the float64 matrix product's
+    blocks of 2^13 examples approach 2^53, where float64 stops being exact, and the total
+    passes it. The device's product (whatever its blocking) still gives the integer sum."""
+    n = ROWS + 808
+    a = 0.999 - 1e-6 * (torch.arange(n, dtype=torch.float32) % 1000)[:, None]
+    part = DeviceOuter((nn.Parameter(torch.zeros(1, 1)),), a.to(device),
+                       torch.ones(n, 1, device=device), 1.0)
+    factors = clip_factors(part.device_squared_norms(), 1.0) * UNIT
+    total = torch.zeros(1, dtype=torch.int64, device=device)
+    part.device_add_clipped_sum(factors, total)
+    exact, norms = _outer_reference(part, factors)
+    assert total.cpu().tolist() == exact
+    assert max(norms) <= UNIT * UNIT
+    assert exact[0] > 2**53
