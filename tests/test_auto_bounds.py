@@ -277,6 +277,77 @@ def test_explain_says_which_bounds_will_be_chosen_and_charges_nothing() -> None:
     assert explained["cost"] == dp.PureDP(0.5) and curator.spent.epsilon == 0.0
 
 
+def test_the_share_spent_choosing_is_the_users_to_set() -> None:
+    """The curator's share, a query's own (which wins), the builder's; what the choices
+    spend is that share of the query's epsilon and the query costs what it states; a share
+    outside (0, 1) is refused, naming the parameter, before anything is charged."""
+    keys = ["g0", "g1", "g2", "g3"]
+    sql = "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g"
+    curator = dp.Curator.from_pandas(clear_frame(500), privacy_unit="u", budget=dp.PureDP(10),
+                                     auto_bounds_share=0.25, source=SeededRandom(8))
+    release = curator.sql(sql, epsilon=2, keys=keys)
+    chosen = release.bounds_chosen
+    assert chosen is not None and chosen["share"] == 0.25
+    assert chosen["epsilon"] == pytest.approx(0.5) and chosen["epsilon"] <= 0.5
+    assert release.privacy == dp.PureDP(2)
+    release = curator.sql(sql, epsilon=2, keys=keys, bounds_share=0.05)
+    assert release.bounds_chosen is not None and release.bounds_chosen["share"] == 0.05
+    assert release.bounds_chosen["epsilon"] == pytest.approx(0.1)
+    query = Query().group_by("g", keys=keys).sum("x").bounds_share(0.5)
+    release = curator.run(query, epsilon=1)
+    assert release.bounds_chosen is not None and release.bounds_chosen["share"] == 0.5
+    assert curator.explain(sql, epsilon=1, keys=keys)["bounds_to_choose"]["share"] == 0.25
+    assert curator.spent.epsilon == pytest.approx(5.0)
+    for bad in (0, 1, 1.5, -0.1, True, "half", math.nan):
+        with pytest.raises(dp.errors.UserError, match="bounds_share"):
+            curator.sql(sql, epsilon=1, keys=keys, bounds_share=bad)  # type: ignore[arg-type]
+        with pytest.raises(dp.errors.UserError, match="auto_bounds_share"):
+            dp.Curator.from_pandas(clear_frame(20), privacy_unit="u", budget=dp.PureDP(1),
+                                   auto_bounds_share=bad)  # type: ignore[arg-type]
+    assert curator.spent.epsilon == pytest.approx(5.0)
+    # a share with auto_bounds=False applies to what a query asks to have chosen
+    strict = dp.Curator.from_pandas(clear_frame(500), privacy_unit="u", budget=dp.PureDP(10),
+                                    auto_bounds=False, auto_bounds_share=0.3,
+                                    source=SeededRandom(9))
+    release = strict.sql(sql, epsilon=1, keys=keys, bounds="auto")
+    assert release.bounds_chosen is not None and release.bounds_chosen["share"] == 0.3
+
+
+def test_the_cli_and_the_service_config_take_a_share(tmp_path: pytest.TempPathFactory) -> None:
+    from dpcurator.server._config import ConfigError, load_config
+
+    path = f"{tmp_path}/data.csv"
+    clear_frame(500).to_csv(path, index=False)
+    result = CliRunner().invoke(app, [
+        "query", path, "--sql", "SELECT g, SUM(x) AS s FROM data GROUP BY g",
+        "--privacy-unit", "u", "--epsilon", "1", "--delta", "1e-6", "--bounds-share", "0.2",
+        "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["bounds_chosen"]["share"] == 0.2
+    bad = CliRunner().invoke(app, ["query", path, "--sql", "SELECT COUNT(*) AS n FROM data",
+                                   "--privacy-unit", "u", "--epsilon", "1",
+                                   "--bounds-share", "2", "--json"])
+    assert bad.exit_code == 2 and "auto_bounds_share" in bad.stdout
+    for share, ok in ((0.3, True), (0, False), (1.2, False), ("x", False)):
+        config = tmp_path / f"c{share}.toml"  # type: ignore[operator]
+        config.write_text(f"""ledger = "{tmp_path}/l.sqlite"
+[datasets.d]
+path = "{path}"
+privacy_unit = "u"
+bounds_share = {share if not isinstance(share, str) else '"x"'}
+budget = {{ epsilon = 1.0 }}
+[analysts.a]
+token_sha256 = "{"0" * 64}"
+budgets = {{ d = {{ epsilon = 1.0 }} }}
+""")
+        if ok:
+            assert load_config(config).datasets["d"].bounds_share == share
+        else:
+            with pytest.raises(ConfigError, match="bounds_share"):
+                load_config(config)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:

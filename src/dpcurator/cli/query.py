@@ -177,6 +177,9 @@ def query(
     max_rows_per_partition: str | None = typer.Option(
         None, "--max-rows-per-partition", help="Rows one unit may contribute per group "
                                                "(default: chosen from the data under DP)."),
+    bounds_share: float | None = typer.Option(
+        None, "--bounds-share", help="The share of --epsilon spent choosing the bounds "
+                                     "left to the data, in (0, 1) (default 0.1)."),
     keys: Path | None = typer.Option(
         None, "--keys", help="CSV/Parquet of public group keys (header = key columns)."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
@@ -214,7 +217,8 @@ def query(
                  "--one-row-per-person": one_row_per_person or None,
                  "--allow-large-delta": allow_large_delta or None,
                  "--max-partitions": max_partitions,
-                 "--max-rows-per-partition": max_rows_per_partition}
+                 "--max-rows-per-partition": max_rows_per_partition,
+                 "--bounds-share": bounds_share}
         with user_errors(as_json):
             given = [name for name, value in local.items() if value]
             if given:
@@ -232,7 +236,7 @@ def query(
             data, privacy_unit=privacy_unit, one_row_per_person=one_row_per_person,
             budget=budget, max_partitions=_cap("--max-partitions", max_partitions),
             max_rows_per_partition=_cap("--max-rows-per-partition", max_rows_per_partition),
-            confidence=confidence,
+            confidence=confidence, auto_bounds_share=bounds_share,
             allow_large_delta=allow_large_delta)
         if not as_json:
             curator._engine.show_progress(True)

@@ -2,7 +2,7 @@
 
 A query that gives no ``max_partitions``, ``max_rows_per_partition`` or clamping bounds for a
 column can have them chosen from the data, spending a stated share of its budget (10% by
-default, ``AutoBounds.share``); the rest answers the query with the chosen bounds. The
+default, ``AutoBounds.spent_share``); the rest answers the query with the chosen bounds. The
 release states the bounds chosen and what choosing them cost.
 
 The rule. A cap tau trades bias (what the units beyond tau lose) against noise (whose scale
@@ -219,7 +219,7 @@ def plan_auto(plan: Plan, request: PrivacyRequest) -> tuple[AutoPlan, list[DpEve
     events: list[DpEvent] = []
     epsilons: dict[str, float] = {}
     if request.rho is not None:
-        chosen, main = _privacy.split(request.rho, [auto.share, 1.0 - auto.share])
+        chosen, main = _privacy.split(request.rho, [auto.spent_share, 1.0 - auto.spent_share])
         for (name, _), each in zip(names, _privacy.split(chosen, weights), strict=True):
             epsilon = math.sqrt(2.0 * each)
             while Fraction(epsilon) ** 2 / 2 > Fraction(each):
@@ -231,7 +231,7 @@ def plan_auto(plan: Plan, request: PrivacyRequest) -> tuple[AutoPlan, list[DpEve
         spent = chosen
     else:
         assert request.epsilon is not None
-        chosen, main = _privacy.split(request.epsilon, [auto.share, 1.0 - auto.share])
+        chosen, main = _privacy.split(request.epsilon, [auto.spent_share, 1.0 - auto.spent_share])
         for (name, _), epsilon in zip(names, _privacy.split(chosen, weights), strict=True):
             epsilons[name] = epsilon
             events.append(PureDPEvent(epsilon))
@@ -440,7 +440,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
                          max_rows_per_partition=r, auto=None)
     cost_name = "rho" if auto_plan.request.rho is not None else "epsilon"
     chosen[cost_name] = auto_plan.spent
-    chosen["share"] = auto.share
+    chosen["share"] = auto.spent_share
     chosen["method"] = ("permute-and-flip over steps of 2^(1/4), one joint choice of the "
                         "caps and the first magnitude (Amin et al. 2019's bias-variance "
                         "rule, penalties ramping above it); epsilons " +

@@ -50,6 +50,7 @@ from dpcurator.query.errors import (
     UnsupportedQueryError,
 )
 from dpcurator.query.plan import (
+    DEFAULT_AUTO_SHARE,
     Aggregate,
     AutoBounds,
     Bounds,
@@ -185,7 +186,7 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     choose_r = chosen[1] and unit and any(not isinstance(a, CountUnits) for a in aggregates)
     auto = None
     if choose_k or choose_r or auto_columns:
-        share = wanted.share if wanted is not None else AutoBounds().share
+        share = wanted.spent_share if wanted is not None else DEFAULT_AUTO_SHARE
         auto = AutoBounds(choose_k, choose_r, tuple(auto_columns), share=share)
     return plan.replace(
         aggregates=tuple(aggregates), group_by=group, where=where, keys=keys,

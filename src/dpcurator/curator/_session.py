@@ -42,7 +42,7 @@ from dpcurator.noise import RandomSource, resolve_source, sample_discrete_laplac
 from dpcurator.noise.samplers import sample_discrete_gaussian
 from dpcurator.query.bounding import BoundedQuery
 from dpcurator.query.builder import Query
-from dpcurator.query.errors import UnknownColumnError
+from dpcurator.query.errors import QueryError, UnknownColumnError
 from dpcurator.query.plan import AutoBounds, Bounds, Plan, auto_options
 from dpcurator.query.sql import parse_sql, too_deep_error
 
@@ -103,6 +103,8 @@ class Curator:
         auto_bounds: choose every bound that neither the curator nor a query gives from the
             data, under DP, with 10% of the query's budget (the default; the release states
             them). False: caps not given are 1, and an aggregate without bounds is refused.
+        auto_bounds_share: the share of each query's budget (epsilon, or rho) spent choosing
+            its bounds, in (0, 1); default 0.1. A query may state its own (``bounds_share``).
         cache: return the stored release for a repeated identical query, for free.
         journal: the budget's ledger file (SQLite; see ``dpcurator.ledger``): every charge is
             committed to it before any release, and every curator, thread and process using
@@ -145,6 +147,7 @@ class Curator:
         threads: int | None = None,
         allow_large_delta: bool = False,
         auto_bounds: bool = True,
+        auto_bounds_share: float | None = None,
     ) -> None:
         self._engine = _engine_for(data, connection_table, threads)
         self.table = _check_table_name(table)
@@ -176,8 +179,14 @@ class Curator:
         declared = {}
         bounds, max_partitions, max_rows_per_partition, auto = auto_options(
             bounds, max_partitions, max_rows_per_partition)
-        if auto_bounds:  # every bound given nowhere is chosen from the data
-            auto = AutoBounds(open=True).merged(auto)
+        # every bound given nowhere is chosen from the data (auto_bounds), with this share
+        try:
+            base = AutoBounds(open=bool(auto_bounds), share=auto_bounds_share)
+        except QueryError as exc:
+            raise UserError(f"auto_bounds_share: {exc}") from None
+        auto = base.merged(auto) if auto_bounds or auto is not None else None
+        if auto is None and auto_bounds_share is not None:
+            auto = base
         if bounds is not None and not isinstance(bounds, Mapping):
             raise UserError("bounds must be a mapping {column: (lo, hi)} or 'auto'")
         for name, value in (bounds or {}).items():
@@ -289,15 +298,16 @@ class Curator:
             max_rows_per_partition: int | str | None = None, bounding: str | None = None,
             noise: str | None = None, weights: Mapping[str, float] | None = None,
             confidence: float | None = None, cache: bool | None = None,
-            label: str | None = None) -> Release:
+            label: str | None = None, bounds_share: float | None = None) -> Release:
         """Answer a DP SQL query (see ``dpcurator.query.sql`` for the accepted subset).
 
         ``epsilon`` [and ``delta``] or ``rho`` is what this query spends; ``bounds`` clamps
         columns; ``keys`` lists public partitions (without keys, and unless every group key
         is binned, partitions are selected privately, which needs ``delta``). ``"auto"``
         (``bounds="auto"``, a column's bounds, ``max_partitions``, ``max_rows_per_partition``)
-        chooses that bound from the data under DP with a share of the query's budget (10%);
-        the release states the bounds chosen (``Release.bounds_chosen``).
+        chooses that bound from the data under DP with a share of the query's budget
+        (``bounds_share``; default the curator's, 10%); the release states the bounds chosen
+        and what choosing them cost (``Release.bounds_chosen``).
         """
         if isinstance(bounds, Mapping):  # a misspelt column is named, not silently unused
             for name in bounds:
@@ -306,6 +316,11 @@ class Curator:
                          bounds=bounds, keys=keys, max_partitions=max_partitions,
                          max_rows_per_partition=max_rows_per_partition,
                          bounding=bounding)  # type: ignore[arg-type]
+        if bounds_share is not None:
+            try:
+                plan = plan.replace(auto=AutoBounds(share=bounds_share).merged(plan.auto))
+            except QueryError as exc:
+                raise UserError(f"bounds_share: {exc}") from None
         return self.run(plan, epsilon=epsilon, delta=delta, rho=rho, noise=noise,
                         weights=weights, confidence=confidence, cache=cache,
                         label=label or " ".join(query.split()))
@@ -404,7 +419,7 @@ class Curator:
             explained["bounds_to_choose"] = {
                 "max_partitions": auto.auto.max_partitions,
                 "max_rows_per_partition": auto.auto.max_rows_per_partition,
-                "columns": list(auto.auto.columns), "share": auto.auto.share,
+                "columns": list(auto.auto.columns), "share": auto.auto.spent_share,
                 "epsilons": dict(auto.epsilons),
                 "note": "chosen from the data when the query runs; the plan, SQL and noise "
                         "above show placeholder bounds (caps of 1, bounds (0, 1))"}

@@ -172,6 +172,11 @@ class Query:
             auto=auto if auto is not None else self.auto,
         )
 
+    def bounds_share(self, share: float) -> Query:
+        """Spend ``share`` (in (0, 1)) of this query's budget choosing the bounds it leaves to
+        the data ("auto"), instead of the curator's share (10% unless it states another)."""
+        return replace(self, auto=AutoBounds(share=share).merged(self.auto))
+
     def _auto_column(self, bounds: BoundsLike, column: str) -> Query:
         """This query, asking for ``column``'s bounds to be chosen when ``bounds`` is "auto"."""
         if isinstance(bounds, str) and bounds == AUTO:

@@ -271,6 +271,9 @@ class PublicKeys:
 
 
 AUTO = "auto"
+#: The share of a query's budget spent choosing its bounds, where neither the query nor the
+#: curator states one.
+DEFAULT_AUTO_SHARE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +283,9 @@ class AutoBounds:
     Asked for with ``"auto"``: ``bounds="auto"`` (``open``: every bound that neither the query
     nor the curator gives), ``bounds={"x": "auto"}`` (``columns``), ``max_partitions="auto"``,
     ``max_rows_per_partition="auto"``. Choosing them spends ``share`` of the query's epsilon
-    (or rho); see ``dpcurator.curator._auto_bounds``. Bounds given explicitly always win.
+    (or rho): the query's if it states one, else the curator's, else 10%
+    (``spent_share``); see ``dpcurator.curator._auto_bounds``. Bounds given explicitly always
+    win.
     After the curator resolves a plan, ``open`` is False and the flags name exactly what will
     be chosen.
     """
@@ -289,24 +294,32 @@ class AutoBounds:
     max_rows_per_partition: bool = False
     columns: tuple[str, ...] = ()
     open: bool = False
-    share: float = 0.1
+    share: float | None = None
 
     def __post_init__(self) -> None:
         share = self.share
-        if isinstance(share, bool) or not isinstance(share, int | float) or \
-                not 0.0 < float(share) < 1.0:
-            raise QueryError(f"the share of the budget spent choosing bounds must be a "
-                             f"number in (0, 1), got {share!r}")
+        if share is not None:
+            if isinstance(share, bool) or not isinstance(share, int | float) or \
+                    not 0.0 < float(share) < 1.0:
+                raise QueryError(f"the share of the budget spent choosing bounds must be a "
+                                 f"number in (0, 1), got {share!r}")
+            object.__setattr__(self, "share", float(share))
         object.__setattr__(self, "columns", tuple(str(c) for c in self.columns))
 
+    @property
+    def spent_share(self) -> float:
+        """The share of the query's budget that choosing the bounds spends."""
+        return DEFAULT_AUTO_SHARE if self.share is None else self.share
+
     def merged(self, other: AutoBounds | None) -> AutoBounds:
-        """What either asks for (this one's share)."""
+        """What either asks for (this one's share, where it states one)."""
         if other is None:
             return self
         return AutoBounds(self.max_partitions or other.max_partitions,
                           self.max_rows_per_partition or other.max_rows_per_partition,
                           tuple(dict.fromkeys([*self.columns, *other.columns])),
-                          self.open or other.open, self.share)
+                          self.open or other.open,
+                          self.share if self.share is not None else other.share)
 
     def wants_column(self, column: str) -> bool:
         return self.open or column.lower() in {c.lower() for c in self.columns}

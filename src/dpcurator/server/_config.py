@@ -56,6 +56,7 @@ class DatasetConfig:
     max_partitions: int | str
     max_rows_per_partition: int | str
     allow_large_delta: bool
+    bounds_share: float | None = None  # of each query's budget, choosing its bounds
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,8 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
     if not isinstance(spec, dict):
         raise ConfigError(f"{where} must be a table")
     _only(spec, {"path", "privacy_unit", "one_row_per_person", "bounds", "keys", "budget",
-                 "max_partitions", "max_rows_per_partition", "allow_large_delta"}, where)
+                 "max_partitions", "max_rows_per_partition", "bounds_share",
+                 "allow_large_delta"}, where)
     path = spec.get("path")
     if not isinstance(path, str) or not path:
         raise ConfigError(f"{where} needs path = \"<CSV or Parquet file>\"")
@@ -193,7 +195,17 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         max_partitions=_cap(spec.get("max_partitions", "auto"), f"{where} max_partitions"),
         max_rows_per_partition=_cap(spec.get("max_rows_per_partition", "auto"),
                                     f"{where} max_rows_per_partition"),
+        bounds_share=_share(spec.get("bounds_share"), f"{where} bounds_share"),
         allow_large_delta=bool(spec.get("allow_large_delta", False)))
+
+
+def _share(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if not _is_number(value) or not 0 < value < 1:
+        raise ConfigError(f"{where} must be a number in (0, 1) (the share of each query's "
+                          f"budget spent choosing its bounds), got {value!r}")
+    return float(value)
 
 
 def _analyst(name: str, spec: Any, datasets: dict[str, DatasetConfig]) -> AnalystConfig:

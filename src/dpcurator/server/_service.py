@@ -45,7 +45,7 @@ from dpcurator.ledger._ledger import IdempotencyConflict, fingerprint
 from dpcurator.noise import RandomSource
 from dpcurator.query._keys import public_keys
 from dpcurator.query._plan_json import plan_from_json
-from dpcurator.query.plan import Plan
+from dpcurator.query.plan import DEFAULT_AUTO_SHARE, Plan
 from dpcurator.query.sql import parse_sql
 
 from ._config import AnalystConfig, DatasetConfig, ServiceConfig
@@ -160,6 +160,7 @@ class Service:
                 one_row_per_person=spec.one_row_per_person, bounds=spec.bounds or None,
                 max_partitions=spec.max_partitions,
                 max_rows_per_partition=spec.max_rows_per_partition,
+                auto_bounds_share=spec.bounds_share,
                 allow_large_delta=spec.allow_large_delta, source=source)
             self.datasets[name] = _Dataset(spec, curator, budget.account)
         self._analysts = dict(config.analysts)
@@ -333,7 +334,9 @@ class Service:
                             k: v if isinstance(v, str) else list(v)
                             for k, v in spec.bounds.items()},
                         "keys": spec.keys, "max_partitions": spec.max_partitions,
-                        "max_rows_per_partition": spec.max_rows_per_partition})
+                        "max_rows_per_partition": spec.max_rows_per_partition,
+                        "bounds_share": (spec.bounds_share if spec.bounds_share is not None
+                                         else DEFAULT_AUTO_SHARE)})
         return out
 
     def close(self) -> None:
