@@ -160,6 +160,14 @@ def step_cases(kind: str, train: TensorDataset, device: str = "cpu"
         module=model, optimizer=sgd(model, kind), data_loader=loader, noise_multiplier=1.0,
         delta=DELTA, max_grad_norm=CLIP)
     cases["dpcurator"] = make_step(model, optimizer)
+    if device.startswith("cuda"):  # the same without CUDA graphs (ClippingGraphs)
+        torch.manual_seed(0)
+        model = MODELS[kind]().to(device)
+        model, optimizer, _ = PrivacyEngine().make_private(
+            module=model, optimizer=sgd(model, kind), data_loader=loader, noise_multiplier=1.0,
+            delta=DELTA, max_grad_norm=CLIP)
+        optimizer.cuda_graphs = False
+        cases["dpcurator eager"] = make_step(model, optimizer)
     if OpacusEngine is not None:
         torch.manual_seed(0)
         model = MODELS[kind]().to(device)

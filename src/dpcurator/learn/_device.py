@@ -31,7 +31,10 @@ example i alone (a batched product computes each batch entry apart).
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,6 +46,7 @@ from dpcurator.learn._grads import (
     Floats,
     Ints,
     PerExample,
+    Records,
     Workspace,
     _functorch_per_example,
     _Layer,
@@ -51,10 +55,19 @@ from dpcurator.learn._grads import (
 )
 from dpcurator.learn._kernels import ROWS
 
-__all__ = ["DeviceOuter", "DevicePart", "OnDevice", "clip_factors", "device_per_example"]
+__all__ = ["ClippingGraphs", "DeviceOuter", "DevicePart", "OnDevice", "clip_factors",
+           "device_per_example", "fill_padded", "padded_records"]
 
 #: Entries converted to float64 at once when summing (bounds the scratch memory, 2 GiB).
 _CHUNK_ENTRIES = 1 << 28
+#: The loss reduction's batch size (or 1): a number, or a device scalar that a replayed CUDA
+#: graph reads (``ClippingGraphs``). Multiplying by 1.0 is exact, so both give the same bits.
+Scale = float | Tensor
+
+
+def _scaled(scale: Scale) -> bool:
+    """Whether to multiply by ``scale``: always for a tensor (its value is not read here)."""
+    return isinstance(scale, Tensor) or scale != 1.0
 
 
 def clip_factors(squared: Tensor, bound: float) -> Tensor:
@@ -99,7 +112,7 @@ class OnDevice(DevicePart):
 
     params: tuple[nn.Parameter, ...]
     grads: Tensor
-    scale: float = 1.0
+    scale: Scale = 1.0
 
     @property
     def device(self) -> torch.device:
@@ -111,13 +124,13 @@ class OnDevice(DevicePart):
         for rows in _row_chunks(flat):
             part = flat[rows].to(torch.float64)
             torch.sum(part * part, dim=1, out=squared[rows])
-        if self.scale != 1.0:
+        if _scaled(self.scale):
             squared *= self.scale * self.scale
         return squared
 
     def device_add_clipped_sum(self, factors: Tensor, total: Tensor) -> None:
         flat = self.grads.reshape(self.grads.shape[0], -1)
-        if self.scale != 1.0:
+        if _scaled(self.scale):
             factors = factors * self.scale
         usable = (factors > 0.0) & (factors < math.inf)  # False for NaN too
         factors = torch.where(usable, factors, 0.0)
@@ -146,7 +159,7 @@ class DeviceOuter(DevicePart):
     """
 
     def __init__(self, params: tuple[nn.Parameter, ...], activations: Tensor,
-                 backprops: Tensor, scale: float) -> None:
+                 backprops: Tensor, scale: Scale) -> None:
         self.params = params
         self.scale = scale
         self._a = activations.to(torch.float64)
@@ -218,7 +231,7 @@ def _unfold(x: Tensor, module: nn.Conv2d, padding: tuple[int, ...]) -> Tensor:
     return windows.permute(0, 1, 4, 5, 2, 3).reshape(n, c * kh * kw, out_h * out_w)
 
 
-def device_per_example(layer: _Layer, use: _Use, scale: float, fuse: bool
+def device_per_example(layer: _Layer, use: _Use, scale: Scale, fuse: bool
                        ) -> list[DevicePart]:
     """One layer call's per-example gradients, materialized with torch operations."""
     assert use.backprop is not None
@@ -266,3 +279,107 @@ def device_per_example(layer: _Layer, use: _Use, scale: float, fuse: bool
     grads_list = _functorch_per_example(layer, a, b)
     return [OnDevice((p,), g.reshape(n, -1), scale)
             for p, g in zip(layer.params.values(), grads_list, strict=True)]
+
+
+# --- CUDA graphs ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Graph:
+    graph: Any  # torch.cuda.CUDAGraph
+    records: Records  # static copies of the records, padded with zero rows
+    scale: Tensor
+    out: Tensor
+
+
+class ClippingGraphs:
+    """Replays the clipping and exact sum of a batch as one CUDA graph.
+
+    On a GPU a step of these small operations is bound by the host launching some twenty
+    kernels a layer, not by the device. A graph launches them in one call. Its inputs are
+    static buffers: the records are copied in, padded with zero rows up to a multiple of
+    ``bucket`` (Poisson sampling varies the batch size, and a zero row contributes exactly
+    nothing: its gradient is zero, or not finite and then dropped), and the loss reduction's
+    batch size is a device scalar. The kernels and their arithmetic are the ones the eager
+    path runs (``tests/test_learn_device.py`` checks the sums bit for bit on a GPU). A shape
+    is captured the second time it is seen; at most ``max_graphs`` are kept (each holds its
+    own scratch memory).
+    """
+
+    def __init__(self, compute: Callable[[int, Records, Scale], Tensor], *, mean: bool,
+                 bucket: int = 32, max_graphs: int = 4) -> None:
+        self._compute = compute
+        self._mean = mean
+        self._bucket = bucket
+        self._max = max_graphs
+        self._graphs: OrderedDict[Any, _Graph] = OrderedDict()
+        self._seen: dict[Any, int] = {}
+
+    def run(self, batch: int, records: Records) -> Tensor | None:
+        """The exact sum's increment for this batch (a static buffer: use it before the next
+        call), or None where it is to be computed eagerly (a shape seen once)."""
+        if batch < 1:
+            return None
+        padded = -(-batch // self._bucket) * self._bucket
+        key = (padded, tuple(
+            (layer.name, tuple((u.activation.shape[1:], u.activation.dtype,
+                                _backprop(u).shape[1:], _backprop(u).dtype) for u in uses))
+            for layer, uses in records))
+        entry = self._graphs.get(key)
+        if entry is None:
+            self._seen[key] = self._seen.get(key, 0) + 1
+            if self._seen[key] < 2:
+                return None
+            entry = self._capture(padded, records)
+            self._graphs[key] = entry
+            if len(self._graphs) > self._max:
+                self._graphs.popitem(last=False)
+        self._graphs.move_to_end(key)
+        fill_padded(entry.records, records, batch)
+        entry.scale.fill_(float(batch) if self._mean else 1.0)
+        entry.graph.replay()
+        return entry.out
+
+    def _capture(self, padded: int, records: Records) -> _Graph:
+        device = records[0][1][0].activation.device
+        static = padded_records(records, padded)
+        scale = torch.ones((), dtype=torch.float64, device=device)
+        side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up off the capture (lazy initialisations)
+            for _ in range(2):
+                self._compute(padded, static, scale)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self._compute(padded, static, scale)
+        return _Graph(graph, static, scale, out)
+
+
+def padded_records(records: Records, padded: int) -> Records:
+    """Zero buffers shaped as ``records`` with ``padded`` rows (a graph's static inputs)."""
+    static: Records = []
+    for layer, uses in records:
+        held = []
+        for use in uses:
+            a, b = use.activation, _backprop(use)
+            a_static = torch.zeros((padded, *a.shape[1:]), dtype=a.dtype, device=a.device)
+            b_static = torch.zeros((padded, *b.shape[1:]), dtype=b.dtype, device=b.device)
+            held.append(_Use(a_static, a_static._version, b_static))
+        static.append((layer, held))
+    return static
+
+
+def fill_padded(static: Records, records: Records, batch: int) -> None:
+    """Copy ``records`` (``batch`` rows) into ``static``; the rows after them become zeros."""
+    for (_, uses), (_, held) in zip(records, static, strict=True):
+        for use, target in zip(uses, held, strict=True):
+            for source, buffer in ((use.activation, target.activation),
+                                   (_backprop(use), _backprop(target))):
+                buffer[:batch].copy_(source)
+                buffer[batch:].zero_()
+
+
+def _backprop(use: _Use) -> Tensor:
+    assert use.backprop is not None
+    return use.backprop

@@ -105,6 +105,8 @@ _MIXING_LAYERS = (
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
+#: Each trainable layer with its calls recorded since the last step.
+Records = list[tuple["_Layer", list["_Use"]]]
 
 
 def clip_factors(squared: Floats, bound: float) -> Floats:
@@ -512,8 +514,20 @@ class GradSampler:
     def per_example(self, work: Workspace | None = None) -> tuple[int, list[PerExample]]:
         """The batch size and the per-example gradients of every trainable parameter, in the
         order of ``parameters()`` (scratch arrays from ``work``, valid until its next use)."""
+        batch, records = self.records()
+        return batch, self.parts(batch, records, work)
+
+    def uses_device(self, records: Records) -> bool:
+        """Whether these records are computed with torch operations (``_device``)."""
+        if self.on_device is not None:
+            return self.on_device
+        return records[0][1][0].activation.device.type != "cpu"
+
+    def records(self) -> tuple[int, Records]:
+        """The batch size and each layer's calls recorded since the last step, checked (a
+        gradient reached every layer, no input changed in place, one batch size)."""
         batch: int | None = None
-        out: list[PerExample] = []
+        out: Records = []
         for layer in self.layers:
             done = [u for u in layer.uses if u.backprop is not None]
             if not done:
@@ -538,9 +552,20 @@ class GradSampler:
                         f"layer saw {batch}: the batch must be the first dimension of every "
                         "trainable layer's input"
                     )
+            out.append((layer, done))
+        assert batch is not None
+        return batch, out
+
+    def parts(self, batch: int, records: Records, work: Workspace | None = None,
+              scale: float | Tensor | None = None) -> list[PerExample]:
+        """The per-example gradients of ``records``, in the order of ``parameters()``.
+        ``scale`` (the loss reduction's batch size, or 1) may be given as a device scalar,
+        which a replayed CUDA graph reads (``_device.ClippingGraphs``)."""
+        if scale is None:
             scale = float(batch) if self.loss_reduction == "mean" and batch else 1.0
-            on_device = (self.on_device if self.on_device is not None
-                         else done[0].activation.device.type != "cpu")
+        on_device = self.uses_device(records)
+        out: list[PerExample] = []
+        for layer, done in records:
             if on_device:
                 from dpcurator.learn._device import OnDevice, device_per_example
 
@@ -548,6 +573,7 @@ class GradSampler:
                     list(device_per_example(layer, u, scale, self.fuse)) for u in done]
                 whole: type[Materialized] | type[OnDevice] = OnDevice
             else:
+                assert isinstance(scale, float)
                 per_use = [_layer_per_example(layer, u, scale, self.fuse,
                                               work if len(done) == 1 else None) for u in done]
                 whole = Materialized
@@ -558,8 +584,7 @@ class GradSampler:
                     total = sum(_gradient_of(parts, param) for parts in per_use)
                     assert isinstance(total, Tensor)
                     out.append(whole((param,), total))
-        assert batch is not None
-        return batch, out
+        return out
 
 
 def _gradient_of(parts: list[PerExample], param: nn.Parameter) -> Tensor:

@@ -27,18 +27,21 @@ coordinates the stated epsilon and delta hold up to a factor e^(2 T d eta) (belo
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import torch
 from torch.optim import Optimizer
 
 from dpcurator.errors import UserError
 from dpcurator.learn import _kernels
-from dpcurator.learn._device import DevicePart
+from dpcurator.learn._device import ClippingGraphs, DevicePart, Scale
 from dpcurator.learn._device import clip_factors as device_clip_factors
 from dpcurator.learn._grads import (
     GRID_BITS,
@@ -46,6 +49,8 @@ from dpcurator.learn._grads import (
     MAX_ENTRIES,
     GradSampler,
     Ints,
+    PerExample,
+    Records,
     Workspace,
     clip_factors,
 )
@@ -56,6 +61,9 @@ __all__ = ["DPOptimizer", "grid_sigma"]
 
 #: The smoothing width, in grid steps, of the argument above.
 TAU = 8
+#: A device's noise from the secure source: threads drawing parts of at least this many.
+_NOISE_THREADS = min(8, max(1, (os.cpu_count() or 1) // 2))
+_NOISE_PART = 1 << 16
 
 
 def grid_sigma(noise_multiplier: float) -> Fraction:
@@ -123,6 +131,10 @@ class DPOptimizer(Optimizer):
         # as _grads, on the model's device: the flat buffer and its views
         self._device_grads: tuple[torch.Tensor, list[torch.Tensor]] | None = None
         self._executor: ThreadPoolExecutor | None = None  # draws a device's noise ahead
+        self._noise_pool: ThreadPoolExecutor | None = None  # its parts, on several threads
+        #: On a GPU, replay each batch shape's clipping as a CUDA graph (``ClippingGraphs``).
+        self.cuda_graphs = True
+        self._graphs: ClippingGraphs | None = None
         self._pending_noise: Future[torch.Tensor] | None = None
 
     # The wrapped optimizer's state, shared (LR schedulers and checkpoints see the same).
@@ -182,16 +194,13 @@ class DPOptimizer(Optimizer):
 
     def accumulate(self) -> None:
         """Add this batch's clipped per-example gradients to the running exact sum."""
-        batch, per_example = self.sampler.per_example(self._work)
+        batch, records = self.sampler.records()
         self.sampler.clear()
-        covered = [p for pe in per_example for p in pe.params]
-        if len(covered) != len(self.params) or any(
-                a is not b for a, b in zip(covered, self.params, strict=True)):
-            raise AssertionError("per-example gradients do not cover the parameters; "
-                                 "this is a bug in dpcurator")
-        if per_example and all(isinstance(pe, DevicePart) for pe in per_example):
-            self._accumulate_on_device(batch, per_example)  # type: ignore[arg-type]
+        if self.sampler.uses_device(records):
+            self._accumulate_on_device(batch, records)
             return
+        per_example = self.sampler.parts(batch, records, self._work)
+        self._check_coverage(per_example)
         if isinstance(self._sum, torch.Tensor):
             raise UserError("the model moved between devices within one batch")
         if self._sum is None:
@@ -223,10 +232,18 @@ class DPOptimizer(Optimizer):
             raise UserError(f"a batch of more than {MAX_BATCH} examples cannot be summed "
                             "exactly; lower the expected batch size")
 
-    def _accumulate_on_device(self, batch: int, per_example: list[DevicePart]) -> None:
+    def _check_coverage(self, per_example: list[PerExample]) -> None:
+        covered = [p for pe in per_example for p in pe.params]
+        if len(covered) != len(self.params) or any(
+                a is not b for a, b in zip(covered, self.params, strict=True)):
+            raise AssertionError("per-example gradients do not cover the parameters; "
+                                 "this is a bug in dpcurator")
+
+    def _accumulate_on_device(self, batch: int, records: Records) -> None:
         """``accumulate`` where the gradients are: the same clipping and exact sum in torch
-        operations (``_device``), into an int64 sum on the device."""
-        device = per_example[0].device
+        operations (``_device``), into an int64 sum on the device; on a GPU replayed as a
+        CUDA graph (``ClippingGraphs``; ``cuda_graphs = False`` computes it eagerly)."""
+        device = records[0][1][0].activation.device
         if self._sum is None:
             total = torch.zeros(self._size, dtype=torch.int64, device=device)
         elif isinstance(self._sum, torch.Tensor) and self._sum.device == device:
@@ -234,22 +251,40 @@ class DPOptimizer(Optimizer):
         else:
             raise UserError("the model moved between devices within one batch")
         if batch:
-            unit = float(1 << GRID_BITS) / self.max_grad_norm
-            if self.bounds is None:
-                squared = per_example[0].device_squared_norms()
-                for pe in per_example[1:]:
-                    squared += pe.device_squared_norms()
-                factors = [device_clip_factors(squared, self.max_grad_norm) * unit
-                           ] * len(per_example)
-            else:
-                factors = [device_clip_factors(pe.device_squared_norms(), bound) * unit
-                           for pe, bound in zip(per_example, self.bounds, strict=True)]
-            offset = 0
-            for pe, f in zip(per_example, factors, strict=True):
-                pe.device_add_clipped_sum(f, total[offset:offset + pe.size])
-                offset += pe.size
+            delta = None
+            if self.cuda_graphs and device.type == "cuda":
+                if self._graphs is None:
+                    self._graphs = ClippingGraphs(
+                        self._clip_and_sum, mean=self.sampler.loss_reduction == "mean")
+                delta = self._graphs.run(batch, records)
+            if delta is None:
+                delta = self._clip_and_sum(batch, records, None)
+            total += delta
         self._sum = total
         self._count(batch)
+
+    def _clip_and_sum(self, batch: int, records: Records, scale: Scale | None) -> torch.Tensor:
+        """The exact sum of this batch's clipped gradients (int64, on the device)."""
+        per_example = self.sampler.parts(batch, records, scale=scale)
+        self._check_coverage(per_example)
+        parts = [pe for pe in per_example if isinstance(pe, DevicePart)]
+        if len(parts) != len(per_example):
+            raise AssertionError("a layer's gradients are not on the device; this is a bug")
+        delta = torch.zeros(self._size, dtype=torch.int64, device=parts[0].device)
+        unit = float(1 << GRID_BITS) / self.max_grad_norm
+        if self.bounds is None:
+            squared = parts[0].device_squared_norms()
+            for pe in parts[1:]:
+                squared = squared + pe.device_squared_norms()
+            factors = [device_clip_factors(squared, self.max_grad_norm) * unit] * len(parts)
+        else:
+            factors = [device_clip_factors(pe.device_squared_norms(), bound) * unit
+                       for pe, bound in zip(parts, self.bounds, strict=True)]
+        offset = 0
+        for pe, f in zip(parts, factors, strict=True):
+            pe.device_add_clipped_sum(f, delta[offset:offset + pe.size])
+            offset += pe.size
+        return delta
 
     def add_noise(self) -> None:
         """Set each parameter's gradient to (exact sum + discrete Gaussian noise) g / E[B]."""
@@ -318,7 +353,20 @@ class DPOptimizer(Optimizer):
         return noise
 
     def _draw_noise(self, device: torch.device) -> torch.Tensor:
-        noise = torch.from_numpy(self._noise.sample(self._size))
+        """One step's noise. From the secure source (no seed, so no order to keep), a large
+        vector is drawn in parts on several threads (the sampler releases the GIL): on a GPU
+        the draw would otherwise take longer than the step. The parts are independent draws
+        of the same law, so the vector is too. A seeded source draws in one piece, in order."""
+        parts = min(_NOISE_THREADS, max(1, self._size // _NOISE_PART))
+        if self._source is not None or parts < 2:
+            noise = torch.from_numpy(self._noise.sample(self._size))
+        else:
+            if self._noise_pool is None:
+                self._noise_pool = ThreadPoolExecutor(parts, thread_name_prefix="dpcurator-noise")
+            cuts = [self._size * i // parts for i in range(parts + 1)]
+            drawn = self._noise_pool.map(self._noise.sample,
+                                         [b - a for a, b in itertools.pairwise(cuts)])
+            noise = torch.from_numpy(np.concatenate(list(drawn)))
         return noise.pin_memory() if device.type == "cuda" else noise
 
     def _grad_views(self) -> list[torch.Tensor]:
