@@ -309,19 +309,21 @@ class ClippingGraphs:
     def __init__(self, compute: Callable[[int, Records, Scale], Tensor], *, mean: bool,
                  bucket: int = 32, max_graphs: int = 4) -> None:
         self._compute = compute
-        self._mean = mean
+        self.mean = mean
         self._bucket = bucket
         self._max = max_graphs
         self._graphs: OrderedDict[Any, _Graph] = OrderedDict()
         self._seen: dict[Any, int] = {}
 
-    def run(self, batch: int, records: Records) -> Tensor | None:
+    def run(self, batch: int, records: Records, settings: Any = None) -> Tensor | None:
         """The exact sum's increment for this batch (a static buffer: use it before the next
-        call), or None where it is to be computed eagerly (a shape seen once)."""
+        call), or None where it is to be computed eagerly (a shape seen once). ``settings``
+        holds every number the computation reads besides the records (the clipping bounds):
+        a graph bakes them in, so a change must select another graph."""
         if batch < 1:
             return None
         padded = -(-batch // self._bucket) * self._bucket
-        key = (padded, tuple(
+        key = (padded, settings, tuple(
             (layer.name, tuple((u.activation.shape[1:], u.activation.dtype,
                                 _backprop(u).shape[1:], _backprop(u).dtype) for u in uses))
             for layer, uses in records))
@@ -336,7 +338,7 @@ class ClippingGraphs:
                 self._graphs.popitem(last=False)
         self._graphs.move_to_end(key)
         fill_padded(entry.records, records, batch)
-        entry.scale.fill_(float(batch) if self._mean else 1.0)
+        entry.scale.fill_(float(batch) if self.mean else 1.0)
         entry.graph.replay()
         return entry.out
 

@@ -253,10 +253,13 @@ class DPOptimizer(Optimizer):
         if batch:
             delta = None
             if self.cuda_graphs and device.type == "cuda":
-                if self._graphs is None:
+                if self._graphs is None or self._graphs.mean != (
+                        self.sampler.loss_reduction == "mean"):
                     self._graphs = ClippingGraphs(
                         self._clip_and_sum, mean=self.sampler.loss_reduction == "mean")
-                delta = self._graphs.run(batch, records)
+                settings = (self.max_grad_norm, tuple(self.bounds or ()), self.sampler.fuse,
+                            self.sampler.loss_reduction)
+                delta = self._graphs.run(batch, records, settings)
             if delta is None:
                 delta = self._clip_and_sum(batch, records, None)
             total += delta
