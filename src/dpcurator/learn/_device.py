@@ -26,6 +26,10 @@ argument in ``_grads`` (points 1 to 4), which does not depend on where it is com
 
 Assumed, as on the CPU: the device's kernels compute example i's records and gradient from
 example i alone (a batched product computes each batch entry apart).
+
+On a GPU the same computation is captured once per batch shape and replayed as a CUDA graph
+(``ClippingGraphs``): the records are copied into static buffers padded with zero rows, and a
+zero row's gradient is zero (or not finite, and then dropped), so it adds exactly nothing.
 """
 
 from __future__ import annotations

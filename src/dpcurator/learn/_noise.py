@@ -314,15 +314,16 @@ class WideGaussian:
         self._source = source
         self._table = _table(self.sigma) if self.sigma >= MIN_WIDE_SIGMA else None
         self._s2x2 = float(2 * self.sigma * self.sigma)
-        self._p_index = np.empty(64, dtype=np.int64)
-        self._p_words = np.empty((64, 3), dtype=np.uint64)
 
     def sample(self, size: int) -> npt.NDArray[np.int64]:
-        """``size`` independent draws (int64)."""
+        """``size`` independent draws (int64). Safe to call from several threads at once:
+        each call has its own scratch arrays (the source serialises its own state)."""
         src = resolve_source(self._source)
         tab = self._table
         if tab is None:
             return sample_discrete_gaussian(self.sigma, size, src)
+        p_index = np.empty(64, dtype=np.int64)  # pending trials: per call, never shared
+        p_words = np.empty((64, 3), dtype=np.uint64)
         out = np.empty(size, dtype=np.int64)
         start = 0
         redo: list[int] = []
@@ -331,15 +332,14 @@ class WideGaussian:
             pool = src.words(int(todo * 2.1) + 16)
             start, n_pending = _wide_kernel(
                 pool, out, start, tab.prob, tab.alias, tab.fast, tab.ratio, tab.n_bins, tab.m,
-                self._s2x2, self._p_index, self._p_words)
+                self._s2x2, p_index, p_words)
             for j in range(n_pending):
-                words = (int(self._p_words[j, 0]), int(self._p_words[j, 1]),
-                         int(self._p_words[j, 2]))
+                words = (int(p_words[j, 0]), int(p_words[j, 1]), int(p_words[j, 2]))
                 value = _settle(tab, words, src)
                 if value is None:
-                    redo.append(int(self._p_index[j]))
+                    redo.append(int(p_index[j]))
                 else:
-                    out[self._p_index[j]] = value
+                    out[p_index[j]] = value
         for index in redo:  # a rejected pending trial's slot gets a fresh, independent sample
             out[index] = self.sample(1)[0]
         return out
