@@ -4,6 +4,12 @@ Run it from the benchmark environment (``scripts/setup-bench`` creates it)::
 
     .bench-venv/bin/python benchmarks/utility.py [--runs 100] [--curator-runs 1000]
         [--tumult-python PATH] [--tumult-runs 5] [--json out.json]
+        [--skewed-units 50000] [--skewed-runs 20] [--skewed-curator-runs 100]
+        [--skip-fair | --skip-skewed]
+
+Two sections, each of which can be skipped: the "fair" data (one row per person, the same
+clamping bounds in every library) and the skewed data (many rows per unit, contribution bounds
+that matter).
 
 Data: statsmodels' "fair" data set (Fair 1978, 6,366 women; shipped inside the statsmodels
 package, nothing is fetched), one row per person, privacy unit = the person (every library:
@@ -27,6 +33,20 @@ partitions; partitions released per run (mean); and, where the library states a 
 (dpcurator for every aggregate; OpenDP's ``summarize(alpha=0.05)`` accuracy for counts and
 sums), the share of intervals that contain the truth.
 
+Skewed data: ``skewed.py``'s ``skewed_table(--skewed-units, seed=0)`` (50,000 units: 623,589
+rows; 97% of units with 1-3 rows in 1-2 categories, 3% with 100-600 rows over up to 8),
+privacy unit = ``user``, public keys = the 8 categories, epsilon = 1, pure DP:
+``count(*)/category`` and ``sum(amount)/category``. The truth is the true *unbounded* answer
+(no caps, no clamping), so the RMSE holds both each library's bias from bounding and its
+noise. dpcurator runs twice: ``(auto)`` with its default, bounds chosen under DP inside the
+same epsilon; ``(fixed)`` with the best fixed powers of two in hindsight for this data
+(``SKEWED_K``, ``SKEWED_R``, ``SKEWED_AMOUNT``), which every peer gets too, each applying its
+own truncation. OpenDP runs twice: grouped by the public keys alone (which bound a unit's
+groups by 8) and with its ``truncate_num_groups`` as well, on a quarter of the runs (that
+helper keeps one group fewer than asked). Measured as above over ``--skewed-runs`` releases
+(``--skewed-curator-runs`` for dpcurator; Tumult too runs ``--skewed-runs``), against the
+unbounded truth, plus the seconds per release.
+
 Peers come only from the benchmark environment. Tumult Analytics pins numpy < 2, so it runs in
 an environment of its own given by ``--tumult-python`` (``uv venv /tmp/tumult && uv pip
 install -p /tmp/tumult tmlt.analytics duckdb statsmodels``; Java 17 for its local Spark), on
@@ -44,7 +64,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -66,6 +88,19 @@ QUERIES: dict[str, tuple[tuple[str, ...], str, bool]] = {
 }
 
 Result = dict[tuple[Any, ...], tuple[float, float, float]]  # key -> (value, low, high)
+
+SKEWED_SEED = 0
+# The fixed bounds every library gets on the skewed data: the best fixed powers of two in
+# hindsight there (50,000 units, seed 0, epsilon 1), by auto_bounds.py's exact expected RMSE
+# over k in 1..8, r in 1..1024, upper in 4..4096: COUNT(*) k 8, r 256 (expected RMSE 4,103);
+# SUM(amount) k 8, r 256, upper 256 (787,470). benchmarks/README.md (2026-11-26); rerun
+# 2026-11-26 (`.venv/bin/python benchmarks/auto_bounds.py --runs 30`): the same, 4,102.8 and
+# 787,470.4.
+SKEWED_K = 8  # partitions per unit (= the number of categories: no cap on this data)
+SKEWED_R = 256  # rows per (unit, category)
+SKEWED_AMOUNT = (0.0, 256.0)
+# query name -> aggregate, GROUP BY category over the public keys c0..c7
+SKEWED_QUERIES: dict[str, str] = {"count(*)/category": "count", "sum(amount)/category": "sum"}
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -108,6 +143,25 @@ def truth(frame: Any, group: tuple[str, ...], aggregate: str) -> dict[tuple[Any,
     return {(k if isinstance(k, tuple) else (k,)): float(v) for k, v in series.items()}
 
 
+def load_skewed(units: int) -> Any:
+    """skewed.py's table; seeded, so Tumult's environment (numpy 1) builds the same rows."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from skewed import skewed_table
+
+    return skewed_table(units, seed=SKEWED_SEED)
+
+
+def skewed_truth(frame: Any, aggregate: str) -> dict[tuple[Any, ...], float]:
+    """The true unbounded answer per category: what an analyst wants, whatever the bounds."""
+    grouped = frame.groupby("category")
+    series = grouped.size() if aggregate == "count" else grouped["amount"].sum()
+    return {(k,): float(v) for k, v in series.items()}
+
+
+def skewed_keys(frame: Any) -> list[str]:
+    return sorted(str(k) for k in frame["category"].unique())
+
+
 # -- dpcurator -------------------------------------------------------------------------------
 
 
@@ -138,6 +192,44 @@ def run_dpcurator(frame: Any, group: tuple[str, ...], aggregate: str, public: bo
                     in zip(release.keys, release.values["v"], low, high, strict=True)})
     selection = release.partition_selection if release is not None else None
     return out, {"partition_selection": selection}
+
+
+def run_dpcurator_skewed(frame: Any, aggregate: str, runs: int, *,
+                         fixed: bool) -> tuple[list[Result], dict[str, Any]]:
+    """Skewed data, privacy unit ``user``: bounds chosen under DP (its default) or fixed."""
+    import dpcurator as dp
+
+    curator = dp.Curator.from_pandas(frame, privacy_unit="user",
+                                     budget=dp.PureDP(2 * EPSILON * runs), cache=False)
+    expr = "COUNT(*)" if aggregate == "count" else "SUM(amount)"
+    sql = f"SELECT category, {expr} AS v FROM data GROUP BY category"
+    options: dict[str, Any] = {}
+    if fixed:
+        options = {"max_partitions": SKEWED_K, "max_rows_per_partition": SKEWED_R}
+        if aggregate == "sum":
+            options["bounds"] = {"amount": SKEWED_AMOUNT}
+    keys = skewed_keys(frame)
+    out: list[Result] = []
+    chosen: Counter[str] = Counter()
+    start = time.perf_counter()
+    for _ in range(runs):
+        release = curator.sql(sql, epsilon=EPSILON, keys=keys, **options)
+        low, high = release.interval("v", 0.95)
+        out.append({tuple(k): (float(v), float(lo), float(hi)) for k, v, lo, hi
+                    in zip(release.keys, release.values["v"], low, high, strict=True)})
+        if release.bounds_chosen is not None:
+            chosen[_bounds_label(release.bounds_chosen)] += 1
+    info: dict[str, Any] = {"seconds": (time.perf_counter() - start) / runs}
+    if chosen:
+        info["bounds_chosen"] = dict(chosen.most_common(3))
+    return out, info
+
+
+def _bounds_label(chosen: dict[str, Any]) -> str:
+    label = f"k {chosen['max_partitions']:g}, r {chosen['max_rows_per_partition']:g}"
+    if "bounds" in chosen:
+        label += f", amount <= {chosen['bounds']['amount'][1]:.0f}"
+    return label
 
 
 # -- OpenDP ----------------------------------------------------------------------------------
@@ -183,6 +275,50 @@ def run_opendp(frame: Any, group: tuple[str, ...], aggregate: str, public: bool,
             result[key] = (value, value - accuracy, value + accuracy)
         out.append(result)
     return out, info
+
+
+def run_opendp_skewed(frame: Any, aggregate: str, runs: int, *,
+                      num_groups: bool = False) -> tuple[list[Result], dict[str, Any]]:
+    """Skewed data, identifier ``user``, at the fixed bounds. ``truncate_per_group`` caps the
+    rows per (user, category); the 8 public keys bound a user's groups by 8 (its summary's
+    scale is k r / epsilon = 2,048 for COUNT either way). ``num_groups`` adds
+    ``truncate_num_groups(SKEWED_K)``: OpenDP 0.16 filters on a 1-based dense rank ``< k``,
+    so it keeps k - 1 groups (charging for k), and its default ``keep="sample"`` fails on
+    the Polars it pins (1.36.1: "multiple fields with name 'category'"), hence ``"first"``."""
+    import opendp.prelude as odp
+    import polars as pl
+
+    odp.enable_features("contrib")
+    data = pl.from_pandas(frame)
+    keys = pl.DataFrame({"category": skewed_keys(frame)})
+    # A float sum needs max_length (a bound on the rows) in a margin; counts need none.
+    margins = [odp.polars.Margin(by=["category"], invariant="keys", max_length=data.height)] \
+        if aggregate == "sum" else []
+    out: list[Result] = []
+    accuracy = math.nan
+    seconds = 0.0
+    for run in range(runs):
+        start = time.perf_counter()
+        context = odp.Context.compositor(
+            data=data.lazy(), privacy_unit=odp.unit_of(contributions=1, identifier="user"),
+            privacy_loss=odp.loss_of(epsilon=EPSILON), split_evenly_over=1, margins=margins)
+        query = context.query()
+        if num_groups:
+            query = query.truncate_num_groups(SKEWED_K, by=["category"], keep="first")
+        query = query.truncate_per_group(SKEWED_R, by=["category"])
+        expr = (odp.len(signed=False) if aggregate == "count"
+                else pl.col("amount").fill_null(0.0).dp.sum(SKEWED_AMOUNT)).alias("v")
+        query = query.group_by("category").agg(expr).with_keys(keys)
+        if run == 0:  # the stated accuracy depends on the query only; not timed
+            pause = time.perf_counter()
+            accuracy = float(query.summarize(alpha=0.05)["accuracy"][0])
+            start += time.perf_counter() - pause
+        released = query.release().collect()
+        seconds += time.perf_counter() - start
+        out.append({(row["category"],): (float(row["v"]), float(row["v"]) - accuracy,
+                                          float(row["v"]) + accuracy)
+                    for row in released.iter_rows(named=True)})
+    return out, {"seconds": seconds / runs, "accuracy": accuracy}
 
 
 # -- PipelineDP ------------------------------------------------------------------------------
@@ -232,18 +368,50 @@ def run_pipelinedp(frame: Any, group: tuple[str, ...], aggregate: str, public: b
     return out, {}
 
 
+def run_pipelinedp_skewed(frame: Any, aggregate: str,
+                          runs: int) -> tuple[list[Result], dict[str, Any]]:
+    """Skewed data at the fixed bounds: PipelineDP samples k partitions per user and r rows
+    per (user, partition), clamps each row's amount, and adds Laplace noise."""
+    import pipeline_dp
+
+    rows = list(zip(frame["user"].tolist(), frame["category"].tolist(),
+                    frame["amount"].tolist(), strict=True))
+    metric = pipeline_dp.Metrics.COUNT if aggregate == "count" else pipeline_dp.Metrics.SUM
+    keys = skewed_keys(frame)
+    out: list[Result] = []
+    start = time.perf_counter()
+    for _ in range(runs):
+        accountant = pipeline_dp.NaiveBudgetAccountant(total_epsilon=EPSILON, total_delta=0.0)
+        engine = pipeline_dp.DPEngine(accountant, pipeline_dp.LocalBackend())
+        params = pipeline_dp.AggregateParams(
+            metrics=[metric], noise_kind=pipeline_dp.NoiseKind.LAPLACE,
+            max_partitions_contributed=SKEWED_K, max_contributions_per_partition=SKEWED_R,
+            min_value=SKEWED_AMOUNT[0], max_value=SKEWED_AMOUNT[1])
+        extractors = pipeline_dp.DataExtractors(privacy_id_extractor=lambda r: r[0],
+                                                partition_extractor=lambda r: r[1],
+                                                value_extractor=lambda r: r[2])
+        result = engine.aggregate(rows, params, extractors, public_partitions=keys)
+        accountant.compute_budgets()
+        out.append({(key,): (float(metrics[0]), math.nan, math.nan) for key, metrics in result})
+    return out, {"seconds": (time.perf_counter() - start) / runs}
+
+
 # -- Tumult (its own environment) ------------------------------------------------------------
 
 
 def tumult_child(args: argparse.Namespace) -> None:
-    """Runs inside the Tumult environment: every query, ``--runs`` times; prints JSON."""
+    """Runs inside the Tumult environment: every query, ``--runs`` times (the skewed ones
+    ``--skewed-runs`` times); prints JSON."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from tmlt.analytics import (
         AddOneRow,
+        AddRowsWithID,
         ApproxDPBudget,
         KeySet,
+        MaxGroupsPerID,
+        MaxRowsPerGroupPerID,
         PureDPBudget,
         QueryBuilder,
         Session,
@@ -256,7 +424,36 @@ def tumult_child(args: argparse.Namespace) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     results: dict[str, Any] = {}
     sources = {"fair": load_fair(), "curve": curve_frame()}
+    if any(name in SKEWED_QUERIES for name in args.only):
+        frame = load_skewed(args.skewed_units)
+        skewed = spark.createDataFrame(frame)
+        skewed.cache().count()
+        keyset = KeySet.from_dict({"category": skewed_keys(frame)})
+        data = [len(frame), round(float(frame["amount"].sum()), 2)]
+        # One untimed release first: Spark's first job on a table pays its warm-up.
+        Session.from_dataframe(privacy_budget=PureDPBudget(EPSILON), source_id="data",
+                               dataframe=skewed, protected_change=AddRowsWithID("user")) \
+            .evaluate(QueryBuilder("data").enforce(MaxGroupsPerID("category", SKEWED_K))
+                      .enforce(MaxRowsPerGroupPerID("category", SKEWED_R)).groupby(keyset)
+                      .count(), PureDPBudget(EPSILON)).toPandas()
     for name in args.only:
+        if name in SKEWED_QUERIES:
+            # Tumult's own bounds for a unit with many rows: at most k groups per user, r rows
+            # per (user, group), each amount clamped by the sum.
+            runs = []
+            start = time.perf_counter()
+            for _ in range(args.skewed_runs):
+                session = Session.from_dataframe(
+                    privacy_budget=PureDPBudget(EPSILON), source_id="data", dataframe=skewed,
+                    protected_change=AddRowsWithID("user"))
+                builder = (QueryBuilder("data").enforce(MaxGroupsPerID("category", SKEWED_K))
+                           .enforce(MaxRowsPerGroupPerID("category", SKEWED_R)).groupby(keyset))
+                query = (builder.count(name="v") if SKEWED_QUERIES[name] == "count"
+                         else builder.sum("amount", *SKEWED_AMOUNT, name="v"))
+                table = session.evaluate(query, PureDPBudget(EPSILON)).toPandas()
+                runs.append([[row["category"], float(row["v"])] for _, row in table.iterrows()])
+            results[name] = {"runs": runs, "seconds": time.perf_counter() - start, "data": data}
+            continue
         group, aggregate, public = QUERIES.get(name, (("educ",), "count", False))
         frame = sources["curve" if name == "release curve" else "fair"]
         sdf = spark.createDataFrame(frame[["educ", "occupation", "age", "affairs"]])
@@ -293,8 +490,12 @@ def tumult_child(args: argparse.Namespace) -> None:
     print(json.dumps(results, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
 
 
-def run_tumult(args: argparse.Namespace, names: list[str]) -> dict[str, list[Result]]:
+def run_tumult(args: argparse.Namespace,
+               names: list[str]) -> tuple[dict[str, list[Result]], dict[str, dict[str, Any]]]:
+    """Tumult's releases per query, and per query its seconds per release (and, for the
+    skewed data, the rows and total amount it saw, to check that it had the same table)."""
     command = [args.tumult_python, __file__, "--tumult-child", "--runs", str(args.tumult_runs),
+               "--skewed-runs", str(args.skewed_runs), "--skewed-units", str(args.skewed_units),
                "--only", *names]
     done = subprocess.run(command, capture_output=True, text=True, timeout=7200)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -302,11 +503,14 @@ def run_tumult(args: argparse.Namespace, names: list[str]) -> dict[str, list[Res
         raise RuntimeError(f"Tumult run failed: {done.stderr.strip().splitlines()[-3:]}")
     parsed = json.loads(lines[-1])
     out: dict[str, list[Result]] = {}
+    extra: dict[str, dict[str, Any]] = {}
     for name, payload in parsed.items():
         width = len(QUERIES.get(name, (("educ",), "", False))[0])
         out[name] = [{tuple(r[:width]): (float(r[width]), math.nan, math.nan) for r in run}
                      for run in payload["runs"]]
-    return out
+        extra[name] = {"seconds": payload["seconds"] / max(1, len(payload["runs"])),
+                       "data": payload.get("data")}
+    return out, extra
 
 
 # -- metrics ---------------------------------------------------------------------------------
@@ -330,6 +534,14 @@ def summarize(runs: list[Result], exact: dict[tuple[Any, ...], float]) -> dict[s
         "coverage": covered / stated if stated else None,
         "runs": len(runs),
     }
+
+
+def mean_error(runs: list[Result], exact: dict[tuple[Any, ...], float]) -> float:
+    """The mean signed error over released partitions: the bias that bounding leaves (bounds
+    only remove contributions, so against the unbounded truth it is negative)."""
+    errors = [value - exact[_normal(key)] for result in runs
+              for key, (value, _, _) in result.items() if _normal(key) in exact]
+    return float(np.mean(errors)) if errors else math.nan
 
 
 def _normal(key: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -371,6 +583,15 @@ def main() -> None:
     parser.add_argument("--tumult-python", default=None,
                         help="python of an environment with tmlt.analytics and statsmodels")
     parser.add_argument("--tumult-runs", type=int, default=5)
+    parser.add_argument("--skewed-units", type=int, default=50_000,
+                        help="units of the skewed data (skewed.py)")
+    parser.add_argument("--skewed-runs", type=int, default=20,
+                        help="releases per skewed query for each peer, Tumult included")
+    parser.add_argument("--skewed-curator-runs", type=int, default=100,
+                        help="releases per skewed query for each dpcurator row")
+    parser.add_argument("--skip-fair", action="store_true", help="skip the fair data section")
+    parser.add_argument("--skip-skewed", action="store_true",
+                        help="skip the skewed data section")
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--tumult-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--only", nargs="*", default=None, help=argparse.SUPPRESS)
@@ -379,20 +600,37 @@ def main() -> None:
         tumult_child(args)
         return
 
-    fair = load_fair()
     report: dict[str, Any] = {"queries": {}, "curve": {}, "notes": []}
-    print(f"data: statsmodels fair, {len(fair)} people; epsilon = {EPSILON}, "
-          f"delta = {DELTA} (private keys)\n")
+    names = ([] if args.skip_fair else [*QUERIES, "release curve"]) \
+        + ([] if args.skip_skewed else [*SKEWED_QUERIES])
     tumult: dict[str, list[Result]] = {}
-    if args.tumult_python:
+    tumult_extra: dict[str, dict[str, Any]] = {}
+    if args.tumult_python and names:
         try:
-            tumult = run_tumult(args, [*QUERIES, "release curve"])
+            tumult, tumult_extra = run_tumult(args, names)
         except Exception as exc:  # a peer that fails is noted and skipped
             report["notes"].append(f"Tumult Analytics skipped: {exc}")
-    else:
+    elif names:
         report["notes"].append("Tumult Analytics skipped: pass --tumult-python (its own "
                                "environment; see the module docstring)")
+    if not args.skip_fair:
+        fair_section(args, report, tumult)
+    if not args.skip_skewed:
+        skewed_section(args, report, tumult, tumult_extra)
+    for note in report["notes"]:
+        print(f"note: {note}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2, default=str)
 
+
+def fair_section(args: argparse.Namespace, report: dict[str, Any],
+                 tumult: dict[str, list[Result]]) -> None:
+    """The fair data's queries and release curve, into ``report["queries"]`` and
+    ``report["curve"]``."""
+    fair = load_fair()
+    print(f"data: statsmodels fair, {len(fair)} people; epsilon = {EPSILON}, "
+          f"delta = {DELTA} (private keys)\n")
     header = f"{'query':34} {'library':18} {'RMSE':>9} {'released':>9} {'coverage':>9} runs"
     print(header)
     print("-" * len(header))
@@ -435,11 +673,71 @@ def main() -> None:
         print(f"{library:18} " + " ".join(f"{curve[n]:6.3f}" for n in CURVE_SIZES)
               + f"   {half_point(curve)}")
     report["curve"] = {k: {str(n): v for n, v in c.items()} for k, c in curves.items()}
-    for note in report["notes"]:
-        print(f"note: {note}")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2, default=str)
+
+
+def skewed_section(args: argparse.Namespace, report: dict[str, Any],
+                   tumult: dict[str, list[Result]],
+                   tumult_extra: dict[str, dict[str, Any]]) -> None:
+    """The skewed data's two queries, against the unbounded truth, into
+    ``report["skewed"]``."""
+    frame = load_skewed(args.skewed_units)
+    data = [len(frame), round(float(frame["amount"].sum()), 2)]
+    print(f"\nskewed data: skewed_table({args.skewed_units:,} units, seed {SKEWED_SEED}), "
+          f"{len(frame):,} rows, {len(skewed_keys(frame))} public categories; "
+          f"epsilon = {EPSILON}, pure DP")
+    print(f"fixed bounds: k = {SKEWED_K} partitions per user, r = {SKEWED_R} rows per (user, "
+          f"category), amount in [{SKEWED_AMOUNT[0]:g}, {SKEWED_AMOUNT[1]:g}]; "
+          "errors against the unbounded truth\n")
+    # The OpenDP row with truncate_num_groups shows that helper's cost, on fewer runs.
+    peers: dict[str, tuple[Callable[..., tuple[list[Result], dict[str, Any]]], int]] = {
+        "dpcurator (auto)": (partial(run_dpcurator_skewed, fixed=False),
+                             args.skewed_curator_runs),
+        "dpcurator (fixed)": (partial(run_dpcurator_skewed, fixed=True),
+                              args.skewed_curator_runs),
+        "OpenDP 0.16": (run_opendp_skewed, args.skewed_runs),
+        "OpenDP 0.16 num_groups": (partial(run_opendp_skewed, num_groups=True),
+                                   max(2, args.skewed_runs // 4)),
+        "PipelineDP 0.3.1": (run_pipelinedp_skewed, args.skewed_runs),
+    }
+    header = (f"{'query':21} {'library':22} {'RMSE':>11} {'mean err':>11} {'released':>8} "
+              f"{'coverage':>8} {'s/release':>9} runs")
+    print(header)
+    print("-" * len(header))
+    section: dict[str, Any] = {
+        "data": {"units": args.skewed_units, "seed": SKEWED_SEED, "rows": data[0],
+                 "amount_total": data[1], "keys": skewed_keys(frame)},
+        "bounds": {"max_partitions": SKEWED_K, "max_rows_per_partition": SKEWED_R,
+                   "amount": list(SKEWED_AMOUNT)},
+        "epsilon": EPSILON, "queries": {}}
+    for name, aggregate in SKEWED_QUERIES.items():
+        exact = skewed_truth(frame, aggregate)
+        rows: dict[str, Any] = {}
+        for library, (runner, runs) in peers.items():
+            try:
+                results, info = runner(frame, aggregate, runs)
+            except Exception as exc:
+                report["notes"].append(f"{library} skipped on {name!r}: "
+                                       f"{type(exc).__name__}: {exc}")
+                continue
+            rows[library] = {**summarize(results, exact),
+                             "mean_error": mean_error(results, exact), **info}
+        if name in tumult:
+            extra = tumult_extra.get(name, {})
+            if extra.get("data") != data:
+                report["notes"].append(f"Tumult skipped on {name!r}: its table differs "
+                                       f"(rows, total amount {extra.get('data')} != {data})")
+            else:
+                rows["Tumult 0.21"] = {**summarize(tumult[name], exact),
+                                       "mean_error": mean_error(tumult[name], exact),
+                                       "seconds": extra["seconds"]}
+        for library, row in rows.items():
+            coverage = "" if row["coverage"] is None else f"{row['coverage']:.3f}"
+            print(f"{name:21} {library:22} {row['rmse']:11,.1f} {row['mean_error']:11,.1f} "
+                  f"{row['released']:8.2f} {coverage:>8} {row['seconds']:9.3f} {row['runs']}")
+        section["queries"][name] = {"truth": {k[0]: v for k, v in exact.items()},
+                                    "libraries": rows}
+    report["skewed"] = section
+    print()
 
 
 if __name__ == "__main__":
