@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from _learn_reference import outer_reference, truncated_reference
 from dpcurator.learn import PrivacyEngine
 from dpcurator.learn._device import (
     ClippingGraphs,
@@ -115,54 +116,17 @@ def _reference(part: DevicePart, factors: torch.Tensor) -> tuple[list[int], list
 
 
 def _outer_reference(part: DeviceOuter, factors: torch.Tensor) -> tuple[list[int], list[int]]:
-    """The exact sum of v_i u_i^T in parameter order, and each |v_i|^2 |u_i|^2, from u_i and
-    v_i computed as the specification says (Python floats, from the part's own squares)."""
-    a = part._a.cpu().numpy()
-    b = part._b.cpu().numpy()
+    """From the part's own squares (the device's sums of them)."""
     a2, b2 = (x.cpu().numpy() for x in part._factor_squares())
-    f_all = factors.cpu().numpy()
-    bias = len(part.params) == 2
-    n, n_in = a.shape
-    n_out = b.shape[1]
-    total = [[0] * (n_in + bias) for _ in range(n_out)]
-    norms = []
-    for i in range(n):
-        na, nb = math.sqrt(a2[i]), math.sqrt(b2[i])
-        t2 = float(f_all[i]) * (na * nb * part.scale)
-        if not (t2 > 0 and math.isfinite(t2) and na > 0 and nb > 0):
-            norms.append(0)
-            continue
-        t = math.sqrt(t2)
-        u = [int(np.trunc(a[i, k] * (t / na))) for k in range(n_in)]
-        if bias:
-            u.append(int(np.trunc(t / na)))
-        v = [int(np.trunc(b[i, o] * (t / nb))) for o in range(n_out)]
-        norms.append(sum(x * x for x in u) * sum(y * y for y in v))
-        for o in range(n_out):
-            for k, uk in enumerate(u):
-                total[o][k] += v[o] * uk
-    flat = [total[o][k] for o in range(n_out) for k in range(n_in)]
-    if bias:
-        flat += [total[o][n_in] for o in range(n_out)]
-    return flat, norms
+    return outer_reference(part._a.cpu().numpy(), part._b.cpu().numpy(),
+                           bias=len(part.params) == 2, scale=float(part.scale),
+                           factors=factors.cpu().numpy(), a2=a2, b2=b2)
 
 
 def _materialized_reference(part: OnDevice, factors: torch.Tensor
                             ) -> tuple[list[int], list[int]]:
-    """sum_i trunc(g_ij f_i scale) and each |z_i|^2, one example at a time in integers."""
     held = part.grads.detach().reshape(part.grads.shape[0], -1).cpu().to(torch.float64)
-    f_all = (factors * part.scale).cpu().numpy()
-    total = [0] * held.shape[1]
-    norms = []
-    for i in range(held.shape[0]):
-        f = float(f_all[i])
-        if not (f > 0 and math.isfinite(f)):
-            norms.append(0)
-            continue
-        z = [int(v) for v in np.trunc(held[i].numpy() * f)]
-        norms.append(sum(v * v for v in z))
-        total = [s + v for s, v in zip(total, z, strict=True)]
-    return total, norms
+    return truncated_reference(held.numpy(), (factors * part.scale).cpu().numpy())
 
 
 @pytest.mark.parametrize("device", DEVICES)

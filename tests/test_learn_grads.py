@@ -31,6 +31,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.utils.data import DataLoader, TensorDataset
 
+from _learn_reference import outer_reference, truncated_reference
 from dpcurator.errors import UserError
 from dpcurator.learn import PrivacyEngine
 from dpcurator.learn._grads import (
@@ -61,54 +62,16 @@ def _one_thread() -> Iterator[None]:
 
 def _outer_reference(part: OuterProduct, factors: npt.NDArray[np.float64]
                      ) -> tuple[list[int], list[int]]:
-    """The exact sum of v_i u_i^T in parameter order, and each example's squared norm
-    |v_i|^2 |u_i|^2, from u_i, v_i computed as the specification says (numpy float64)."""
-    a = part.activations.detach().numpy().astype(np.float64)
-    b = part.backprops.detach().numpy().astype(np.float64)
-    bias = len(part.params) == 2
-    n, n_in = a.shape
-    n_out = b.shape[1]
-    total = [[0] * (n_in + bias) for _ in range(n_out)]
-    norms = []
-    for i in range(n):
-        a_sq = float(np.sum(a[i] * a[i])) + (1.0 if bias else 0.0)
-        b_sq = float(np.sum(b[i] * b[i]))
-        na, nb = math.sqrt(a_sq), math.sqrt(b_sq)
-        t2 = factors[i] * (na * nb * part.scale)
-        if not (t2 > 0 and math.isfinite(t2) and na > 0 and nb > 0):
-            norms.append(0)
-            continue
-        t = math.sqrt(t2)
-        u = [int(np.trunc(a[i, k] * (t / na))) for k in range(n_in)]
-        if bias:
-            u.append(int(np.trunc(t / na)))
-        v = [int(np.trunc(b[i, o] * (t / nb))) for o in range(n_out)]
-        norms.append(sum(x * x for x in u) * sum(y * y for y in v))
-        for o in range(n_out):
-            row = total[o]
-            for k, uk in enumerate(u):
-                row[k] += v[o] * uk
-    flat = [total[o][k] for o in range(n_out) for k in range(n_in)]
-    if bias:
-        flat += [total[o][n_in] for o in range(n_out)]
-    return flat, norms
+    return outer_reference(part.activations.detach().numpy().astype(np.float64),
+                           part.backprops.detach().numpy().astype(np.float64),
+                           bias=len(part.params) == 2, scale=part.scale, factors=factors)
 
 
 def _materialized_reference(part: Materialized, factors: npt.NDArray[np.float64]
                             ) -> tuple[list[int], list[int]]:
-    """The exact sum of trunc(g_ij f_i scale) gathered into parameter order, and each
-    example's squared norm, one example at a time."""
+    """Gathered into parameter order where the held layout differs."""
     held = part.grads.detach().reshape(part.grads.shape[0], -1).numpy().astype(np.float64)
-    total = [0] * held.shape[1]
-    norms = []
-    for i in range(held.shape[0]):
-        f = factors[i] * part.scale
-        if not (f > 0 and math.isfinite(f)):
-            norms.append(0)
-            continue
-        z = [int(v) for v in np.trunc(held[i] * f)]
-        norms.append(sum(x * x for x in z))
-        total = [s + x for s, x in zip(total, z, strict=True)]
+    total, norms = truncated_reference(held, factors * part.scale)
     if part.order is not None:
         total = [total[j] for j in part.order]
     return total, norms
