@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from dpcurator.learn import PrivacyEngine
+from dpcurator.noise import RandomSource
 
 
 def digits(seed: int = 0) -> tuple[TensorDataset, TensorDataset]:
@@ -52,8 +53,10 @@ def train(net: nn.Module, optimizer: Any, loader: Any, epochs: int) -> None:
             optimizer.step()
 
 
-def run(epsilons: list[float], epochs: int, seed: int = 0) -> list[dict[str, float]]:
-    """Accuracy of the non-private model (epsilon inf) and of one private model per epsilon."""
+def run(epsilons: list[float], epochs: int, seed: int = 0,
+        source: RandomSource | None = None) -> list[dict[str, float]]:
+    """Accuracy of the non-private model (epsilon inf) and of one private model per epsilon.
+    ``source``: the noise's (None: the secure default; a seeded one for tests only)."""
     train_set, test = digits()
     torch.manual_seed(seed)
     net = model()
@@ -63,7 +66,7 @@ def run(epsilons: list[float], epochs: int, seed: int = 0) -> list[dict[str, flo
     for epsilon in epsilons:
         torch.manual_seed(seed)
         net = model()
-        engine = PrivacyEngine()
+        engine = PrivacyEngine(source=source)
         net, optimizer, private_loader = engine.make_private(
             module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.2, momentum=0.9),
             data_loader=DataLoader(train_set, batch_size=256), target_epsilon=epsilon,
