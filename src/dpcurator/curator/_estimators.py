@@ -2,12 +2,14 @@
 
 Everything here is post-processing of what ``add_noise`` released, so it costs nothing and any
 interval level chosen later is free. One ``Estimator`` per aggregate (intervals: see the
-``Release`` docstring; counts by ``mechanisms._tails``, means and variances by ``_ratio``):
+``Release`` docstring; counts by ``mechanisms._tails``, means by ``_ratio``, variances by
+``_variance``):
 
 - COUNT, COUNT(DISTINCT unit), SUM: one noisy measure, read in real units (clipped at zero for
   counts, and to the sign of the bounds for sums, with ``postprocess``);
 - AVG: noisy count and noisy centred sum, the ratio clipped to the bounds;
-- VARIANCE / STDDEV: the same with the noisy centred sum of squares;
+- VARIANCE / STDDEV: the same with the noisy centred sum of squares, the interval from one
+  pivot on the mean and the variance together;
 - quantiles: one noisy dyadic tree per partition, read by its ``QuantileTree`` (``_quantiles``).
 
 The noisy data of one aggregate is a list of integer arrays, one per measure, each (P,) for the
@@ -31,6 +33,7 @@ from dpcurator.query.plan import Aggregate, Bounds, Count, CountUnits, Mean, Sum
 
 from ._quantiles import QuantileTree
 from ._ratio import FoldedNoise, NumeratorNoise, RatioPivot
+from ._variance import VariancePivot, count_blocks
 
 __all__ = ["Estimator", "Intervals", "Noisy", "NoisyMeasure", "estimate"]
 
@@ -151,23 +154,23 @@ class Estimator:
                 count, reals[1], alpha, -half, half, point)
             return mid + m_lo, mid + m_hi
         assert isinstance(agg, Variance)
-        # VAR_POP = w - mu^2 with w = Q / C the centred second moment (in [0, half^2]) and
-        # mu = S / C the centred mean: a pivot interval for each, at alpha_w = 0.95 alpha and
-        # alpha_mu = 0.05 alpha (union bound: both hold w.p. >= 1 - alpha), then the range of
-        # w - mu^2 over them. mu enters only through mu^2 (centred at the bounds' midpoint),
-        # a second-order term, so little of alpha goes to it.
+        # One pivot on the mean and the variance together (``_variance``): the mean's interval
+        # at alpha_mu = 0.05 alpha, then the variances v whose residual
+        # q~ - 2 mu s~ + (mu^2 - v) c~ is not extreme for some mu in it, at the rest of alpha.
         alpha_mu = alpha * _MEAN_SHARE
-        alpha_w = alpha - alpha_mu
         mean_point = np.clip(reals[1] / safe, -half, half)
         m_lo, m_hi = _pivot(present, self.measures[1]).interval(
             count, reals[1], alpha_mu, -half, half, mean_point)
-        w_point = np.clip(reals[2] / safe, 0.0, half * half)
-        w_lo, w_hi = _pivot(present, self.measures[2]).interval(
-            count, reals[2], alpha_w, 0.0, half * half, w_point)
-        sq_max = np.maximum(m_lo * m_lo, m_hi * m_hi)
-        sq_min = np.where((m_lo <= 0) & (m_hi >= 0), 0.0, np.minimum(m_lo * m_lo, m_hi * m_hi))
-        v_lo = np.clip(w_lo - sq_max, 0.0, half * half)
-        v_hi = np.clip(w_hi - sq_min, 0.0, half * half)
+        point = np.clip(reals[2] / safe - mean_point * mean_point, 0.0, half * half)
+        folded = FoldedNoise.of(present.mechanism, float(present.unit))
+        pivot = VariancePivot(
+            count_blocks(folded, isinstance(present.mechanism, DiscreteLaplace)),
+            NumeratorNoise.of(self.measures[1].mechanism, float(self.measures[1].unit)),
+            NumeratorNoise.of(self.measures[2].mechanism, float(self.measures[2].unit)),
+            folded.continuous, folded.geometric)
+        v_lo, v_hi = pivot.interval(count, reals[1], reals[2], (m_lo, m_hi),
+                                    alpha - alpha_mu, half * half, point)
+        v_lo, v_hi = np.clip(v_lo, 0.0, half * half), np.clip(v_hi, 0.0, half * half)
         if agg.std:
             return np.sqrt(v_lo), np.sqrt(v_hi)
         return v_lo, v_hi

@@ -1,0 +1,72 @@
+"""The tail bounds behind VARIANCE's interval (``dpcurator.curator._variance``).
+
+The coverage tests (``test_interval_coverage``) check the interval end to end; here, exactly,
+the pieces it rests on: the closed-form tail of a sum of Laplaces (against the one- and
+two-Laplace forms it generalises, and against a direct numerical convolution), and the bound
+for an integer discrete Laplace count through its coupling with a continuous Laplace (against
+the exact sum over the integers). All deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, special
+
+from dpcurator.curator._variance import _continuous_tail, sum_upper
+
+
+def _laplace_tail(b: float, x: float) -> float:
+    """P[|L| >= x] for one Laplace of scale b."""
+    return math.exp(-max(x, 0.0) / b)
+
+
+@pytest.mark.parametrize("d", [0.0, 0.3, 1.0, 4.0, 12.0])
+def test_three_laplaces_reduce_to_one_and_two_and_match_a_convolution(d: float) -> None:
+    one = _continuous_tail("laplace", 2.0, np.array(0.0), np.array(0.0), np.array(d))
+    assert float(one) == pytest.approx(_laplace_tail(2.0, d), rel=1e-6, abs=1e-12)
+    two = _continuous_tail("laplace", 2.0, np.array(0.7), np.array(0.0), np.array(d))
+    assert float(two) == pytest.approx(2 * float(sum_upper("laplace", 2.0, np.array(0.7),
+                                                           np.array(d))), rel=1e-6)
+    # three: P[|L1 + L2 + L3| >= d] by integrating L3's density against the two-Laplace tail
+    def integrand(z: float) -> float:
+        density = math.exp(-abs(z) / 1.3) / 2.6
+        near = float(sum_upper("laplace", 2.0, np.array(0.7), np.array(d - z)))
+        far = float(sum_upper("laplace", 2.0, np.array(0.7), np.array(d + z)))
+        return density * (near + far)
+
+    exact, _ = integrate.quad(integrand, -60, 60, points=[-d, d], limit=400)
+    three = _continuous_tail("laplace", 2.0, np.array(0.7), np.array(1.3), np.array(d))
+    assert exact - 1e-9 <= float(three) <= exact * 1.03 + 1e-9  # 1% apart only adds
+
+
+def test_close_scales_are_moved_apart_upward_and_gaussians_add_variances() -> None:
+    d = np.linspace(0.0, 20.0, 41)
+    equal = _continuous_tail("laplace", 1.0, np.full(41, 1.0), np.full(41, 1.0), d)
+    apart = _continuous_tail("laplace", 1.0, np.full(41, 1.0 + 1e-9), np.full(41, 1.0), d)
+    assert np.all(np.isfinite(equal)) and np.all((equal >= 0) & (equal <= 1))
+    assert np.allclose(equal, apart)
+    assert np.all(np.diff(equal) <= 1e-15)  # a tail: falls with d
+    gauss = _continuous_tail("gaussian", 3.0, np.array(4.0), np.array(12.0), np.array(26.0))
+    assert float(gauss) == pytest.approx(2 * special.ndtr(-2.0))
+
+
+@pytest.mark.parametrize("t", [0.5, 3.0, 20.0])
+@pytest.mark.parametrize("b", [0.2, 1.0, 6.0])
+def test_the_discrete_laplace_bound_covers_the_exact_tail(t: float, b: float) -> None:
+    """P[|L + b Z| >= d], Z integer discrete Laplace of scale t and L a Laplace of scale 2,
+    summed exactly over the integers, is at most the continuous bound at d - |b|."""
+    q = math.exp(-1.0 / t)
+    zs = np.arange(-int(60 * t) - 5, int(60 * t) + 6)
+    pmf = (1 - q) / (1 + q) * q ** np.abs(zs)
+    for d in (0.0, 0.5, 2.0, 5.0, 15.0, 40.0):
+        shift = b * np.abs(zs)
+        gap = d - shift  # P[L >= d + s] + P[L <= s - d], L of scale 2
+        below = np.exp(-np.abs(gap) / 2.0) / 2
+        exact = float(np.sum(pmf * (np.exp(-(d + shift) / 2.0) / 2
+                                    + np.where(gap >= 0, below, 1 - below))))
+        bound = float(_continuous_tail("laplace", 2.0, np.array(0.0), np.array(b * t),
+                                       np.array(max(d - b, 0.0))))
+        assert exact <= bound + 1e-12, (t, b, d, exact, bound)
