@@ -40,6 +40,7 @@ probability.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +49,7 @@ from scipy import special
 
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 
-__all__ = ["FoldedNoise", "RatioPivot"]
+__all__ = ["FoldedNoise", "RatioPivot", "refine_end"]
 
 FloatArray = npt.NDArray[np.float64]
 CELLS = 32
@@ -246,25 +247,32 @@ class RatioPivot:
 
     def _refine(self, c: FloatArray, s: FloatArray, a: FloatArray, b: FloatArray,
                 alpha: float, from_below: bool) -> FloatArray:
-        """The end of the kept set within the end cell [a, b]: split it in REFINE subcells and
-        keep the first (last) kept one, twice; its outer edge is the end. Where no subcell is
-        kept, every point of the cell is excluded, and its inner edge is the end."""
-        a, b = a.copy(), b.copy()
-        done = np.zeros(a.shape, dtype=np.bool_)
-        rows = np.arange(a.size)
-        fractions = np.linspace(0.0, 1.0, REFINE + 1)[None, :]
-        for _ in range(_LEVELS):
-            edges = a[:, None] + (b - a)[:, None] * fractions
-            kept = self._kept(c, s, edges[:, :-1], edges[:, 1:], alpha)
-            found = kept.any(axis=1) & ~done
-            if from_below:
-                index = kept.argmax(axis=1)
-                a_new = np.where(found, edges[rows, index], b)
-                b_new = np.where(found, edges[rows, index + 1], b)
-            else:
-                index = REFINE - 1 - kept[:, ::-1].argmax(axis=1)
-                a_new = np.where(found, edges[rows, index], a)
-                b_new = np.where(found, edges[rows, index + 1], a)
-            a, b = np.where(done, a, a_new), np.where(done, b, b_new)
-            done |= ~found
-        return a if from_below else b
+        return refine_end(lambda lo, hi: self._kept(c, s, lo, hi, alpha), a, b, from_below,
+                          _LEVELS)
+
+
+def refine_end(kept: Callable[[FloatArray, FloatArray], npt.NDArray[np.bool_]],
+               a: FloatArray, b: FloatArray, from_below: bool, levels: int) -> FloatArray:
+    """The end of the kept set within the end cell [a, b] (per row): split it in REFINE
+    subcells and keep the first (last) kept one, ``levels`` times; its outer edge is the end.
+    Where no subcell is kept, every point of the cell is excluded, and its inner edge is the
+    end. ``kept(lo, hi)`` says, per row and subcell, whether [lo, hi] may hold a kept value."""
+    a, b = a.copy(), b.copy()
+    done = np.zeros(a.shape, dtype=np.bool_)
+    rows = np.arange(a.size)
+    fractions = np.linspace(0.0, 1.0, REFINE + 1)[None, :]
+    for _ in range(levels):
+        edges = a[:, None] + (b - a)[:, None] * fractions
+        inside = kept(edges[:, :-1], edges[:, 1:])
+        found = inside.any(axis=1) & ~done
+        if from_below:
+            index = inside.argmax(axis=1)
+            a_new = np.where(found, edges[rows, index], b)
+            b_new = np.where(found, edges[rows, index + 1], b)
+        else:
+            index = REFINE - 1 - inside[:, ::-1].argmax(axis=1)
+            a_new = np.where(found, edges[rows, index], a)
+            b_new = np.where(found, edges[rows, index + 1], a)
+        a, b = np.where(done, a, a_new), np.where(done, b, b_new)
+        done |= ~found
+    return a if from_below else b

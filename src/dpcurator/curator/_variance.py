@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
-from ._ratio import CELLS, REFINE, FoldedNoise, NumeratorNoise
+from ._ratio import CELLS, FoldedNoise, NumeratorNoise, refine_end
 
 __all__ = ["VariancePivot", "count_blocks", "sum_upper"]
 
@@ -256,23 +256,4 @@ class _Search:
         return found, low, high
 
     def _refine(self, a: FloatArray, b: FloatArray, from_below: bool) -> FloatArray:
-        """As ``RatioPivot._refine``: the end of the kept set within the end cell."""
-        a, b = a.copy(), b.copy()
-        done = np.zeros(a.shape, dtype=np.bool_)
-        rows = np.arange(a.size)
-        fractions = np.linspace(0.0, 1.0, REFINE + 1)[None, :]
-        for _ in range(_LEVELS):
-            edges = a[:, None] + (b - a)[:, None] * fractions
-            kept = self._kept(edges[:, :-1], edges[:, 1:])
-            found = kept.any(axis=1) & ~done
-            if from_below:
-                index = kept.argmax(axis=1)
-                a_new = np.where(found, edges[rows, index], b)
-                b_new = np.where(found, edges[rows, index + 1], b)
-            else:
-                index = REFINE - 1 - kept[:, ::-1].argmax(axis=1)
-                a_new = np.where(found, edges[rows, index], a)
-                b_new = np.where(found, edges[rows, index + 1], a)
-            a, b = np.where(done, a, a_new), np.where(done, b, b_new)
-            done |= ~found
-        return a if from_below else b
+        return refine_end(self._kept, a, b, from_below, _LEVELS)
