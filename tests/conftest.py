@@ -31,6 +31,22 @@ def _restore_mpmath_precision() -> Iterator[None]:
     mpmath.mp.prec = saved
 
 
+@pytest.fixture(autouse=True)
+def _learn_on_one_thread(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The DP-SGD tests (test_learn_*) run torch on one thread: their bit-for-bit comparisons
+    of two paths assume the same kernels, and two cores are shared with the other worker.
+    torch is imported only for them (the core package does not need it)."""
+    if not request.module.__name__.startswith("test_learn"):
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # -- one PostgreSQL server per test run -------------------------------------------------------
 #
 # The first test that asks for ``postgres_url`` starts a throwaway server (initdb into a fresh

@@ -13,25 +13,16 @@ their audit bounds sit was measured over repeated runs (in each test's docstring
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from fractions import Fraction
 
 import numpy as np
 import pytest
-import torch
 
 import dpcurator.learn._optimizer as optimizer_module
 from dpcurator.learn import audit_dpsgd
 
 pytestmark = pytest.mark.audit
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("sampling_rate", [1.0, 0.5])

@@ -16,7 +16,7 @@ needs from it (``_device``' docstring):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,13 +44,6 @@ from dpcurator.noise import SeededRandom
 UNIT = 1 << GRID_BITS
 DEVICES = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class _Twice(nn.Module):

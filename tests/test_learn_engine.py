@@ -12,7 +12,6 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,15 +30,6 @@ from dpcurator.learn import DPDataLoader, DPOptimizer, PrivacyEngine
 from dpcurator.learn._grads import GRID_BITS, GradSampler
 from dpcurator.learn._sampling import PoissonBatchSampler
 from dpcurator.noise import SeededRandom
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Two test workers on two cores: more threads per worker only contend."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _blobs(n: int, seed: int) -> TensorDataset:

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from dpcurator.accounting.dpsgd import dpsgd_epsilon
 from dpcurator.noise import SeededRandom
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "learn_digits.py"
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_example_trains_and_reports_epsilon() -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import gc
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,13 +47,6 @@ from dpcurator.noise import SeededRandom
 
 UNIT = 1 << GRID_BITS
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # --- references, one example at a time, in Python integers ------------------------------------
