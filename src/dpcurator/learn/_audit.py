@@ -63,15 +63,15 @@ class DpsgdAudit:
 
 
 def _one_step_sampler(canaries: int, present: bool, noise_multiplier: float,
-                      sampling_rate: float, source: RandomSource | None
-                      ) -> Any:
+                      sampling_rate: float, source: RandomSource | None, device: str,
+                      device_path: bool | None) -> Any:
     from dpcurator.learn._engine import PrivacyEngine
 
     scale = _CANARY_NORM if present else 0.0
     inputs = torch.eye(canaries) * scale
     dataset = TensorDataset(inputs, torch.zeros(canaries))
     batch_size = max(1, round(canaries * sampling_rate))
-    model = nn.Linear(canaries, 1, bias=False)
+    model = nn.Linear(canaries, 1, bias=False).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     engine = PrivacyEngine(source=source, accounting="pld")
     _, dp_optimizer, loader = engine.make_private(
@@ -79,6 +79,7 @@ def _one_step_sampler(canaries: int, present: bool, noise_multiplier: float,
         data_loader=DataLoader(dataset, batch_size=batch_size),
         noise_multiplier=noise_multiplier, delta=0.5, max_grad_norm=1.0, loss_reduction="sum",
     )
+    dp_optimizer.sampler.on_device = device_path
 
     def sample(k: int) -> npt.NDArray[np.float64]:
         # Shape (k,): coordinate j of each step's released gradient is one draw.
@@ -87,12 +88,12 @@ def _one_step_sampler(canaries: int, present: bool, noise_multiplier: float,
         while drawn < k:
             for x, _ in loader:
                 dp_optimizer.zero_grad()
-                model(x).sum().backward()
+                model(x.to(device)).sum().backward()
                 dp_optimizer.step()
                 if loader.last_chunk:
                     grad = model.weight.grad
                     assert grad is not None
-                    out.append(grad.detach().to(torch.float64).reshape(-1).numpy().copy())
+                    out.append(grad.detach().to(torch.float64).reshape(-1).cpu().numpy().copy())
                     drawn += canaries
         return np.concatenate(out)[:k]
 
@@ -108,11 +109,14 @@ def audit_dpsgd(
     canaries: int = 512,
     failure_probability: float = 1e-7,
     source: RandomSource | None = None,
+    device: str = "cpu",
+    device_path: bool | None = None,
 ) -> DpsgdAudit:
     """Audit one DP-SGD step of ``PrivacyEngine`` with ``draws`` canary draws per dataset.
 
     ``sampling_rate`` is rounded to canaries / round(canaries * rate) as the engine's loader
-    would (the claim uses the rate actually used).
+    would (the claim uses the rate actually used). ``device``: where the model computes (a GPU
+    audits the GPU path); ``device_path=True`` audits that path (torch operations) on the CPU.
     """
     if isinstance(canaries, bool) or not isinstance(canaries, int) or canaries < 2:
         raise UserError(f"canaries must be an integer >= 2, got {canaries!r}")
@@ -120,8 +124,10 @@ def audit_dpsgd(
         raise UserError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
     if not (isinstance(delta, int | float) and 0 < delta < 1):
         raise UserError(f"delta must lie in (0, 1), got {delta!r}")
-    sample_d1, _ = _one_step_sampler(canaries, False, noise_multiplier, sampling_rate, source)
-    sample_d2, rate = _one_step_sampler(canaries, True, noise_multiplier, sampling_rate, source)
+    sample_d1, _ = _one_step_sampler(canaries, False, noise_multiplier, sampling_rate, source,
+                                     device, device_path)
+    sample_d2, rate = _one_step_sampler(canaries, True, noise_multiplier, sampling_rate, source,
+                                        device, device_path)
     from dpcurator.accounting.dpsgd import dpsgd_epsilon
 
     claimed = dpsgd_epsilon(sampling_rate=rate, noise_multiplier=noise_multiplier, steps=1,
