@@ -148,7 +148,8 @@ def privacy() -> st.SearchStrategy[dict[str, Any]]:
                                             "max_partitions": st.sampled_from([1, 3]),
                                             "max_rows_per_partition": st.sampled_from([1, 4]),
                                             "noise": st.just("gaussian"),
-                                            "bounding": st.just("sample")})
+                                            "bounding": st.just("sample"),
+                                            "bounds_share": st.sampled_from([0.05, 0.5])})
     odd_numbers = [0, -1, float("nan"), float("inf"), 1e-9, 1e300, "1", None, True]
     odd = st.fixed_dictionaries({"epsilon": st.sampled_from([1.0, *odd_numbers])}, optional={
         "delta": st.sampled_from([1e-6, 0, 0.5, 2e-3, -1, "x"]),
@@ -164,6 +165,7 @@ def privacy() -> st.SearchStrategy[dict[str, Any]]:
         "noise": st.sampled_from(["gaussian", "laplace", "x"]),
         "weights": st.sampled_from([{"a0": 2}, {"zz": 1}, {"a0": -1}, {"a0": "x"}, [1]]),
         "confidence": st.sampled_from([0.5, 1, 0, 2, float("nan"), "x"]),
+        "bounds_share": st.sampled_from([0.1, 0, 1, -0.5, 2, float("nan"), "x", True, None]),
     })
     return st.one_of(sound, sound, odd)
 
@@ -249,6 +251,7 @@ COMMANDS: dict[tuple[str, ...], tuple[Options, tuple[str, ...]]] = {
         "--keys": _path("keys", "blob", "dir", "missing"),
         "--max-partitions": _integer("1", "2"),
         "--max-rows-per-partition": _integer("1", "3"),
+        "--bounds-share": _number("0.1", "0.3"),
         "--noise": mostly(["laplace", "gaussian"], st.just("x")),
         "--confidence": _number("0.9", "0.95"),
         "--one-row-per-person": None, "--allow-large-delta": None},
