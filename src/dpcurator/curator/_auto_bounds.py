@@ -48,7 +48,8 @@ crossing (the smallest candidate within its target) when the statistic below it 
 least 2 lambda / epsilon per octave; above the crossing it grows by 2 lambda / epsilon per
 octave (each octave about e^-lambda times as likely), up to 2 F. lambda = ``LAMBDA`` (4),
 ``K_LAMBDA`` (8) for the partition cap, whose steps are octaves and whose few candidates
-compete in the joint choice with many row caps and magnitudes. Every term is a statistic
+compete in the joint choice with many row caps and magnitudes, and ``ROW_LAMBDA_COUNTS`` (2)
+for the row cap of a query that aggregates no column. Every term is a statistic
 plus a constant, so each penalty, and any maximum of penalties, moves by at most 1 when a
 unit is added or removed (the sensitivity).
 
@@ -70,8 +71,8 @@ penalty at most F (the smallest j with stat_j <= F, or the last: every term is t
 F, for targets up to 2 F; with larger ones the crossing scores 0), so the best score is at
 least -F; a candidate whose ramp has reached 2 F above a candidate with nothing beyond it
 (more than (2 F - t) epsilon / (2 lambda) octaves above the data: about 10 for a SUM's
-joint choice, 7 for a COUNT's) scores at most -2 F, and all of them together are less likely
-than beta. In data whose best candidate scores 0, each octave above the crossing is about
+joint choice, 14 for a COUNT's row cap) scores at most -2 F, and all of them together are
+less likely than beta. In data whose best candidate scores 0, each octave above the crossing is about
 e^-lambda times as likely. A small count cannot be located with a small epsilon: when the
 statistic grows too slowly below the crossing the ramp penalizes it and the choice lands
 lower (more bias), not higher.
@@ -143,6 +144,12 @@ BETA_BOUNDED = 0.05
 #: magnitudes), up to CAP times the floor
 LAMBDA = 4.0
 K_LAMBDA = 8.0
+#: the row cap's ramp for a query that aggregates no column (counts only): gentler, because a
+#: count's bias below the crossing costs more than the noise of a few octaves above it. On
+#: the skewed benchmark (``benchmarks/auto_bounds.py --runs 20``) COUNT's RMSE against the
+#: best fixed caps, at 10k / 20k / 50k / 100k units: 2.49 / 1.11 / 1.05 / 1.00x with 2, and
+#: 4.16 / 1.22 / 1.06 / 1.04x with LAMBDA; SUM's was worse with 2 at every size (1.45-6.5x).
+ROW_LAMBDA_COUNTS = 2.0
 CAP = 2.0
 #: the row cap aims at this many times the noise's rate: a count, or a column's values
 ROW_FACTOR = 1.5
@@ -378,13 +385,14 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     value_stats = stats.magnitudes(0) if magnitude else []
     values = any(not isinstance(agg, Count | CountUnits) for agg in plan.aggregates)
     factor = ROW_FACTOR_VALUES if values else ROW_FACTOR
+    ramp = LAMBDA if values else ROW_LAMBDA_COUNTS
     blocks = []
     for a, k in enumerate(ks):
         rate = auto_plan.target(k, per_partition=False)
         block = np.full(len(rs), pk[a])
         if auto.max_rows_per_partition:
             block = np.maximum(block, _penalties(row_stats, rs, [factor * rate] * len(rs), cap,
-                                                 epsilon, LAMBDA))
+                                                 epsilon, ramp))
         if magnitude:
             pm = _penalties(value_stats, MAGNITUDES, [rate] * len(MAGNITUDES), cap, epsilon,
                             LAMBDA)
