@@ -72,10 +72,10 @@ F, for targets up to 2 F; with larger ones the crossing scores 0), so the best s
 least -F; a candidate whose ramp has reached 2 F above a candidate with nothing beyond it
 (more than (2 F - t) epsilon / (2 lambda) octaves above the data: about 10 for a SUM's
 joint choice, 14 for a COUNT's row cap) scores at most -2 F, and all of them together are
-less likely than beta. In data whose best candidate scores 0, each octave above the crossing is about
-e^-lambda times as likely. A small count cannot be located with a small epsilon: when the
-statistic grows too slowly below the crossing the ramp penalizes it and the choice lands
-lower (more bias), not higher.
+less likely than beta. In data whose best candidate scores 0, each octave above the
+crossing is about e^-lambda times as likely. A small count cannot be located with a small
+epsilon: when the statistic grows too slowly below the crossing the ramp penalizes it and
+the choice lands lower (more bias), not higher.
 
 Exactness. The statistics are summed exactly (fractions), capped at 2^36 and rounded down to
 multiples of 2^-16, and the penalties capped at 2^35, so that the floating-point scores move
