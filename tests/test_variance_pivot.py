@@ -70,3 +70,36 @@ def test_the_discrete_laplace_bound_covers_the_exact_tail(t: float, b: float) ->
         bound = float(_continuous_tail("laplace", 2.0, np.array(0.0), np.array(b * t),
                                        np.array(max(d - b, 0.0))))
         assert exact <= bound + 1e-12, (t, b, d, exact, bound)
+
+
+@pytest.mark.parametrize("geometric", [True, False])
+def test_the_search_tail_covers_the_exact_tail_of_three_noises(geometric: bool) -> None:
+    """``_Search._tail`` for an integer discrete Laplace count (scale 3): through the coupling
+    with a continuous Laplace, or (the path a discrete Gaussian count takes) through blocks
+    each at its top. Either is at least the exact P[|Z_q + a Z_s + b Z_c| >= d], summed over
+    the count's integers with the two Laplaces' tail in closed form."""
+    import dataclasses
+
+    from dpcurator.curator._ratio import FoldedNoise, NumeratorNoise
+    from dpcurator.curator._variance import _Search
+    from dpcurator.mechanisms import DiscreteLaplace
+
+    folded = FoldedNoise.of(DiscreteLaplace(epsilon=1 / 3, sensitivity=1), 1.0)
+    assert folded.geometric is not None
+    count = folded if geometric else dataclasses.replace(folded, geometric=None)
+    total, squares = NumeratorNoise("laplace", 1.5), NumeratorNoise("laplace", 4.0)
+    empty = np.zeros(1)
+    search = _Search(count, total, squares, empty, empty, empty, empty, empty, empty, 0.05)
+    q = math.exp(-1.0 / 3)
+    zs = np.arange(-200, 201)
+    pmf = (1 - q) / (1 + q) * q ** np.abs(zs)
+    for reach in (0.0, 2.0, 8.0):
+        for b in (0.0, 0.5, 4.0):
+            d = np.array([0.0, 3.0, 10.0, 30.0, 80.0])
+            bound = search._tail(np.full(d.shape, reach), np.full(d.shape, b), d)
+            second = np.array(reach * total.scale)
+            for k, dk in enumerate(d):
+                exact = float(np.sum(pmf * (
+                    sum_upper("laplace", squares.scale, second, dk + b * np.abs(zs))
+                    + sum_upper("laplace", squares.scale, second, dk - b * np.abs(zs)))))
+                assert exact <= bound[k] + 1e-12, (geometric, reach, b, dk, exact, bound[k])

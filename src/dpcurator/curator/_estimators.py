@@ -33,7 +33,7 @@ from dpcurator.query.plan import Aggregate, Bounds, Count, CountUnits, Mean, Sum
 
 from ._quantiles import QuantileTree
 from ._ratio import FoldedNoise, NumeratorNoise, RatioPivot
-from ._variance import VariancePivot, count_blocks
+from ._variance import VariancePivot
 
 __all__ = ["Estimator", "Intervals", "Noisy", "NoisyMeasure", "estimate"]
 
@@ -162,12 +162,10 @@ class Estimator:
         m_lo, m_hi = _pivot(present, self.measures[1]).interval(
             count, reals[1], alpha_mu, -half, half, mean_point)
         point = np.clip(reals[2] / safe - mean_point * mean_point, 0.0, half * half)
-        folded = FoldedNoise.of(present.mechanism, float(present.unit))
         pivot = VariancePivot(
-            count_blocks(folded, isinstance(present.mechanism, DiscreteLaplace)),
+            FoldedNoise.of(present.mechanism, float(present.unit)),
             NumeratorNoise.of(self.measures[1].mechanism, float(self.measures[1].unit)),
-            NumeratorNoise.of(self.measures[2].mechanism, float(self.measures[2].unit)),
-            folded.continuous, folded.geometric)
+            NumeratorNoise.of(self.measures[2].mechanism, float(self.measures[2].unit)))
         v_lo, v_hi = pivot.interval(count, reals[1], reals[2], (m_lo, m_hi),
                                     alpha - alpha_mu, half * half, point)
         v_lo, v_hi = np.clip(v_lo, 0.0, half * half), np.clip(v_hi, 0.0, half * half)

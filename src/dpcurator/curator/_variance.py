@@ -34,7 +34,6 @@ discrete Gaussian count) Z_c in blocks, each at its top (``_ratio``).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,17 +42,14 @@ from scipy import special
 
 from ._ratio import CELLS, FoldedNoise, NumeratorNoise, refine_end
 
-__all__ = ["VariancePivot", "count_blocks", "sum_upper"]
+__all__ = ["VariancePivot", "sum_upper"]
 
 FloatArray = npt.NDArray[np.float64]
 MEAN_CELLS = 4  # finer cells narrow the intervals by under 0.1% (measured), at 4x the cost
 _LEVELS = 3
 _NEAR = 1e-3  # Laplace scales this close (relative) are moved apart, upward
 _APART = 0.01  # three Laplace scales: at least this far apart (relative), moved upward
-_BLOCKS_PER_SCALE = 16
-_REACH = 30  # Laplace scales of |Z_c| in the blocks (beyond: e^-30)
 _CHUNK = 1 << 21  # (pairs x blocks) evaluated at once
-_GAUSS_REACH = 10  # sigmas
 
 
 def sum_upper(kind: str, first: float, second: FloatArray, x: FloatArray) -> FloatArray:
@@ -110,29 +106,13 @@ def _continuous_tail(kind: str, b1: float, b2: FloatArray, b3: FloatArray, d: Fl
     return np.asarray(np.clip(total, 0.0, 1.0), dtype=np.float64)
 
 
-def count_blocks(count: FoldedNoise, laplace: bool) -> FoldedNoise:
-    """The count noise in blocks, each taken at its top (only widens): ``_ratio``'s blocks,
-    or a continuous law cut into blocks of 1/16 of its scale."""
-    if count.continuous is None:
-        return dataclasses.replace(count, geometric=None)
-    scale = count.continuous
-    reach = _REACH if laplace else _GAUSS_REACH
-    starts = np.arange(reach * _BLOCKS_PER_SCALE + 1, dtype=np.float64) * (
-        scale / _BLOCKS_PER_SCALE)
-    at_least = np.exp(-starts / scale) if laplace else 2 * special.ndtr(-starts / scale)
-    mass = np.maximum(at_least[:-1] - at_least[1:], 0.0)
-    return FoldedNoise(mass, starts[1:], float(at_least[-1]) + 1e-15)
-
-
 @dataclass(frozen=True)
 class VariancePivot:
     """(1 - alpha) intervals for the population variance (module docstring)."""
 
-    count: FoldedNoise  # in blocks (``count_blocks``)
+    count: FoldedNoise  # ``FoldedNoise.of`` the count's mechanism
     total: NumeratorNoise
     squares: NumeratorNoise
-    continuous: float | None = None  # the count noise's scale where it is taken as continuous
-    geometric: tuple[float, float] | None = None  # an integer discrete Laplace count (t, unit)
 
     def interval(self, count: FloatArray, total: FloatArray, squares: FloatArray,
                  mean_interval: tuple[FloatArray, FloatArray], alpha_v: float, top: float,
@@ -154,7 +134,7 @@ class VariancePivot:
         sq_lo = np.where((mu_a <= 0) & (mu_b >= 0), 0.0, np.minimum(mu_a * mu_a, mu_b * mu_b))
         sq_hi = np.maximum(mu_a * mu_a, mu_b * mu_b)
         search = _Search(self.count, self.total, self.squares, c_rows, g_lo, g_hi, reach,
-                         sq_lo, sq_hi, alpha_v, self.continuous, self.geometric)
+                         sq_lo, sq_hi, alpha_v)
         found, v_lo, v_hi = search.run(top)
         shape = (c.size, MEAN_CELLS)
         found = found.reshape(shape)
@@ -195,22 +175,21 @@ class _Search:
     sq_lo: FloatArray
     sq_hi: FloatArray
     alpha: float
-    continuous: float | None  # the count noise's scale when taken as continuous
-    geometric: tuple[float, float] | None  # an integer discrete Laplace count: (t, unit)
 
     def _tail(self, reach: FloatArray, coefficient: FloatArray, d: FloatArray) -> FloatArray:
         """Upper bounds on P[|Z_q + a Z_s + b Z_c| >= d] at |a| = reach, |b| = coefficient,
         elementwise: given |Z_c| in block i (|Z_c| <= top_i), Z_q + a Z_s + b Z_c is at least
         as likely to be far as with b Z_c = b top_i (Anderson), summed over the blocks."""
-        if self.continuous is not None:
+        if self.count.continuous is not None:  # a count on a fine grid, taken as continuous
             return _continuous_tail(self.squares.kind, self.squares.scale,
-                                    reach * self.total.scale, coefficient * self.continuous, d)
-        if self.geometric is not None and self.squares.kind == "laplace":
+                                    reach * self.total.scale, coefficient * self.count.continuous,
+                                    d)
+        if self.count.geometric is not None and self.squares.kind == "laplace":
             # An integer discrete Laplace Z of scale t is floor(E1) - floor(E2), E1, E2 iid
             # exponential of mean t (floor(E) is geometric with q = e^(-1/t)), so Z = X + U
             # with X = E1 - E2 a continuous Laplace of scale t and |U| < 1: |b Z| moves the
             # residual by at most |b| unit more than |b X| does.
-            t, unit = self.geometric
+            t, unit = self.count.geometric
             shifted = np.maximum(d - coefficient * unit, 0.0)
             return _continuous_tail("laplace", self.squares.scale, reach * self.total.scale,
                                     coefficient * (t * unit), shifted)
