@@ -299,42 +299,49 @@ class DPOptimizer(Optimizer):
             self._release_on_device(exact)
             return
         noise = self._noise.sample(self._size)
+        # The release is the integer vector exact + noise; the floats are post-processing.
+        grads = self._grad_views()
+        _kernels.release(exact, noise, self._release_scale(),
+                         self._work.get("grad", (self._size,), grads[0].dtype)[1])
+        self._set_grads(grads)
+
+    def _release_scale(self) -> float:
+        """Real units of one grid step of the released sum, over E[B] for a mean loss."""
         scale = self.max_grad_norm / float(1 << GRID_BITS)
         if self.sampler.loss_reduction == "mean":
             scale /= self.expected_batch_size
-        # The release is the integer vector exact + noise; the floats are post-processing.
-        grads = self._grad_views()
-        _kernels.release(exact, noise, scale, self._work.get("grad", (self._size,),
-                                                             grads[0].dtype)[1])
+        return scale
+
+    def _grad_dtype(self) -> torch.dtype:
+        """The released gradients' dtype: the parameters' if they share float32 or float64."""
+        dtype = self.params[0].dtype
+        if dtype not in (torch.float32, torch.float64) or any(
+                p.dtype != dtype for p in self.params):
+            return torch.float64
+        return dtype
+
+    def _set_grads(self, grads: list[torch.Tensor]) -> None:
+        """Each parameter's .grad: its view of the released buffer (a copy in its dtype)."""
         for param, grad in zip(self.params, grads, strict=True):
-            if param.dtype == grad.dtype:
-                if param.grad is not grad:
-                    param.grad = grad
-            else:
+            if param.dtype != grad.dtype:
                 param.grad = grad.to(param.dtype)
+            elif param.grad is not grad:
+                param.grad = grad
 
     def _release_on_device(self, exact: torch.Tensor) -> None:
         """``add_noise`` for a sum on a device: the noise, drawn on the host while the device
         computed, is copied over and added in int64; the floats are post-processing."""
         noise = self._prefetched_noise(exact.device).to(exact.device, non_blocking=True)
         exact += noise
-        scale = self.max_grad_norm / float(1 << GRID_BITS)
-        if self.sampler.loss_reduction == "mean":
-            scale /= self.expected_batch_size
         flat, grads = self._device_grad_views(exact.device)
-        flat.copy_(exact.to(torch.float64).mul_(scale))
-        for param, grad in zip(self.params, grads, strict=True):
-            if param.grad is not grad:
-                param.grad = grad if param.dtype == grad.dtype else grad.to(param.dtype)
+        flat.copy_(exact.to(torch.float64).mul_(self._release_scale()))
+        self._set_grads(grads)
 
     def _device_grad_views(self, device: torch.device
                            ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """One flat gradient buffer on the device and its views, one per parameter (as
         ``_grad_views`` on the CPU)."""
-        dtype = self.params[0].dtype
-        if dtype not in (torch.float32, torch.float64) or any(
-                p.dtype != dtype for p in self.params):
-            dtype = torch.float64
+        dtype = self._grad_dtype()
         held = self._device_grads
         if held is None or held[0].dtype != dtype or held[0].device != device:
             flat = torch.empty(self._size, dtype=dtype, device=device)
@@ -376,10 +383,7 @@ class DPOptimizer(Optimizer):
         """Views of one flat gradient buffer, one per parameter (made again if a parameter's
         dtype changed). A step overwrites the buffer, as zero_grad(set_to_none=False) and
         backward() overwrite a plain model's gradients."""
-        dtype = self.params[0].dtype
-        if dtype not in (torch.float32, torch.float64) or any(
-                p.dtype != dtype for p in self.params):
-            dtype = torch.float64
+        dtype = self._grad_dtype()
         if not self._grads or self._grads[0].dtype != dtype:
             flat = self._work.get("grad", (self._size,), dtype)[0]
             self._grads = [g.view(p.shape) for p, g in
