@@ -184,9 +184,7 @@ class Curator:
             base = AutoBounds(open=bool(auto_bounds), share=auto_bounds_share)
         except QueryError as exc:
             raise UserError(f"auto_bounds_share: {exc}") from None
-        auto = base.merged(auto) if auto_bounds or auto is not None else None
-        if auto is None and auto_bounds_share is not None:
-            auto = base
+        auto = base.merged(auto)  # with nothing open or asked for, it chooses nothing
         if bounds is not None and not isinstance(bounds, Mapping):
             raise UserError("bounds must be a mapping {column: (lo, hi)} or 'auto'")
         for name, value in (bounds or {}).items():
