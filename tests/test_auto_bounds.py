@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 import dpcurator as dp
 from dpcurator.cli import app
-from dpcurator.curator._auto_bounds import ROW_CANDIDATES, Profile
+from dpcurator.curator._auto_bounds import OUTER_CANDIDATES, ROW_CANDIDATES, Profile
 from dpcurator.engines import DuckDBEngine
 from dpcurator.errors import BudgetExceededError
 from dpcurator.noise import SeededRandom
@@ -68,7 +68,7 @@ def all_statistics(profile: Profile) -> np.ndarray:
     negative, positive = profile.signs(0)
     return np.array([*profile.partitions([1, 2, 4, 8, 16, 1024]),
                      *profile.rows(ROW_CANDIDATES), *profile.magnitudes(0), negative,
-                     positive])
+                     positive, *profile.unit_rows(OUTER_CANDIDATES)])
 
 
 def broken_rows(profile: Profile) -> list[float]:
@@ -87,6 +87,9 @@ def test_every_statistic_moves_by_at_most_one_when_a_unit_is_added(seed: int) ->
     # the sign choice runs permute-and-flip as monotonic: adding a unit may only raise the
     # negative and positive statistics (so every sign score falls or stays)
     assert all(a >= b for a, b in zip(after.signs(0), before.signs(0), strict=True))
+    # so does the outer cap's choice (``choose_outer``): units over M only come in
+    assert all(a >= b for a, b in zip(after.unit_rows(OUTER_CANDIDATES),
+                                      before.unit_rows(OUTER_CANDIDATES), strict=True))
 
 
 def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:
@@ -107,10 +110,19 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     def up(n: int) -> int:
         return n if n <= 8 else 2 ** math.ceil(math.log2(n))
 
-    expected = sorted(pairs.assign(p=pairs.u.map(parts).map(up), n=pairs.n.map(up))
-                      .groupby(["p", "n"]).size().items())
-    assert sorted(((p, n), c) for p, n, c in profile.pairs) == expected
     rows = df.groupby("u").size().map(up)
+    shaped = pairs.assign(p=pairs.u.map(parts).map(up), n=pairs.n.map(up), t=pairs.u.map(rows))
+    expected = sorted(shaped.groupby(["p", "n", "t"]).size().items())
+    got_pairs = [((p, n, t), c) for (p, n, c), (_, t, _) in zip(profile.pairs,
+                                                              profile.unit_totals,
+                                                              strict=True)]
+    assert sorted(got_pairs) == expected
+    # units with more than cap rows, each P / up(P) (its P pairs weigh 1 / up(P) each)
+    weight = parts / parts.map(up)
+    totals = df.groupby("u").size()
+    for cap in (1, 8, 16, 64):
+        assert profile.unit_rows([cap])[0] == pytest.approx(
+            float(weight[totals > cap].sum()), abs=2**-16)
     present = df[df.x.notna()]
     expected_beyond = [float(sum(1.0 / rows[u] for u, x in zip(present.u, present.x,
                                                               strict=True)

@@ -523,3 +523,57 @@ def test_the_contribution_profile_is_identical_on_every_engine(make: Make, shape
     got, expected = rows(make(df)), rows(duckdb_engine(df))
     assert got == expected
     assert sum(c for part, *_, c in got if part == 0) > 0
+
+
+# -- the outer-capped count of total intervals (dpcurator.curator._total) ----------------------
+
+
+def reference_unit_rows(df: pd.DataFrame, outer: int, weight: int,
+                        keys: list[str] | None = None) -> dict[str, int]:
+    """Per partition: sum over units of weight * (n if T <= outer else n * outer // T), n the
+    unit's rows there and T its rows in every partition read (the public keys' only)."""
+    rows = df.dropna(subset=["uid"])
+    if keys is not None:
+        rows = rows[rows.g.isin(keys)]
+    pairs = rows.groupby(["uid", "g"]).size().rename("n").reset_index()
+    pairs["t"] = pairs.groupby("uid").n.transform("sum")
+    part = [weight * (n if t <= outer else n * outer // t) for n, t in zip(pairs.n, pairs.t,
+                                                                              strict=True)]
+    return {g: int(v) for g, v in pd.Series(part).groupby(pairs.g.to_numpy()).sum().items()}
+
+
+@pytest.mark.parametrize("public", [False, True])
+@pytest.mark.parametrize("outer", [1, 7, 64])
+def test_the_outer_capped_count_matches_a_python_reference_on_every_engine(
+        make: Make, public: bool, outer: int) -> None:
+    df = frame(4)
+    keys = PublicKeys((("a",), ("b",), ("zz1",))) if public else None
+    spec = MeasureSpec("total", "unit_rows", weight=3, outer=outer)
+    q = BoundedQuery("uid", GROUP, None, keys, 2, 3, "rescale", "rescale",
+                     (MeasureSpec("rows", "rows", weight=3), spec))
+    got = same_on(make, df, q)
+    table = as_table(got)["total"]
+    if public:  # keyed by the key's index in the public keys
+        table = {("a", "b", "zz1")[int(i)]: v for i, v in table.items()}
+    expected = reference_unit_rows(df, outer, 3, ["a", "b", "zz1"] if public else None)
+    assert {g: v for g, v in table.items() if v} == {g: v for g, v in expected.items() if v}
+
+
+def test_one_heavy_unit_moves_the_outer_capped_count_by_at_most_its_cap(make: Make) -> None:
+    """The L1 sensitivity of ``unit_rows`` is outer * weight however many rows the unit has;
+    its broken twin, the same count without the outer weights (a plain count of rows with
+    no caps), moves by the unit's 400 rows."""
+    base = frame(3)
+    bigger = pd.concat([base, extreme_unit(base)], ignore_index=True)
+    spec = MeasureSpec("total", "unit_rows", weight=2, outer=16)
+    q = BoundedQuery("uid", GROUP, None, None, 2, 3, "rescale", "rescale", (spec,))
+    loose = BoundedQuery("uid", GROUP, None, None, 2, 3, "rescale", "rescale",
+                         (MeasureSpec("total", "unit_rows", weight=2, outer=2**20),))
+    for query_, bound in ((q, 32), (loose, None)):
+        b = as_table(make(base).compute_exact_aggregates(query_, key=5))["total"]
+        a = as_table(make(bigger).compute_exact_aggregates(query_, key=5))["total"]
+        moved = sum(abs(a.get(g, 0) - b.get(g, 0)) for g in set(a) | set(b))
+        if bound is not None:
+            assert 0 < moved <= bound == q.l1_sensitivity(spec)
+        else:
+            assert moved == 2 * 400  # the twin: every row of the heavy unit

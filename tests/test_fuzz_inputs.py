@@ -149,7 +149,9 @@ def privacy() -> st.SearchStrategy[dict[str, Any]]:
                                             "max_rows_per_partition": st.sampled_from([1, 4]),
                                             "noise": st.just("gaussian"),
                                             "bounding": st.just("sample"),
-                                            "bounds_share": st.sampled_from([0.05, 0.5])})
+                                            "bounds_share": st.sampled_from([0.05, 0.5]),
+                                            "intervals": st.sampled_from(["total",
+                                                                          "bounded"])})
     odd_numbers = [0, -1, float("nan"), float("inf"), 1e-9, 1e300, "1", None, True]
     odd = st.fixed_dictionaries({"epsilon": st.sampled_from([1.0, *odd_numbers])}, optional={
         "delta": st.sampled_from([1e-6, 0, 0.5, 2e-3, -1, "x"]),
@@ -166,6 +168,7 @@ def privacy() -> st.SearchStrategy[dict[str, Any]]:
         "weights": st.sampled_from([{"a0": 2}, {"zz": 1}, {"a0": -1}, {"a0": "x"}, [1]]),
         "confidence": st.sampled_from([0.5, 1, 0, 2, float("nan"), "x"]),
         "bounds_share": st.sampled_from([0.1, 0, 1, -0.5, 2, float("nan"), "x", True, None]),
+        "intervals": st.sampled_from(["total", "bounded", "x", 1, None, True]),
     })
     return st.one_of(sound, sound, odd)
 
@@ -252,6 +255,7 @@ COMMANDS: dict[tuple[str, ...], tuple[Options, tuple[str, ...]]] = {
         "--max-partitions": _integer("1", "2"),
         "--max-rows-per-partition": _integer("1", "3"),
         "--bounds-share": _number("0.1", "0.3"),
+        "--intervals": mostly(["total", "bounded"], st.sampled_from(["x", ""])),
         "--noise": mostly(["laplace", "gaussian"], st.just("x")),
         "--confidence": _number("0.9", "0.95"),
         "--one-row-per-person": None, "--allow-large-delta": None},

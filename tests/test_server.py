@@ -205,6 +205,18 @@ def test_a_query_is_charged_to_the_analyst_and_the_dataset(client: TestClient,
     assert charges(service_dir, "dataset/orders") == 1
 
 
+def test_a_query_may_ask_what_its_count_intervals_cover(client: TestClient) -> None:
+    """The dataset's caps are chosen from the data, so COUNT(*) gets a total interval by
+    default; ``intervals`` asks for either kind, and an unknown kind is a 400."""
+    default = ask(client, BOB, BY_REGION, epsilon=0.4).json()
+    assert default["interval_kinds"] == {"n": "total", "total": "bounded"}
+    assert default["max_unit_rows"] >= 1 and len(default["bounded_intervals"]) == 4
+    bounded = ask(client, BOB, BY_REGION, epsilon=0.4, intervals="bounded").json()
+    assert bounded["interval_kinds"] == {"n": "bounded", "total": "bounded"}
+    assert "bounded_intervals" not in bounded
+    assert ask(client, BOB, BY_REGION, epsilon=0.4, intervals="wide").status_code == 400
+
+
 def test_a_spent_budget_is_403_and_charges_nothing(client: TestClient,
                                                    service_dir: Path) -> None:
     assert ask(client, ALICE, epsilon=0.9).status_code == 200

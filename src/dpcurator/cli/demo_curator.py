@@ -50,6 +50,8 @@ def shop_orders(customers: int = 20_000, seed: int = 2024) -> pd.DataFrame:
 
 def _rows(release: Any, truth: pd.DataFrame, names: list[str]) -> list[dict[str, Any]]:
     intervals = release.intervals()
+    kinds = release.interval_kinds
+    bounded = {n: release.interval(n, kind="bounded") for n in names if kinds[n] == "total"}
     out = []
     for i, key in enumerate(release.keys):
         row: dict[str, Any] = dict(zip(release.group_columns, key, strict=True))
@@ -59,7 +61,10 @@ def _rows(release: Any, truth: pd.DataFrame, names: list[str]) -> list[dict[str,
             value = float(release.values[name][i])
             low, high = intervals[name]
             row[name] = {"dp": value, "interval": [float(low[i]), float(high[i])],
-                         "true": exact, "error": value - exact}
+                         "interval_kind": kinds[name], "true": exact, "error": value - exact}
+            if name in bounded:  # the capped count's interval, for its width
+                b_low, b_high = bounded[name]
+                row[name]["bounded_interval"] = [float(b_low[i]), float(b_high[i])]
         out.append(row)
     return out
 
@@ -79,9 +84,12 @@ def demo_curator(*, as_json: bool = False, customers: int = 20_000, seed: int = 
     results: dict[str, Any] = {"dataset": {"orders": len(orders), "customers": customers + 1},
                                "budget_before": {"epsilon": before.epsilon,
                                                  "delta": before.delta},
-                               "note": "intervals cover the bounded answer (after each "
-                                       "customer's contribution is capped); the error "
-                                       "column includes that bias",
+                               "note": "the orders' intervals (COUNT(*)) cover the true "
+                                       "count, without the caps, for customers of at most "
+                                       "the stated orders (the outer cap, chosen under DP); "
+                                       "the other intervals cover the bounded answer (after "
+                                       "each customer's contribution is capped), and the "
+                                       "error column includes that bias",
                                "queries": []}
 
     # 1. Orders and average basket per region: the regions are public; a customer lives in
@@ -97,6 +105,7 @@ def demo_curator(*, as_json: bool = False, customers: int = 20_000, seed: int = 
     results["queries"].append({"sql": sql1, "spent": str(r1.privacy),
                                "bounds_chosen": {k: v for k, v in chosen.items()
                                                  if k != "method"},
+                               "max_unit_rows": r1.max_unit_rows,
                                "rows": _rows(r1, truth1, ["orders", "avg_amount"])})
 
     # 2. Customers per category: categories are free text, so they are selected privately.
@@ -153,7 +162,8 @@ def _print(results: dict[str, Any]) -> None:
         for key in keys:
             table.add_column(key)
         for name in (k for k, v in first.items() if isinstance(v, dict)):
-            for label in (name, "95% CI", "true", "error"):
+            total = first[name].get("interval_kind") == "total"
+            for label in (name, "95% CI (total)" if total else "95% CI", "true", "error"):
                 table.add_column(label, justify="right")
         for row in query["rows"]:
             cells = [str(row[k]) for k in keys]
@@ -171,6 +181,16 @@ def _print(results: dict[str, Any]) -> None:
                              if k in ("max_partitions", "max_rows_per_partition"))
             console.print(f"  chosen from the data under DP: {caps} (epsilon "
                           f"{chosen.get('epsilon', 0):.3g} of the spend)")
+        if query.get("max_unit_rows"):
+            widths = [(v["interval"][1] - v["interval"][0],
+                       v["bounded_interval"][1] - v["bounded_interval"][0])
+                      for row in query["rows"] for v in row.values()
+                      if isinstance(v, dict) and "bounded_interval" in v]
+            total, capped = (sorted(w)[len(w) // 2] for w in zip(*widths, strict=True))
+            console.print(f"  total intervals: for customers of at most "
+                          f"{query['max_unit_rows']} orders (chosen under DP; 10% of the "
+                          f"query's epsilon in all); median width {_fmt(total)}, against "
+                          f"{_fmt(capped)} for the bounded count's")
         if "escargots_released" in query:
             console.print("  the category one customer invented (Escargots) was "
                           + ("released (probability <= delta)" if query["escargots_released"]

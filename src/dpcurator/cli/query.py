@@ -180,6 +180,10 @@ def query(
     bounds_share: float | None = typer.Option(
         None, "--bounds-share", help="The share of --epsilon spent choosing the bounds "
                                      "left to the data, in (0, 1) (default 0.1)."),
+    interval_kind: str | None = typer.Option(
+        None, "--intervals", help="What COUNT(*)'s intervals cover: 'total' (the count "
+                                  "without the caps, for 10%% of --epsilon; the default where "
+                                  "the caps are chosen from the data) or 'bounded'."),
     keys: Path | None = typer.Option(
         None, "--keys", help="CSV/Parquet of public group keys (header = key columns)."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
@@ -218,7 +222,7 @@ def query(
                  "--allow-large-delta": allow_large_delta or None,
                  "--max-partitions": max_partitions,
                  "--max-rows-per-partition": max_rows_per_partition,
-                 "--bounds-share": bounds_share}
+                 "--bounds-share": bounds_share, "--intervals": interval_kind}
         with user_errors(as_json):
             given = [name for name, value in local.items() if value]
             if given:
@@ -237,7 +241,7 @@ def query(
             budget=budget, max_partitions=_cap("--max-partitions", max_partitions),
             max_rows_per_partition=_cap("--max-rows-per-partition", max_rows_per_partition),
             confidence=confidence, auto_bounds_share=bounds_share,
-            allow_large_delta=allow_large_delta)
+            allow_large_delta=allow_large_delta, intervals=interval_kind)
         if not as_json:
             curator._engine.show_progress(True)
         release = curator.sql(sql, epsilon=epsilon, delta=delta or None,
@@ -270,6 +274,16 @@ def query(
         table.add_row(*cells)
     console = Console()
     console.print(table)
+    totals = [n for n, kind in release.interval_kinds.items() if kind == "total"]
+    if totals:
+        import statistics
+
+        bounded = {n: release.interval(n, kind="bounded") for n in totals}
+        widths = ", ".join(f"{n}: {_cell(float(statistics.median((h - lo).tolist())))}"
+                           for n, (lo, h) in bounded.items())
+        console.print(f"{', '.join(totals)}: intervals of the total count (without the caps), "
+                      f"for units of at most {release.max_unit_rows} rows; the bounded "
+                      f"intervals' median width: {widths}")
     console.print(f"privacy spent: {release.privacy}")
     if release.bounds_chosen is not None:
         chosen = {k: v for k, v in release.bounds_chosen.items() if k != "method"}

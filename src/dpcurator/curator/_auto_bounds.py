@@ -82,6 +82,10 @@ multiples of 2^-16, and the penalties capped at 2^35, so that the floating-point
 by at most 1 + 2^-14 between neighbours; the mechanisms are told a sensitivity of 1 + 2^-12
 (``SENSITIVITY``), never less than the scores' true one.
 
+The outer cap of a total interval (``choose_outer``; ``dpcurator.curator._total``) is one
+more choice, paid from the total interval's share, not the bounds': the units with more than
+M rows (each pair weighing 1 / P, so one unit adds at most 1), with a fixed prior per octave.
+
 Cost: each choice is epsilon-DP (``PureDP``) under add/remove one unit; with a rho request it
 is charged as epsilon^2 / 2-zCDP (Bun and Steinke 2016, Proposition 1.4). The choices and
 the query compose (basic composition for (epsilon, delta), adding rhos for zCDP).
@@ -101,7 +105,7 @@ import numpy.typing as npt
 from dpcurator.accounting.conversions import zcdp_rho_for
 from dpcurator.accounting.events import DpEvent, PureDPEvent, ZCDPEvent
 from dpcurator.engines._sql import PROFILE_STEPS
-from dpcurator.errors import InternalError
+from dpcurator.errors import InternalError, UserError
 from dpcurator.mechanisms.exponential import PermuteAndFlip
 from dpcurator.noise import RandomSource
 from dpcurator.query.plan import (
@@ -154,6 +158,13 @@ CAP = 2.0
 #: the row cap aims at this many times the noise's rate: a count, or a column's values
 ROW_FACTOR = 1.5
 ROW_FACTOR_VALUES = 2.0
+#: a total interval's outer cap (``choose_outer``): powers of two, where the profile's units'
+#: rows are exact, up to ``Plan``'s limit; the cap is twice the one chosen, and each octave
+#: costs a prior of 1 / epsilon in the score
+OUTER = "max_unit_rows"
+OUTER_CANDIDATES = tuple(2**i for i in range(21))
+OUTER_MARGIN = 2
+OUTER_PRIOR = 1.0
 #: the weights of the choices in the budget (``choice_names``)
 WEIGHTS = {"max_partitions": 1.0, "max_rows_per_partition": 1.0, "magnitude": 2.0,
            "signs": 0.25}
@@ -174,7 +185,9 @@ class AutoPlan:
     partitions: int
     noise: float
     exponent: float
-    spent: float  # the choices' total epsilon (or rho, for a rho request)
+    spent: float  # the bounds' choices' total epsilon (or rho, for a rho request)
+    outer: float = 0.0  # the outer cap's choice (``choose_outer``), from the total's share
+    total: float | None = None  # what measures the total (``_total``), for the second compile
 
     def floor(self, choice: str, candidates: int, beta: float = BETA, *,
               monotonic: bool = False) -> float:
@@ -215,19 +228,33 @@ def choice_names(auto: AutoBounds) -> list[tuple[str, float]]:
     return names
 
 
-def plan_auto(plan: Plan, request: PrivacyRequest) -> tuple[AutoPlan, list[DpEvent]]:
-    """Split the request between choosing ``plan.auto``'s bounds and the query."""
+def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
+              remaining: float = 1.0) -> tuple[AutoPlan, list[DpEvent]]:
+    """Split the request between choosing ``plan.auto``'s bounds and the query; ``outer``
+    (epsilon, or rho) pays for choosing a total interval's outer cap (``choose_outer``).
+    ``request`` is the part ``remaining`` of the query's budget that is left after a total
+    interval's share: the bounds' share stays a share of the whole budget."""
     auto = plan.auto
-    if auto is None or auto.choices == 0:
+    if auto is None or (auto.choices == 0 and not (auto.unit_rows and outer)):
         raise InternalError("no bounds to choose; this is a bug")
-    names = choice_names(auto)
+    names = choice_names(auto) if auto.choices else []
     weights = [w for _, w in names]
+    share = auto.spent_share / remaining if names else 0.0
+    if share >= 1.0:
+        raise UserError(f"the bounds' share ({auto.spent_share:g}) and the total interval's "
+                        f"({1 - remaining:g}) leave nothing for the query: lower bounds_share, or "
+                        "ask for intervals='bounded'")
     measures = len(plan.aggregates)
     events: list[DpEvent] = []
     epsilons: dict[str, float] = {}
     if request.rho is not None:
-        chosen, main = _privacy.split(request.rho, [auto.spent_share, 1.0 - auto.spent_share])
-        for (name, _), each in zip(names, _privacy.split(chosen, weights), strict=True):
+        chosen, main = (_privacy.split(request.rho, [share, 1.0 - share]) if names
+                        else (0.0, request.rho))
+        spends = list(zip(names, _privacy.split(chosen, weights), strict=True)) if names \
+            else []
+        if outer is not None:
+            spends.append(((OUTER, 0.0), outer))
+        for (name, _), each in spends:
             epsilon = math.sqrt(2.0 * each)
             while Fraction(epsilon) ** 2 / 2 > Fraction(each):
                 epsilon = _round_down(epsilon)
@@ -238,8 +265,13 @@ def plan_auto(plan: Plan, request: PrivacyRequest) -> tuple[AutoPlan, list[DpEve
         spent = chosen
     else:
         assert request.epsilon is not None
-        chosen, main = _privacy.split(request.epsilon, [auto.spent_share, 1.0 - auto.spent_share])
-        for (name, _), epsilon in zip(names, _privacy.split(chosen, weights), strict=True):
+        chosen, main = (_privacy.split(request.epsilon, [share, 1.0 - share]) if names
+                        else (0.0, request.epsilon))
+        spends = list(zip(names, _privacy.split(chosen, weights), strict=True)) if names \
+            else []
+        if outer is not None:
+            spends.append(((OUTER, 0.0), outer))
+        for (name, _), epsilon in spends:
             epsilons[name] = epsilon
             events.append(PureDPEvent(epsilon))
         rest = PrivacyRequest(epsilon=main, delta=request.delta, noise=request.noise,
@@ -251,7 +283,8 @@ def plan_auto(plan: Plan, request: PrivacyRequest) -> tuple[AutoPlan, list[DpEve
             noise, exponent = 1.0 / math.sqrt(2.0 * rho / measures), 0.5
         spent = chosen
     partitions = len(plan.keys) if plan.keys is not None and plan.group_by else 1
-    return AutoPlan(auto, epsilons, rest, partitions, noise, exponent, spent), events
+    return AutoPlan(auto, epsilons, rest, partitions, noise, exponent, spent,
+                    outer or 0.0), events
 
 
 def _with_bounds(agg: Aggregate, bounds: dict[str, Bounds]) -> Aggregate:
@@ -315,9 +348,10 @@ class Profile:
     each moves by at most 1 when one unit is added or removed."""
 
     def __init__(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        # (partitions of the unit P, rows of the pair n, pairs) and, per column,
-        # (rows of the unit T, sign, bucket q, values)
+        # (partitions of the unit P, rows of the pair n, pairs), the units' rows T per pair,
+        # and, per column, (rows of the unit T, sign, bucket q, values)
         self.pairs = [(int(r[1]), int(r[2]), int(r[5])) for r in rows if r[0] == 0]
+        self.unit_totals = [(int(r[1]), int(r[4]), int(r[5])) for r in rows if r[0] == 0]
         self.values: dict[int, list[tuple[int, int, int, int]]] = {}
         for r in rows:
             if r[0] != 0:
@@ -334,6 +368,12 @@ class Profile:
         partitions beyond R), those of n > 8 rows (rounded up) counted for the part of
         (n / 2, n] above R (``_beyond``)."""
         return [_down(sum((Fraction(c, p) * _beyond(n, cap) for p, n, c in self.pairs),
+                          Fraction(0))) for cap in caps]
+
+    def unit_rows(self, caps: Sequence[int]) -> list[float]:
+        """Units with more than M rows in all, M a power of two (each pair weighs 1 / P; T
+        is rounded up to a power of two above 8, so T > M exactly when the rounded T is)."""
+        return [_down(sum((Fraction(c, p) for p, t, c in self.unit_totals if t > cap),
                           Fraction(0))) for cap in caps]
 
     def magnitudes(self, column: int) -> list[float]:
@@ -406,6 +446,25 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     return ks[a], rs[rest], None
 
 
+def choose_outer(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None) -> int:
+    """A total interval's outer cap M (``dpcurator.curator._total``): permute-and-flip over
+    M = 2^j scoring q_j = -U(2^j) - ``OUTER_PRIOR`` j / epsilon, U(M) the units with more than
+    M rows, then ``OUTER_MARGIN`` times the choice (post-processing).
+
+    The crossing (the smallest M no unit exceeds) scores best but for the prior; each octave
+    above it is e^-``OUTER_PRIOR`` times as likely, and one below it is preferred only where
+    fewer than ``OUTER_PRIOR`` / epsilon units exceed it (the prior pays for the width of the
+    larger cap: the interval widens in proportion to M, while units above M break its cover).
+    Adding a unit lowers or keeps every score and the prior is fixed, so the choice is
+    monotonic: permute-and-flip with half the noise (Ding, Kifer, Wang and Zhang 2021)."""
+    epsilon = auto_plan.epsilons[OUTER]
+    caps = OUTER_CANDIDATES
+    stat = np.asarray(stats.unit_rows(caps), dtype=np.float64)
+    prior = OUTER_PRIOR * np.arange(len(caps), dtype=np.float64) / epsilon
+    index = _release(-(stat + prior), epsilon, source, monotonic=True)
+    return int(min(OUTER_MARGIN * caps[index], caps[-1]))
+
+
 def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
                   columns: Sequence[str], source: RandomSource | None
                   ) -> tuple[Plan, dict[str, Any]]:
@@ -414,8 +473,12 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     auto = auto_plan.auto
     stats = Profile(profile)
     eps = auto_plan.epsilons
-    k, r, first = _choose_joint(auto_plan, plan, stats, source)
     chosen: dict[str, Any] = {}
+    if auto.unit_rows:  # chosen last (its own share), recorded here
+        plan = plan.replace(max_unit_rows=1)
+    if auto.choices == 0:
+        return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source)
+    k, r, first = _choose_joint(auto_plan, plan, stats, source)
     if auto.max_partitions:
         chosen["max_partitions"] = k
     if auto.max_rows_per_partition:
@@ -453,4 +516,16 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
                         "caps and the first magnitude (Amin et al. 2019's bias-variance "
                         "rule, penalties ramping above it); epsilons " +
                         ", ".join(f"{name} {value:.3g}" for name, value in eps.items()))
-    return final, chosen
+    return _with_outer(auto_plan, final, chosen, stats, source)
+
+
+def _with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
+                source: RandomSource | None) -> tuple[Plan, dict[str, Any]]:
+    """The plan with a total interval's outer cap chosen, when asked (``choose_outer``)."""
+    if not auto_plan.auto.unit_rows:
+        return plan, chosen
+    outer = choose_outer(auto_plan, stats, source)
+    chosen["max_unit_rows"] = outer
+    chosen["max_unit_rows_" + ("rho" if auto_plan.request.rho is not None else "epsilon")] = \
+        auto_plan.outer
+    return plan.replace(max_unit_rows=outer), chosen

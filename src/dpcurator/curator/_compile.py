@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
@@ -64,7 +64,7 @@ from dpcurator.query.plan import (
     Variance,
 )
 
-from . import _privacy
+from . import _privacy, _total
 from ._auto_bounds import AutoPlan, plan_auto
 from ._cost import check_within, stated_event
 from ._estimators import Estimator, NoisyMeasure
@@ -86,6 +86,7 @@ class Defaults:
     max_rows_per_partition: int | None = None
     bounding: str = "rescale"
     auto: AutoBounds | None = None
+    intervals: str | None = None  # None: "total" where the caps are chosen and it can be had
 
 
 # The bounds an automatically bounded column is compiled with before its bounds are chosen:
@@ -185,14 +186,21 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     choose_k = chosen[0] and unit and bool(group) and (keys is None or len(keys) > 1)
     choose_r = chosen[1] and unit and any(not isinstance(a, CountUnits) for a in aggregates)
     auto = None
+    share = wanted.spent_share if wanted is not None else DEFAULT_AUTO_SHARE
     if choose_k or choose_r or auto_columns:
-        share = wanted.spent_share if wanted is not None else DEFAULT_AUTO_SHARE
         auto = AutoBounds(choose_k, choose_r, tuple(auto_columns), share=share)
-    return plan.replace(
+    resolved = plan.replace(
         aggregates=tuple(aggregates), group_by=group, where=where, keys=keys,
         max_partitions=caps[0], max_rows_per_partition=caps[1],
         bounding=plan.bounding or defaults.bounding, auto=auto,
     )
+    # what COUNT(*)'s intervals cover (``_total``): a measured total needs an outer cap
+    kind, measured = _total.resolve(resolved, privacy_unit, defaults.intervals,
+                                    choose_k or choose_r)
+    if measured and resolved.max_unit_rows is None:
+        auto = AutoBounds(unit_rows=True, share=share).merged(auto)
+    return resolved.replace(intervals=kind, auto=auto,
+                            max_unit_rows=resolved.max_unit_rows if measured else None)
 
 
 @dataclass
@@ -332,32 +340,55 @@ def _measures_for(agg: Aggregate, index: int, kind: str, budget: float, k: int,
 
 
 def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | None,
-                  postprocess: bool, source: RandomSource | None) -> CompiledQuery:
+                  postprocess: bool, source: RandomSource | None,
+                  total: float | None = None) -> CompiledQuery:
     """The query compiled (``_compile_plain``); with bounds to choose (``plan.auto``), compiled
     with placeholder bounds and the rest of the request, its events preceded by the choices'
-    (what it costs does not depend on the bounds chosen: ``_auto_bounds``)."""
+    (what it costs does not depend on the bounds chosen: ``_auto_bounds``).
+
+    A measured total interval (``_total``) first takes its share of the request, a third of it
+    for choosing the outer cap when the plan does not give one; ``total`` is what is left to
+    measure it when the caller has already split the request (the bounds' second compile)."""
+    whole = request
+    outer = None
+    if plan.intervals == "total" and privacy_unit is not None and total is None:
+        request, total = _total.split(request)
+        if plan.max_unit_rows is None:
+            outer, total = _privacy.split(total, [_total.CHOICE_PART, 1 - _total.CHOICE_PART])
     if plan.auto is None:
         return _compile_plain(plan, request, privacy_unit=privacy_unit,
-                              postprocess=postprocess, source=source)
-    auto, choices = plan_auto(plan, request)
+                              postprocess=postprocess, source=source, total=total, whole=whole)
+    auto, choices = plan_auto(plan, request, outer,
+                              1.0 - _total.SHARE if whole is not request else 1.0)
+    auto = replace(auto, total=total)
     main = _compile_plain(plan, auto.request, privacy_unit=privacy_unit,
-                          postprocess=postprocess, source=source)
-    if request.rho is not None:
-        cost: PureDP | ApproxDP | ZCDP = ZCDP(request.rho)
-        check_within(ComposedEvent(tuple(choices)), epsilon=None, delta=0.0,
-                     rho=Fraction(auto.spent))
+                          postprocess=postprocess, source=source, total=total,
+                          whole=None)
+    # the bounds' choices within their share, the outer cap's (the last) within its own
+    parts = [(choices[:len(choices) - (outer is not None)], auto.spent)]
+    if outer is not None:
+        parts.append((choices[-1:], auto.outer))
+    cost: PureDP | ApproxDP | ZCDP
+    for events, allowed in parts:
+        if whole.rho is not None:
+            check_within(ComposedEvent(tuple(events)), epsilon=None, delta=0.0,
+                         rho=Fraction(allowed))
+        else:
+            check_within(ComposedEvent(tuple(events)), epsilon=allowed, delta=0.0,
+                         rho=Fraction(0))
+    if whole.rho is not None:
+        cost = ZCDP(whole.rho)
     else:
-        assert request.epsilon is not None and auto.request.epsilon is not None
-        cost = PureDP(request.epsilon) if isinstance(main.cost, PureDP) else \
-            ApproxDP(request.epsilon, request.delta)
-        check_within(ComposedEvent(tuple(choices)), epsilon=auto.spent, delta=0.0,
-                     rho=Fraction(0))
-    return CompiledQuery(plan, request, main.bounded, main.estimators, main.selection, cost,
+        assert whole.epsilon is not None and auto.request.epsilon is not None
+        cost = PureDP(whole.epsilon) if isinstance(main.cost, PureDP) else \
+            ApproxDP(whole.epsilon, whole.delta)
+    return CompiledQuery(plan, whole, main.bounded, main.estimators, main.selection, cost,
                          (*choices, *main.events), main.threshold_measure, auto)
 
 
 def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | None,
-                   postprocess: bool, source: RandomSource | None) -> CompiledQuery:
+                   postprocess: bool, source: RandomSource | None, total: float | None = None,
+                   whole: PrivacyRequest | None = None) -> CompiledQuery:
     """Split the budget, pick grids and sensitivities, build mechanisms (plan is resolved).
 
     Private keys are selected by thresholding the query's noisy count when it has one (a
@@ -387,7 +418,37 @@ def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
         rows_mode=rows_mode, partitions_mode=partitions_mode,  # type: ignore[arg-type]
         measures=())
     allocation = _choose_allocation(plan, request, names, shell, source)
-    return _compile_with(plan, request, allocation, shell, postprocess, source)
+    query = _compile_with(plan, request, allocation, shell, postprocess, source)
+    if total is not None:
+        query = _with_total(query, total, source)
+    if whole is not None and whole is not request:  # the request before the total's share
+        query.request = whole
+        assert whole.epsilon is not None or whole.rho is not None
+        query.cost = ZCDP(whole.rho) if whole.rho is not None else (
+            PureDP(whole.epsilon) if isinstance(query.cost, PureDP)  # type: ignore[arg-type]
+            else ApproxDP(whole.epsilon, whole.delta))  # type: ignore[arg-type]
+    return query
+
+
+def _with_total(query: CompiledQuery, budget: float, source: RandomSource | None
+                ) -> CompiledQuery:
+    """The query with the outer-capped count of a total interval (``_total``): one measure
+    and one mechanism, shared by its COUNT(*)s, run last; its event within ``budget``."""
+    plan = query.plan
+    outer = plan.max_unit_rows
+    if outer is None:  # placeholder compile before the outer cap is chosen: any cap costs
+        outer = 1      # the same (its noise is calibrated to it)
+    zcdp = query.request.rho is not None
+    spec, mechanism = _total.measure(outer, budget, zcdp, source)
+    event = stated_event(mechanism.guarantee)
+    check_within(ComposedEvent((event,)), epsilon=None if zcdp else budget, delta=0.0,
+                 rho=Fraction(budget) if zcdp else Fraction(0))
+    noisy = NoisyMeasure(spec, mechanism, Fraction(1))
+    for estimator in query.estimators:
+        if type(estimator.aggregate) is Count:
+            estimator.total = noisy
+    bounded = replace(query.bounded, measures=(*query.bounded.measures, spec))
+    return replace(query, bounded=bounded, events=(*query.events, event))
 
 
 def _threshold_candidate(plan: Plan, request: PrivacyRequest) -> Aggregate | None:

@@ -31,16 +31,19 @@ from dpcurator.mechanisms._tails import CountIntervals, NoiseTails
 from dpcurator.query.bounding import MeasureSpec
 from dpcurator.query.plan import Aggregate, Bounds, Count, CountUnits, Mean, Sum, Variance
 
+from . import _total
 from ._quantiles import QuantileTree
 from ._ratio import FoldedNoise, NumeratorNoise, RatioPivot
 from ._variance import VariancePivot
 
-__all__ = ["Estimator", "Intervals", "Noisy", "NoisyMeasure", "estimate"]
+__all__ = ["TOTAL", "Estimator", "Intervals", "Noisy", "NoisyMeasure", "estimate"]
 
 FloatArray = npt.NDArray[np.float64]
 _MEAN_SHARE = 0.05  # of a variance interval's alpha, to the mean (module docstring)
-#: Per aggregate name, its noisy measures: (P,) integer arrays, or one (P, 2047) noisy tree.
+#: Per aggregate name, its noisy measures: (P,) integer arrays, or one (P, 2047) noisy tree;
+#: under ``TOTAL``, the outer-capped count of total intervals (``_total``), when measured.
 Noisy = Mapping[str, list[npt.NDArray[Any]]]
+TOTAL = "__total__"
 
 
 @dataclass
@@ -96,11 +99,27 @@ class Estimator:
     measures: list[NoisyMeasure]
     postprocess: bool
     tree: QuantileTree | None = None
+    total: NoisyMeasure | None = None  # COUNT(*)'s outer-capped count (``_total``)
 
     def describe(self) -> list[dict[str, Any]]:
         """The noise of every measure (for ``explain`` and the release's ``mechanisms``)."""
         described = [m.describe() for m in self.measures]
+        if self.total is not None:
+            described.append({**self.total.describe(), "outer cap (rows of one unit)":
+                              self.total.spec.outer})
         return described + ([self.tree.describe()] if self.tree is not None else [])
+
+    def total_interval(self, noisy: list[npt.NDArray[Any]], total: npt.NDArray[Any],
+                       alpha: float) -> tuple[FloatArray, FloatArray]:
+        """(1 - alpha) intervals of the count without the query's caps (``_total``)."""
+        assert self.total is not None
+        low_alpha, high_alpha = _total.alphas(alpha)
+        bounded = self.measures[0]
+        low, high = _total.total_interval(
+            _to_real(noisy[0], bounded.unit), bounded.half_width(low_alpha),
+            _to_real(total, self.total.unit), self.total.half_width(high_alpha))
+        return (np.maximum(low, 0.0), np.maximum(high, 0.0)) if self.postprocess else \
+            (low, high)
 
     def estimate(self, noisy: list[npt.NDArray[Any]]) -> FloatArray:
         """The released values (P,) from this aggregate's noisy measures (post-processing)."""
@@ -192,10 +211,15 @@ class Intervals:
     estimators: Sequence[Estimator]
     noisy: Noisy
 
-    def __call__(self, name: str, alpha: float) -> tuple[FloatArray, FloatArray]:
-        """(1 - alpha) intervals of the aggregate ``name``: low (P,), high (P,)."""
+    def __call__(self, name: str, alpha: float, total: bool = False
+                 ) -> tuple[FloatArray, FloatArray]:
+        """(1 - alpha) intervals of the aggregate ``name``: low (P,), high (P,); of its count
+        without the caps (``total``) where it has an outer-capped measure."""
         by_name = {e.aggregate.name: e for e in self.estimators}
-        return by_name[name].interval(self.noisy[name], alpha)
+        estimator = by_name[name]
+        if total and estimator.total is not None:
+            return estimator.total_interval(self.noisy[name], self.noisy[TOTAL][0], alpha)
+        return estimator.interval(self.noisy[name], alpha)
 
 
 def _sign_clip(values: FloatArray, bounds: Bounds | None) -> FloatArray:

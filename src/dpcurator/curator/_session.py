@@ -43,13 +43,13 @@ from dpcurator.noise.samplers import sample_discrete_gaussian
 from dpcurator.query.bounding import BoundedQuery
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import QueryError, UnknownColumnError
-from dpcurator.query.plan import AutoBounds, Bounds, Plan, auto_options
+from dpcurator.query.plan import INTERVAL_KINDS, AutoBounds, Bounds, Plan, auto_options
 from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import choose_bounds
 from ._compile import CompiledQuery, Defaults, _match_column, compile_query, resolve_plan
 from ._cost import query_cost
-from ._estimators import Intervals, Noisy, estimate
+from ._estimators import TOTAL, Intervals, Noisy, estimate
 from ._privacy import PrivacyRequest, check_delta
 from ._quantiles import BINS, QuantileTree
 from .release import Release, check_confidence
@@ -148,6 +148,7 @@ class Curator:
         allow_large_delta: bool = False,
         auto_bounds: bool = True,
         auto_bounds_share: float | None = None,
+        intervals: str | None = None,
     ) -> None:
         self._engine = _engine_for(data, connection_table, threads)
         self.table = _check_table_name(table)
@@ -199,8 +200,11 @@ class Curator:
         if auto is not None:
             for column in auto.columns:
                 _match_column(column, columns, "bounds")
+        if intervals is not None and intervals not in INTERVAL_KINDS:
+            raise UserError(f"intervals must be 'bounded' or 'total' (or None: 'total' where "
+                            f"the caps are chosen from the data), got {intervals!r}")
         self._defaults = Defaults(declared, max_partitions, max_rows_per_partition, bounding,
-                                  auto)
+                                  auto, intervals)
         Plan(aggregates=(Query().count().plan().aggregates[0],),  # validates the defaults
              max_partitions=max_partitions, max_rows_per_partition=max_rows_per_partition,
              bounding=bounding)  # type: ignore[arg-type]
@@ -296,7 +300,8 @@ class Curator:
             max_rows_per_partition: int | str | None = None, bounding: str | None = None,
             noise: str | None = None, weights: Mapping[str, float] | None = None,
             confidence: float | None = None, cache: bool | None = None,
-            label: str | None = None, bounds_share: float | None = None) -> Release:
+            label: str | None = None, bounds_share: float | None = None,
+            intervals: str | None = None) -> Release:
         """Answer a DP SQL query (see ``dpcurator.query.sql`` for the accepted subset).
 
         ``epsilon`` [and ``delta``] or ``rho`` is what this query spends; ``bounds`` clamps
@@ -305,7 +310,10 @@ class Curator:
         (``bounds="auto"``, a column's bounds, ``max_partitions``, ``max_rows_per_partition``)
         chooses that bound from the data under DP with a share of the query's budget
         (``bounds_share``; default the curator's, 10%); the release states the bounds chosen
-        and what choosing them cost (``Release.bounds_chosen``).
+        and what choosing them cost (``Release.bounds_chosen``). ``intervals`` says what
+        COUNT(*)'s intervals cover: ``"bounded"`` (the capped count) or ``"total"`` (the count
+        without the caps, for a 10% share; the default where the caps are chosen from the
+        data: ``Release.interval_kinds``).
         """
         if isinstance(bounds, Mapping):  # a misspelt column is named, not silently unused
             for name in bounds:
@@ -319,6 +327,11 @@ class Curator:
                 plan = plan.replace(auto=AutoBounds(share=bounds_share).merged(plan.auto))
             except QueryError as exc:
                 raise UserError(f"bounds_share: {exc}") from None
+        if intervals is not None:
+            try:
+                plan = plan.replace(intervals=intervals)
+            except QueryError as exc:
+                raise UserError(str(exc)) from None
         return self.run(plan, epsilon=epsilon, delta=delta, rho=rho, noise=noise,
                         weights=weights, confidence=confidence, cache=cache,
                         label=label or " ".join(query.split()))
@@ -428,9 +441,10 @@ class Curator:
 
     # -- stages ------------------------------------------------------------------------------
 
-    def _compile(self, plan: Plan, request: PrivacyRequest) -> CompiledQuery:
+    def _compile(self, plan: Plan, request: PrivacyRequest, total: float | None = None
+                 ) -> CompiledQuery:
         return compile_query(plan, request, privacy_unit=self.privacy_unit,
-                             postprocess=self._postprocess, source=self._source)
+                             postprocess=self._postprocess, source=self._source, total=total)
 
     def _charge_cost(self, compiled: CompiledQuery) -> PureDP | ApproxDP | ZCDP:
         """The guarantee to charge, in the budget's currency (tightest valid statement)."""
@@ -497,7 +511,7 @@ class Curator:
         # (post-processing), so that no query fails after its charge.
         for _ in range(64):
             try:
-                final = self._compile(plan, auto.request)
+                final = self._compile(plan, auto.request, auto.total)
                 break
             except UserError:
                 k, r = plan.max_partitions or 1, plan.max_rows_per_partition or 1
@@ -662,6 +676,11 @@ def add_noise(compiled: CompiledQuery, exact: ExactAggregates, kept: Partitions)
             ints = [column[i] if i >= 0 else 0 for i in kept.rows]
             parts.append(_add_noise(ints, measure.mechanism))
         noisy[name] = parts
+    totals = [e.total for e in compiled.estimators if e.total is not None]
+    if totals:  # one outer-capped count, shared by the COUNT(*)s (``_total``)
+        column = exact.measures[totals[0].spec.name]
+        noisy[TOTAL] = [_add_noise([column[i] if i >= 0 else 0 for i in kept.rows],
+                                   totals[0].mechanism)]
     return noisy
 
 

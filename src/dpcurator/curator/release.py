@@ -7,7 +7,9 @@ question, not the data. Intervals at any other level are free post-processing:
 
 Interval methods, per aggregate (each covers the *bounded* aggregate: the answer after
 clamping and contribution bounding, which equals the plain answer whenever no unit was over
-its caps and no value outside its bounds):
+its caps and no value outside its bounds), and COUNT(*)'s ``total`` interval, which covers
+the count *without* the caps wherever no unit has more than ``max_unit_rows`` rows in all
+(``interval_kinds`` says which kind each aggregate gives; ``dpcurator.curator._total``):
 
 - COUNT, COUNT(DISTINCT unit): the shortest exact interval for the integer noise (at most one
   atom of the noise above the level; ``dpcurator.mechanisms._tails``). Where the noisy count
@@ -48,7 +50,7 @@ import numpy.typing as npt
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import UserError
-from dpcurator.query.plan import Plan, Quantile
+from dpcurator.query.plan import Count, Plan, Quantile
 
 __all__ = ["Release", "check_confidence"]
 
@@ -82,7 +84,7 @@ class Release:
     sql: tuple[str, ...]
     confidence: float
     mechanisms: dict[str, list[dict[str, Any]]]
-    _intervals: Any  # callable(name, alpha) -> (low, high) arrays
+    _intervals: Any  # callable(name, alpha, total) -> (low, high) arrays
     secure: bool = True
     from_cache: bool = False
 
@@ -130,18 +132,45 @@ class Release:
 
     # -- intervals -----------------------------------------------------------------------------
 
-    def interval(self, name: str, confidence: float | None = None
+    @property
+    def interval_kinds(self) -> dict[str, str]:
+        """What each aggregate's intervals cover by default: ``"total"`` (the answer without
+        the caps: COUNT(*) where the query measured it, or where no cap can remove a row) or
+        ``"bounded"`` (the answer after the caps and the clamping)."""
+        total = self.plan.intervals == "total"
+        return {a.name: "total" if total and type(a) is Count else "bounded"
+                for a in self.plan.aggregates}
+
+    @property
+    def max_unit_rows(self) -> int | None:
+        """The outer cap under which the ``total`` intervals cover (None: none needed, or
+        no total interval): they cover the count of every partition where no unit has more
+        rows than this in all."""
+        return self.plan.max_unit_rows
+
+    def interval(self, name: str, confidence: float | None = None, kind: str | None = None
                  ) -> tuple[FloatArray, FloatArray]:
-        """(low, high) arrays covering the bounded aggregate ``name`` at the given level."""
+        """(low, high) arrays covering the aggregate ``name`` at the given level: its
+        ``bounded`` answer, or its ``total`` one (``interval_kinds``; default: its kind)."""
         if name not in self.values:
             raise UserError(f"unknown aggregate {name!r}; this release has {list(self.values)}")
         level = check_confidence(self.confidence if confidence is None else confidence)
-        low, high = self._intervals(name, 1.0 - level)
+        default = self.interval_kinds[name]
+        if kind is not None and kind not in ("bounded", "total"):
+            raise UserError(f"kind must be 'bounded' or 'total', got {kind!r}")
+        if kind == "total" and default != "total":
+            raise UserError(f"{name!r} has no total interval in this release (only COUNT(*) "
+                            "can, when asked with intervals='total'); its kind is 'bounded'")
+        low, high = self._intervals(name, 1.0 - level, (kind or default) == "total")
         return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
 
-    def intervals(self, confidence: float | None = None) -> dict[str, tuple[FloatArray,
-                                                                            FloatArray]]:
-        return {name: self.interval(name, confidence) for name in self.values}
+    def intervals(self, confidence: float | None = None, kind: str | None = None
+                  ) -> dict[str, tuple[FloatArray, FloatArray]]:
+        """Every aggregate's intervals: each of its default kind, or all ``"bounded"``."""
+        if kind not in (None, "bounded"):
+            raise UserError(f"intervals(kind=) takes None or 'bounded', got {kind!r}; ask "
+                            "interval(name, kind='total') for one aggregate's total")
+        return {name: self.interval(name, confidence, kind) for name in self.values}
 
     # -- conversions ---------------------------------------------------------------------------
 
@@ -196,7 +225,15 @@ class Release:
         else:
             privacy.update(epsilon=self.privacy.epsilon, delta=self.privacy.delta)
         out = {"rows": _jsonable_rows(self.rows()), "intervals": intervals,
-               "confidence": level, "privacy": privacy, "cached": self.from_cache}
+               "confidence": level, "privacy": privacy, "cached": self.from_cache,
+               "interval_kinds": self.interval_kinds}
+        totals = [n for n, kind in self.interval_kinds.items() if kind == "total"]
+        if totals:  # the bounded intervals beside the total ones, for their widths
+            bounded = {name: self.interval(name, level, "bounded") for name in totals}
+            out["bounded_intervals"] = [
+                {name: [_json_number(low[i]), _json_number(high[i])]
+                 for name, (low, high) in bounded.items()} for i in range(len(self.keys))]
+            out["max_unit_rows"] = self.max_unit_rows
         chosen = self.bounds_chosen
         if chosen is not None:
             out["bounds_chosen"] = {k: list(v) if isinstance(v, tuple) else

@@ -836,6 +836,16 @@ class _Builder:
         weight = num(measure.weight)
         if measure.kind == "rows":
             return mul(least(exp.Count(this=exp.Star()), num(r)), weight)
+        if measure.kind == "unit_rows":
+            # n rows weighted by min(1, M / T), T the unit's rows in all its pairs: n M // T
+            # truncated, exact in BIGINT (n M < 2^63), so its pairs sum to at most M
+            n, outer = exp.Count(this=exp.Star()), num(measure.outer)
+            rows = cast(window(exp.Sum(this=exp.Count(this=exp.Star())), [col("__u")]),
+                        "BIGINT")
+            capped = cast(exp.IntDiv(this=paren(mul(n.copy(), outer)), expression=rows.copy()),
+                          "BIGINT")
+            return mul(case((exp.LTE(this=rows, expression=outer.copy()), n), default=capped),
+                       weight)
         assert measure.value is not None
         if measure.kind == "present":
             return mul(least(self._count_of(measure.value.column), num(r)), weight)
@@ -877,8 +887,8 @@ class _Builder:
 
     def _contribution(self, index: int) -> exp.Expr:
         amount = self._amount(index)
-        if self.q.partitions_mode != "rescale":
-            return amount
+        if self.q.partitions_mode != "rescale" or self.q.measures[index].kind == "unit_rows":
+            return amount  # an outer cap's weights already bound the unit's whole contribution
         k = self.q.partitions_cap
         # trunc(amount * k / m) toward zero, in DOUBLE: exact because |amount * k| is at
         # most the L1 sensitivity, below 2^52 (checked in __init__), so the product and m
@@ -1024,9 +1034,10 @@ class _Builder:
         """The shape of the units' contributions (``BoundedQuery.profile``), as counts only.
 
         Part 0 counts the (unit, partition) pairs by (``__pb``: the unit's number of
-        partitions, ``__nb``: the pair's number of rows). Part 1 + c counts column c's
-        non-missing values by (``__pb``: the unit's number of rows, ``__s``: sign, ``__b``:
-        the largest q with |x| > 2^(q/4), q in ``PROFILE_STEPS``; one less if none). Every
+        partitions, ``__nb``: the pair's number of rows, ``__b``: the unit's number of rows).
+        Part 1 + c counts column c's non-missing values by (``__pb``: the unit's number of
+        rows, ``__s``: sign, ``__b``: the largest q with |x| > 2^(q/4), q in
+        ``PROFILE_STEPS``; one less if none). Every
         count of a unit's partitions or rows is rounded up (``_up``), so that weights
         computed as 1 / count never exceed the exact ones."""
         q = self.q
@@ -1051,9 +1062,10 @@ class _Builder:
         null = cast(exp.Null(), "BIGINT")
         branches: list[exp.Query] = [select(
             [alias(num(0), "__part"), col("__pb"), col("__nb"), alias(null, "__s"),
-             alias(null.copy(), "__b"), alias(exp.Count(this=exp.Star()), "__c")], "shaped",
-            where=exp.EQ(this=col("__i"), expression=num(1)), group=[col("__pb"), col("__nb")],
-            comment="pairs by (partitions of the unit, rows of the pair)")]
+             alias(col("__tb"), "__b"), alias(exp.Count(this=exp.Star()), "__c")], "shaped",
+            where=exp.EQ(this=col("__i"), expression=num(1)),
+            group=[col("__pb"), col("__nb"), col("__tb")],
+            comment="pairs by (partitions of the unit, rows of the pair, rows of the unit)")]
         for c, column in enumerate(q.profile or ()):
             x = col(self.x(column))
             sign = case((exp.LT(this=x.copy(), expression=self.d.double(0.0)), num(-1)),

@@ -36,7 +36,7 @@ __all__ = ["plan_from_json", "plan_to_json"]
 _KINDS: dict[str, type[Any]] = {"count": Count, "count_units": CountUnits, "sum": Sum,
                                 "mean": Mean, "variance": Variance, "quantile": Quantile}
 _PLAN_KEYS = {"aggregates", "group_by", "where", "keys", "max_partitions",
-              "max_rows_per_partition", "bounding"}
+              "max_rows_per_partition", "bounding", "intervals", "max_unit_rows"}
 _MAX_ITEMS = 1000
 
 
@@ -47,7 +47,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         out["group_by"] = [{"name": k.name, "expression": k.expression,
                             **({"labels": list(k.labels)} if k.labels is not None else {})}
                            for k in plan.group_by]
-    for key in ("where", "max_partitions", "max_rows_per_partition", "bounding"):
+    for key in ("where", "max_partitions", "max_rows_per_partition", "bounding", "intervals",
+                "max_unit_rows"):
         if getattr(plan, key) is not None:
             out[key] = getattr(plan, key)
     if plan.keys is not None:
@@ -87,7 +88,8 @@ def plan_from_json(data: Any) -> Plan:
         if keys is not None else None,
         max_partitions=data.get("max_partitions"),
         max_rows_per_partition=data.get("max_rows_per_partition"),
-        bounding=data.get("bounding"))
+        bounding=data.get("bounding"), intervals=data.get("intervals"),
+        max_unit_rows=data.get("max_unit_rows"))
 
 
 def _aggregate_from_json(data: Any) -> Aggregate:

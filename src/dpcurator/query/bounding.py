@@ -33,6 +33,11 @@ and its L2 norm at most ``sqrt(k) * B`` (rescale: m (k/m)^2 <= k when m > k). Th
 weights' divisions are exact and truncate toward zero, which never increases a magnitude
 (the partition rescale runs in DOUBLE, exact because |a k| < 2^52; see the DuckDB engine).
 Sums are integers (fixed point), so floating-point summation cannot exceed these bounds.
+
+The one measure outside the caps, ``unit_rows`` (the outer-capped count behind a ``total``
+interval), weighs each of a unit's rows by min(1, M / T), T the unit's rows in all its pairs,
+truncating each pair's part: the unit's parts sum to at most M (its L1 norm; its L2 norm is
+no larger), whatever its rows, so its sensitivity is M times its weight.
 """
 
 from __future__ import annotations
@@ -55,9 +60,10 @@ __all__ = [
 ]
 
 Mode = Literal["rescale", "sample", "none"]
-MeasureKind = Literal["rows", "units", "present", "values", "squares"]
+MeasureKind = Literal["rows", "units", "present", "values", "squares", "unit_rows"]
 
 MAX_VALUE_BITS = 52  # per-row fixed-point magnitudes stay below 2^52 (exact in double, BIGINT)
+MAX_OUTER_BITS = 30  # n * outer stays within BIGINT for pairs of up to 2^33 rows
 
 
 def isqrt_ceil(n: int) -> int:
@@ -109,7 +115,12 @@ class MeasureSpec:
     - ``rows``: rows (COUNT(*)), each worth ``weight`` integer units;
     - ``units``: distinct units (COUNT(DISTINCT unit)), each worth ``weight``;
     - ``present``: rows whose ``value`` is not NULL/NaN, each worth ``weight``;
-    - ``values`` / ``squares``: the sum of ``value`` (fixed point; ``weight`` is 1).
+    - ``values`` / ``squares``: the sum of ``value`` (fixed point; ``weight`` is 1);
+    - ``unit_rows``: rows under an *outer* cap instead of the query's caps: a unit with T rows
+      in all (its pairs, every partition) counts each of its n rows in a partition as
+      min(1, ``outer`` / T), the pair's ``n * outer // T`` truncated (so at most ``outer`` rows
+      over all partitions, and exactly its rows when T <= ``outer``); the measure of the
+      *unbounded* COUNT(*) behind a ``total`` interval (``dpcurator.curator._total``).
 
     Under partition rescaling a unit's weight is multiplied by k / m and truncated, so the
     weight's size sets the resolution of the fractional contributions.
@@ -119,6 +130,7 @@ class MeasureSpec:
     kind: MeasureKind
     value: ValueSpec | None = None
     weight: int = 1
+    outer: int = 0
 
     def __post_init__(self) -> None:
         needs_value = self.kind in ("present", "values", "squares")
@@ -127,6 +139,10 @@ class MeasureSpec:
                                 "spec; this is probably a bug")
         if not 1 <= self.weight < 2**MAX_VALUE_BITS:
             raise InternalError("measure weight out of range; this is probably a bug")
+        if (self.kind == "unit_rows") != (self.outer > 0) or \
+                self.outer * self.weight >= 2**MAX_OUTER_BITS:
+            raise InternalError(f"measure {self.name}: an outer cap goes with unit_rows only, "
+                                "below 2^30 units; this is probably a bug")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +169,9 @@ class BoundedQuery:
     contributions, from which contribution bounds are chosen under DP
     (``dpcurator.curator._auto_bounds``): pairs counted by (the unit's number of partitions,
     the pair's number of rows), and, for each named column, its non-missing values counted by
-    (the same two numbers, sign, power-of-two bucket of the magnitude). Both numbers are
-    rounded up to a power of two above 8.
+    (the same two numbers, sign, power-of-two bucket of the magnitude); the pairs also by the
+    unit's number of rows in all (for a total interval's outer cap). The numbers are rounded
+    up to a power of two above 8.
     """
 
     unit: str | None
@@ -179,6 +196,9 @@ class BoundedQuery:
             raise InternalError("partition selection needs a hard partition cap; this is a bug")
         if self.histograms and "rescale" in (self.rows_mode, self.partitions_mode):
             raise InternalError("histograms need sampled bounding; this is a bug")
+        if any(m.kind == "unit_rows" for m in self.measures) and (
+                self.rows_mode != "rescale" or self.partitions_mode == "sample"):
+            raise InternalError("an outer row cap needs every row of every pair; this is a bug")
 
     @property
     def rows_cap(self) -> int:
@@ -198,6 +218,8 @@ class BoundedQuery:
     def per_partition_bound(self, measure: MeasureSpec) -> int:
         """The most one unit's contribution to one partition can be, in the measure's units."""
         one = measure.weight
+        if measure.kind == "unit_rows":
+            return measure.outer * one
         if measure.kind == "units":
             return one
         if measure.kind in ("rows", "present"):
@@ -207,9 +229,13 @@ class BoundedQuery:
 
     def l1_sensitivity(self, measure: MeasureSpec) -> int:
         """Bound on the L1 norm of one unit's contribution over all partitions."""
+        if measure.kind == "unit_rows":  # its weights sum to at most 1 per row of outer
+            return measure.outer * measure.weight
         return self.partitions_cap * self.per_partition_bound(measure)
 
     def l2_sensitivity(self, measure: MeasureSpec) -> int:
         """Bound on the L2 norm of one unit's contribution, rounded up to an integer."""
         bound = self.per_partition_bound(measure)
+        if measure.kind == "unit_rows":  # L2 <= L1
+            return bound
         return isqrt_ceil(self.partitions_cap * bound * bound)

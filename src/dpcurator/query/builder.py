@@ -33,6 +33,7 @@ from dpcurator.query.plan import (
     Count,
     CountUnits,
     GroupKey,
+    IntervalKind,
     Mean,
     Plan,
     PublicKeys,
@@ -122,6 +123,8 @@ class Query:
     max_rows_per_partition: int | None = None
     bounding: BoundingMode | None = None
     auto: AutoBounds | None = None
+    interval_kind: IntervalKind | None = None
+    max_unit_rows: int | None = None
 
     # -- rows and partitions -------------------------------------------------------------
 
@@ -176,6 +179,14 @@ class Query:
         """Spend ``share`` (in (0, 1)) of this query's budget choosing the bounds it leaves to
         the data ("auto"), instead of the curator's share (10% unless it states another)."""
         return replace(self, auto=AutoBounds(share=share).merged(self.auto))
+
+    def intervals(self, kind: str, *, max_unit_rows: int | None = None) -> Query:
+        """What COUNT(*)'s intervals cover: ``"bounded"`` (the count after the caps) or
+        ``"total"`` (the count without them, wherever no unit has more than
+        ``max_unit_rows`` rows in all; chosen from the data when not given)."""
+        plan = Plan(aggregates=(Count(),), intervals=kind,  # type: ignore[arg-type]
+                    max_unit_rows=max_unit_rows)  # validates both
+        return replace(self, interval_kind=plan.intervals, max_unit_rows=plan.max_unit_rows)
 
     def _auto_column(self, bounds: BoundsLike, column: str) -> Query:
         """This query, asking for ``column``'s bounds to be chosen when ``bounds`` is "auto"."""
@@ -244,6 +255,8 @@ class Query:
             max_rows_per_partition=self.max_rows_per_partition,
             bounding=self.bounding,
             auto=self.auto,
+            intervals=self.interval_kind,
+            max_unit_rows=self.max_unit_rows,
         )
 
 

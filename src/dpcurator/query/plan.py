@@ -24,6 +24,7 @@ from dpcurator.query.errors import BoundsError, QueryError
 
 __all__ = [
     "AUTO",
+    "INTERVAL_KINDS",
     "Aggregate",
     "AutoBounds",
     "BoundingMode",
@@ -31,6 +32,7 @@ __all__ = [
     "Count",
     "CountUnits",
     "GroupKey",
+    "IntervalKind",
     "Mean",
     "Plan",
     "PublicKeys",
@@ -41,6 +43,8 @@ __all__ = [
 
 BoundingMode = Literal["rescale", "sample"]
 _BOUNDING_MODES = ("rescale", "sample")
+IntervalKind = Literal["bounded", "total"]
+INTERVAL_KINDS = ("bounded", "total")
 # Contribution bounds are capped so that fixed-point arithmetic in the engine cannot overflow
 # (values times rows times weights stay below 2^127 in HUGEINT arithmetic).
 MAX_CONTRIBUTIONS = 1 << 20
@@ -295,6 +299,7 @@ class AutoBounds:
     columns: tuple[str, ...] = ()
     open: bool = False
     share: float | None = None
+    unit_rows: bool = False  # a total interval's outer cap (paid from its own share)
 
     def __post_init__(self) -> None:
         share = self.share
@@ -319,14 +324,16 @@ class AutoBounds:
                           self.max_rows_per_partition or other.max_rows_per_partition,
                           tuple(dict.fromkeys([*self.columns, *other.columns])),
                           self.open or other.open,
-                          self.share if self.share is not None else other.share)
+                          self.share if self.share is not None else other.share,
+                          self.unit_rows or other.unit_rows)
 
     def wants_column(self, column: str) -> bool:
         return self.open or column.lower() in {c.lower() for c in self.columns}
 
     @property
     def choices(self) -> int:
-        """How many bounds are chosen (two per column: lower and upper)."""
+        """How many bounds are chosen from the bounds' share (two per column: lower and
+        upper); ``unit_rows`` is paid from the total interval's share."""
         return int(self.max_partitions) + int(self.max_rows_per_partition) + \
             2 * len(self.columns)
 
@@ -388,6 +395,11 @@ class Plan:
     - ``bounding``: ``"rescale"`` (default; a unit over a cap contributes the *expected*
       contribution of a uniformly random choice within the cap, with the same sensitivity and
       less variance) or ``"sample"`` (a uniformly random choice of rows and partitions).
+    - ``intervals``: what COUNT(*)'s intervals cover: ``"bounded"`` (the answer after the
+      caps) or ``"total"`` (the answer without them, for units of at most ``max_unit_rows``
+      rows in all; ``dpcurator.curator._total``); None: the curator's default (``"total"``
+      where the caps are chosen from the data and the query can have it).
+    - ``max_unit_rows``: the outer cap of a ``"total"`` interval (None: chosen from the data).
     """
 
     aggregates: tuple[Aggregate, ...]
@@ -398,6 +410,8 @@ class Plan:
     max_rows_per_partition: int | None = None
     bounding: BoundingMode | None = None
     auto: AutoBounds | None = None
+    intervals: IntervalKind | None = None
+    max_unit_rows: int | None = None
 
     def __post_init__(self) -> None:
         if self.auto is not None and not isinstance(self.auto, AutoBounds):
@@ -432,6 +446,10 @@ class Plan:
             _check_count("max_rows_per_partition", self.max_rows_per_partition)
         if self.bounding is not None and self.bounding not in _BOUNDING_MODES:
             raise QueryError(f"bounding must be 'rescale' or 'sample', got {self.bounding!r}")
+        if self.intervals is not None and self.intervals not in INTERVAL_KINDS:
+            raise QueryError(f"intervals must be 'bounded' or 'total', got {self.intervals!r}")
+        if self.max_unit_rows is not None:
+            _check_count("max_unit_rows", self.max_unit_rows)  # at most 2^20 (< 2^30)
         object.__setattr__(self, "aggregates", aggregates)
         object.__setattr__(self, "group_by", group_by)
 
@@ -458,6 +476,6 @@ class Plan:
         """A copy with some fields changed (validated again)."""
         values = {name: getattr(self, name) for name in (
             "aggregates", "group_by", "where", "keys", "max_partitions",
-            "max_rows_per_partition", "bounding", "auto")}
+            "max_rows_per_partition", "bounding", "auto", "intervals", "max_unit_rows")}
         values.update(changes)
         return Plan(**values)

@@ -64,6 +64,10 @@ class QueryRequest(BaseModel):
     confidence: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False)
     keys: list[Scalar | list[Scalar]] | None = Field(
         None, max_length=100_000, description="public partitions for the GROUP BY keys")
+    intervals: Literal["bounded", "total"] | None = Field(
+        None, description="what COUNT(*)'s intervals cover: the count after the caps, or "
+                          "the total without them (default: total where the caps are "
+                          "chosen from the data)")
 
     def body(self) -> QueryBody:
         if (self.sql is None) == (self.plan is None):
@@ -74,7 +78,7 @@ class QueryRequest(BaseModel):
         plan = (json.dumps(self.plan, sort_keys=True, allow_nan=False)
                 if self.plan is not None else None)
         return QueryBody(self.sql, self.epsilon, self.delta, self.rho, self.noise,
-                         self.confidence, keys, plan)
+                         self.confidence, keys, plan, self.intervals)
 
     @property
     def text(self) -> str:

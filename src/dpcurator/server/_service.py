@@ -78,12 +78,14 @@ class QueryBody:
     confidence: float | None = None
     keys: tuple[Any, ...] | None = None
     plan: str | None = None  # the plan's JSON text, canonical (sorted keys)
+    intervals: str | None = None  # "bounded" or "total" (None: the curator's default)
 
     def identity(self, dataset: str) -> str:
         """The request's fingerprint, for Idempotency-Key checks."""
         return fingerprint(dataset, json.dumps(
             [self.sql, self.plan, self.epsilon, self.delta, self.rho, self.noise,
-             self.confidence, list(self.keys) if self.keys is not None else None],
+             self.confidence, list(self.keys) if self.keys is not None else None,
+             *([self.intervals] if self.intervals is not None else [])],
             default=str))
 
     @property
@@ -361,6 +363,8 @@ class Service:
             if plan.group_by[0].expression.strip('"').lower() == column.lower():
                 plan = dataclasses.replace(plan, keys=_user(lambda: public_keys(
                     [(v,) for v in values], [plan.group_by[0].name])))
+        if body.intervals is not None:
+            plan = _user(lambda: plan.replace(intervals=body.intervals))
         return _user(lambda: data.curator.resolve(
             plan, epsilon=body.epsilon, delta=body.delta, rho=body.rho, noise=body.noise,
             confidence=body.confidence))

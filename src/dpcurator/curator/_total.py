@@ -1,0 +1,137 @@
+"""Intervals of the *total* COUNT(*): the count without the query's caps (``intervals="total"``).
+
+Why an outer cap. The caps make each unit's contribution small enough to hide, and the
+released count estimates the *bounded* count B_p <= N_p, the true count of partition p. What
+they removed, N_p - B_p >= 0, has no finite upper confidence bound that a DP mechanism can
+give for every data set: one unit with arbitrarily many rows must stay hidden. So a total
+interval has an outer cap M on the rows of one unit in all (``Plan.max_unit_rows``, given or
+chosen from the data): it covers N_p whenever no unit has more than M rows, and the release
+states M.
+
+The measurement. T_p = sum over units u of n_(u,p) min(1, M / T_u), with n_(u,p) the unit's
+rows in p and T_u its rows in all partitions (``MeasureSpec`` kind ``unit_rows``; each pair's
+part truncated to an integer). Adding or removing a unit moves the vector (T_p) by at most M
+in L1 (and so in L2); T_p <= N_p always, and T_p = N_p when every T_u <= M. It gets integer
+noise of scale M / epsilon_t (discrete Laplace; discrete Gaussian for a rho request), paid
+from ``SHARE`` of the query's budget: of that share, ``CHOICE_PART`` chooses M when it is not
+given (``_auto_bounds.choose_outer``) and the rest measures T.
+
+The interval at level 1 - alpha (``total_interval``), from the bounded count's noisy value
+B~ and T~, both with noise symmetric about 0:
+
+    [B~ - w_B, max(T~ + w_T, B~ + w_B)],
+    P[Z_B > w_B] <= alpha / 10,  P[Z_T < -w_T] <= 9 alpha / 10.
+
+N_p >= B_p, so the low end fails with probability at most alpha / 10; N_p = T_p under the
+outer cap, so the high end fails with probability at most 9 alpha / 10 (a union bound gives
+alpha; widening the high end to B~'s own never hurts). Most of alpha goes to the high end
+because the low end is seldom tight: where the caps bind, N_p is well above B_p.
+
+Where a total interval can be had (``available``): a COUNT(*) of a query with a privacy unit,
+public keys or one global partition (private keys are selected from the bounded counts),
+``rescale`` bounding (every row of every pair is read: sampled rows would miss the others) and
+no quantile (which samples rows). Without a privacy unit each row is its own unit and no cap
+removes a row: the bounded interval is already the total one, at no cost.
+
+Reference for the one-sided construction: a standard union bound over two one-sided
+confidence bounds (e.g. Casella and Berger, Statistical Inference, 2nd ed., Section 9.2);
+the sensitivity of T is that of rescaled contributions (``dpcurator.query.bounding``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from dpcurator.errors import InternalError
+from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dpcurator.noise import RandomSource
+from dpcurator.query.bounding import MeasureSpec
+from dpcurator.query.errors import QueryError
+from dpcurator.query.plan import Count, Plan, Quantile
+
+from . import _privacy
+from ._privacy import PrivacyRequest
+
+__all__ = ["CHOICE_PART", "SHARE", "alphas", "available", "measure", "resolve", "split",
+           "total_interval"]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: the share of a query's budget (epsilon, or rho) that a total interval costs
+SHARE = 0.1
+#: the part of that share that chooses the outer cap when the query does not give it
+CHOICE_PART = 0.5
+#: of alpha, the part given to the interval's low end (the bounded count's noise)
+LOW_PART = 0.1
+
+
+def available(plan: Plan, privacy_unit: str | None) -> bool:
+    """Whether the plan's COUNT(*) can have a measured total interval (module docstring)."""
+    return (privacy_unit is not None and any(type(a) is Count for a in plan.aggregates)
+            and not plan.private_keys and (plan.bounding or "rescale") == "rescale"
+            and not any(isinstance(a, Quantile) for a in plan.aggregates))
+
+
+def resolve(plan: Plan, privacy_unit: str | None, default: str | None,
+            caps_chosen: bool) -> tuple[str, bool]:
+    """The plan's interval kind and whether it measures a total (an outer cap and its noise).
+
+    Asked for (by the query, else the curator's ``default``), ``"total"`` must be available;
+    by default it is ``"total"`` where the caps are chosen from the data and available."""
+    asked = plan.intervals or default
+    if not any(type(a) is Count for a in plan.aggregates):
+        if asked == "total":
+            raise QueryError("intervals='total' covers COUNT(*), which this query does not "
+                             "have; ask for intervals='bounded'")
+        return "bounded", False
+    if privacy_unit is None:
+        return asked or "total", False  # no cap removes a row: bounded is total
+    if asked == "total" and not available(plan, privacy_unit):
+        raise QueryError("intervals='total' needs public keys (keys=...) or no GROUP BY, "
+                         "bounding='rescale' and no quantile in the same query; ask for "
+                         "intervals='bounded'")
+    if asked is None:
+        asked = "total" if caps_chosen and available(plan, privacy_unit) else "bounded"
+    return asked, asked == "total"
+
+
+def split(request: PrivacyRequest) -> tuple[PrivacyRequest, float]:
+    """(what the query's aggregates spend, what the total costs: epsilon, or rho)."""
+    if request.rho is not None:
+        total, main = _privacy.split(request.rho, [SHARE, 1.0 - SHARE])
+        return PrivacyRequest(rho=main, noise=request.noise, weights=request.weights), total
+    assert request.epsilon is not None
+    total, main = _privacy.split(request.epsilon, [SHARE, 1.0 - SHARE])
+    return PrivacyRequest(epsilon=main, delta=request.delta, noise=request.noise,
+                          weights=request.weights), total
+
+
+def measure(outer: int, budget: float, zcdp: bool, source: RandomSource | None
+            ) -> tuple[MeasureSpec, DiscreteLaplace | DiscreteGaussian]:
+    """The outer-capped count's measure (integer: weight 1) and its noise: a discrete
+    Laplace of epsilon ``budget``, or for a rho request a discrete Gaussian of rho ``budget``,
+    calibrated to the sensitivity ``outer`` (L1 and L2)."""
+    spec = MeasureSpec("total_unit_rows", "unit_rows", None, 1, outer)
+    if zcdp:
+        return spec, DiscreteGaussian(rho=budget, sensitivity=outer, source=source)
+    return spec, DiscreteLaplace(epsilon=budget, sensitivity=outer, source=source)
+
+
+def total_interval(bounded: FloatArray, bounded_half_width: float, total: FloatArray,
+                   total_half_width: float) -> tuple[FloatArray, FloatArray]:
+    """[B~ - w_B, max(T~ + w_T, B~ + w_B)] (module docstring) from the noisy values in real
+    units and the half-widths w with P[|Z| > w] <= 2 alpha / 10 (B) and 2 (9 alpha / 10)
+    (T): symmetric noise puts half of each on either side."""
+    if bounded.shape != total.shape:
+        raise InternalError("bounded and total counts of different partitions; a bug")
+    low = bounded - bounded_half_width
+    high = np.maximum(total + total_half_width, bounded + bounded_half_width)
+    return low, high
+
+
+def alphas(alpha: float) -> tuple[float, float]:
+    """The two-sided levels whose one-sided halves are the interval's (alpha / 10 for the
+    low end, 9 alpha / 10 for the high end); a level of 1/2 or more (an interval below 50%
+    confidence) is held at 1/2, which only widens it."""
+    return min(2 * LOW_PART * alpha, 0.5), min(2 * (1 - LOW_PART) * alpha, 0.5)
