@@ -1,15 +1,17 @@
 """Total intervals: how often COUNT(*)'s interval covers the count *without* the caps.
 
-Issue 14, part 5. Two data sets, each query asked ``--runs`` times with the caps chosen from
-the data (so each run chooses its caps and its outer cap afresh):
+Issue 14, part 5. Two data sets, each query asked ``--runs`` times with the caps (and a
+SUM's clamping bounds) chosen from the data, so each run chooses them and its outer cap
+afresh:
 
 - the demo's orders (``dpcurator demo``: 20,000 customers, a Pareto tail of very active
-  ones): orders per region, epsilon 0.4, one region per customer (the demo's first query);
-- the skewed generator (``skewed.py``: many units with 1-3 rows, 3% with 100-600): rows per
-  category, epsilon 1.
+  ones): orders and revenue (SUM(amount)) per region, epsilon 0.4, one region per customer
+  (as the demo's first query);
+- the skewed generator (``skewed.py``: many units with 1-3 rows, 3% with 100-600): rows and
+  SUM(amount) per category, epsilon 1.
 
 For each: the coverage of the ``total`` intervals and of the ``bounded`` ones against the true
-unbounded counts, their median widths, and the outer caps chosen. Run:
+unbounded answers, their median widths, and the outer caps chosen. Run:
 
     .venv/bin/python benchmarks/total_intervals.py --runs 200        # about two minutes
 
@@ -35,18 +37,23 @@ from skewed import categories, skewed_table
 
 
 def measure(table: pd.DataFrame, unit: str, column: str, keys: list[str], epsilon: float,
-            runs: int, **options: Any) -> dict[str, Any]:
-    truth = table.groupby(column).size().reindex(keys, fill_value=0).to_numpy(float)
+            runs: int, value: str | None = None, **options: Any) -> dict[str, Any]:
+    """COUNT(*) per ``column`` (or SUM(``value``), its bounds chosen from the data too)."""
+    grouped = table.groupby(column)
+    truth = (grouped.size() if value is None else grouped[value].sum()).reindex(
+        keys, fill_value=0).to_numpy(float)
+    aggregate = "COUNT(*)" if value is None else f"SUM({value})"
     curator = dp.Curator.from_pandas(table, privacy_unit=unit,
                                      budget=dp.PureDP(epsilon * runs * 2), cache=False)
     covered = {"total": 0, "bounded": 0}
     widths: dict[str, list[float]] = {"total": [], "bounded": []}
-    outers: Counter[int] = Counter()
+    outers: Counter[float] = Counter()
     for _ in range(runs):
-        release = curator.sql(f"SELECT {column}, COUNT(*) AS n FROM data GROUP BY {column}",
+        release = curator.sql(f"SELECT {column}, {aggregate} AS n FROM data GROUP BY {column}",
                               epsilon=epsilon, keys=keys, **options)
         assert release.interval_kinds["n"] == "total"
-        outers[int(release.max_unit_rows or 0)] += 1
+        outers[float(release.max_unit_rows or 0) if value is None
+               else release.max_unit_sums[value]] += 1
         for kind in ("total", "bounded"):
             low, high = release.interval("n", kind=kind)
             covered[kind] += int(np.sum((low <= truth) & (truth <= high)))
@@ -65,11 +72,17 @@ def main() -> None:
     parser.add_argument("--units", type=int, default=50_000, help="skewed generator's units")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
+    orders, skewed = shop_orders(), skewed_table(args.units)
     results = {
         "demo orders per region (epsilon 0.4)": measure(
-            shop_orders(), "customer_id", "region", REGIONS, 0.4, args.runs, max_partitions=1),
+            orders, "customer_id", "region", REGIONS, 0.4, args.runs, max_partitions=1),
+        "demo revenue per region, SUM(amount) (epsilon 0.4)": measure(
+            orders, "customer_id", "region", REGIONS, 0.4, args.runs, "amount",
+            max_partitions=1),
         f"skewed rows per category ({args.units:,} units, epsilon 1)": measure(
-            skewed_table(args.units), "user", "category", categories(8), 1.0, args.runs),
+            skewed, "user", "category", categories(8), 1.0, args.runs),
+        f"skewed SUM(amount) per category ({args.units:,} units, epsilon 1)": measure(
+            skewed, "user", "category", categories(8), 1.0, args.runs, "amount"),
     }
     for name, result in results.items():
         print(f"{name}: {result['intervals']:,} intervals")
@@ -78,7 +91,7 @@ def main() -> None:
         print(f"  median width: total {result['median_width']['total']:,.0f}, bounded "
               f"{result['median_width']['bounded']:,.0f} (median true count "
               f"{result['median_true_count']:,.0f})")
-        print(f"  outer caps chosen: {result['outer_caps']}")
+        print(f"  outer caps chosen: {result['outer_caps']}")  # rows, or sums of |amount|
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -513,7 +513,8 @@ def test_the_contribution_profile_is_identical_on_every_engine(make: Make, shape
     public = PublicKeys((("a",), ("b",), (None,), ("zz",))) if shape == "public keys" else None
     mode = "none" if unit is None else "rescale"
     q = BoundedQuery(unit, keys, None, public, 1, 1, mode,  # type: ignore[arg-type]
-                     mode if keys else "none", (), profile=("v", "w"))  # type: ignore[arg-type]
+                     mode if keys else "none", (), profile=("v", "w"),  # type: ignore[arg-type]
+                     profile_sums=("w", "v") if unit is not None else ())
 
     def rows(engine: Engine) -> list[tuple[Any, ...]]:
         profile = engine.compute_exact_aggregates(q, 0).profile
@@ -523,6 +524,10 @@ def test_the_contribution_profile_is_identical_on_every_engine(make: Make, shape
     got, expected = rows(make(df)), rows(duckdb_engine(df))
     assert got == expected
     assert sum(c for part, *_, c in got if part == 0) > 0
+    if unit is not None:  # the units' sums of |w| and |v|, every pair once
+        for part in (-1, -2):
+            assert sum(c for p, *_, c in got if p == part) == \
+                sum(c for p, *_, c in got if p == 0)
 
 
 # -- the outer-capped count of total intervals (dpcurator.curator._total) ----------------------
@@ -577,3 +582,51 @@ def test_one_heavy_unit_moves_the_outer_capped_count_by_at_most_its_cap(make: Ma
             assert 0 < moved <= bound == q.l1_sensitivity(spec)
         else:
             assert moved == 2 * 400  # the twin: every row of the heavy unit
+
+
+def reference_unit_values(df: pd.DataFrame, outer: int) -> dict[str, int]:
+    """Per partition: each pair's exact sum of w (an integer, clamped to [-outer, outer])
+    divided by 2^j truncated toward zero, 2^j the least power of two with A <= outer 2^j, A
+    the unit's sum of |w|."""
+    rows = df.dropna(subset=["uid"]).assign(w=df.w.clip(-outer, outer))
+    pairs = rows.groupby(["uid", "g"]).w.agg(p="sum", a=lambda w: w.abs().sum()).reset_index()
+    pairs["unit"] = pairs.groupby("uid").a.transform("sum")
+    out: dict[str, int] = {}
+    for g, p, unit in zip(pairs.g, pairs.p, pairs.unit, strict=True):
+        j = 0
+        while unit > outer * 2**j:
+            j += 1
+        part = int(abs(p)) // 2**j
+        out[g] = out.get(g, 0) + (part if p >= 0 else -part)
+    return out
+
+
+@pytest.mark.parametrize("outer", [1, 30, 500, 10**6])
+def test_the_outer_capped_sum_matches_a_python_reference_on_every_engine(
+        make: Make, outer: int) -> None:
+    df = frame(5)
+    df["w"] = df["w"] * np.where(np.arange(len(df)) % 3 == 0, -7, 5)  # both signs
+    spec = MeasureSpec("total", "unit_values", ValueSpec("w", -outer, outer, 0.0, 1.0),
+                       outer=outer)
+    q = BoundedQuery("uid", GROUP, None, None, 2, 3, "rescale", "rescale", (spec,))
+    got = as_table(same_on(make, df, q))["total"]
+    expected = reference_unit_values(df, outer)
+    assert {g: v for g, v in got.items() if v} == {g: v for g, v in expected.items() if v}
+
+
+def test_one_heavy_unit_moves_the_outer_capped_sum_by_at_most_its_cap(make: Make) -> None:
+    """Whatever its values (1e9, -1e9, inf), a unit moves the outer-capped sum by at most V
+    in L1; the twin with V above every unit's absolute sum moves by the unit's whole sum."""
+    base = frame(3)
+    bigger = pd.concat([base, extreme_unit(base)], ignore_index=True)
+    for outer, bound in ((50, 50), (2**40, None)):
+        spec = MeasureSpec("total", "unit_values", ValueSpec("v", -outer, outer, 0.0, 1.0),
+                           outer=outer)
+        q = BoundedQuery("uid", GROUP, None, None, 2, 3, "rescale", "rescale", (spec,))
+        b = as_table(make(base).compute_exact_aggregates(q, key=5))["total"]
+        a = as_table(make(bigger).compute_exact_aggregates(q, key=5))["total"]
+        moved = sum(abs(a.get(g, 0) - b.get(g, 0)) for g in set(a) | set(b))
+        if bound is not None:
+            assert 0 < moved <= bound == q.l1_sensitivity(spec)
+        else:
+            assert moved > 10**9  # the twin: the unit's values, nearly as they are

@@ -181,9 +181,10 @@ def query(
         None, "--bounds-share", help="The share of --epsilon spent choosing the bounds "
                                      "left to the data, in (0, 1) (default 0.1)."),
     interval_kind: str | None = typer.Option(
-        None, "--intervals", help="What COUNT(*)'s intervals cover: 'total' (the count "
-                                  "without the caps, for 10%% of --epsilon; the default where "
-                                  "the caps are chosen from the data) or 'bounded'."),
+        None, "--intervals", help="What the intervals of COUNT(*) and SUM cover: 'total' "
+                                  "(the answer without the caps and the clamping, for 10%% of "
+                                  "--epsilon; the default where the caps are chosen from the "
+                                  "data) or 'bounded'."),
     keys: Path | None = typer.Option(
         None, "--keys", help="CSV/Parquet of public group keys (header = key columns)."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
@@ -281,9 +282,11 @@ def query(
         bounded = {n: release.interval(n, kind="bounded") for n in totals}
         widths = ", ".join(f"{n}: {_cell(float(statistics.median((h - lo).tolist())))}"
                            for n, (lo, h) in bounded.items())
-        console.print(f"{', '.join(totals)}: intervals of the total count (without the caps), "
-                      f"for units of at most {release.max_unit_rows} rows; the bounded "
-                      f"intervals' median width: {widths}")
+        caps = ([f"{release.max_unit_rows} rows"] if release.max_unit_rows else []) + [
+            f"a sum of |{c}| of {_cell(v)}" for c, v in release.max_unit_sums.items()]
+        console.print(f"{', '.join(totals)}: intervals of the total answer (without the caps "
+                      f"and the clamping), for units of at most {' and '.join(caps)}; the "
+                      f"bounded intervals' median width: {widths}")
     console.print(f"privacy spent: {release.privacy}")
     if release.bounds_chosen is not None:
         chosen = {k: v for k, v in release.bounds_chosen.items() if k != "method"}

@@ -109,6 +109,7 @@ from dpcurator.errors import InternalError, UserError
 from dpcurator.mechanisms.exponential import PermuteAndFlip
 from dpcurator.noise import RandomSource
 from dpcurator.query.plan import (
+    MAX_UNIT_SUM,
     Aggregate,
     AutoBounds,
     Bounds,
@@ -162,6 +163,7 @@ ROW_FACTOR_VALUES = 2.0
 #: rows are exact, up to ``Plan``'s limit; the cap is twice the one chosen, and each octave
 #: costs a prior of 1 / epsilon in the score
 OUTER = "max_unit_rows"
+OUTER_SUM = "max_unit_sum"
 OUTER_CANDIDATES = tuple(2**i for i in range(21))
 OUTER_MARGIN = 2
 OUTER_PRIOR = 1.0
@@ -216,6 +218,11 @@ def _joint_parts(auto: AutoBounds) -> list[str]:
     return parts + [f"magnitude:{column}" for column in auto.columns[:1]]
 
 
+def outer_names(auto: AutoBounds) -> list[str]:
+    """The outer caps of total intervals to choose (``choose_outer``), in order."""
+    return ([OUTER] if auto.unit_rows else []) + [f"{OUTER_SUM}:{c}" for c in auto.unit_sums]
+
+
 def choice_names(auto: AutoBounds) -> list[tuple[str, float]]:
     """The choices, in the order they are made, with their weights in the budget: one joint
     choice of the caps and the first column's magnitude (named by its parts joined with
@@ -235,7 +242,8 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     ``request`` is the part ``remaining`` of the query's budget that is left after a total
     interval's share: the bounds' share stays a share of the whole budget."""
     auto = plan.auto
-    if auto is None or (auto.choices == 0 and not (auto.unit_rows and outer)):
+    outers = outer_names(auto) if auto is not None and outer else []
+    if auto is None or (auto.choices == 0 and not outers):
         raise InternalError("no bounds to choose; this is a bug")
     names = choice_names(auto) if auto.choices else []
     weights = [w for _, w in names]
@@ -252,8 +260,9 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
                         else (0.0, request.rho))
         spends = list(zip(names, _privacy.split(chosen, weights), strict=True)) if names \
             else []
-        if outer is not None:
-            spends.append(((OUTER, 0.0), outer))
+        if outer is not None and outers:  # the outer caps share their part equally
+            spends += [((name, 0.0), each) for name, each in
+                       zip(outers, _privacy.split(outer, [1.0] * len(outers)), strict=True)]
         for (name, _), each in spends:
             epsilon = math.sqrt(2.0 * each)
             while Fraction(epsilon) ** 2 / 2 > Fraction(each):
@@ -269,8 +278,9 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
                         else (0.0, request.epsilon))
         spends = list(zip(names, _privacy.split(chosen, weights), strict=True)) if names \
             else []
-        if outer is not None:
-            spends.append(((OUTER, 0.0), outer))
+        if outer is not None and outers:  # the outer caps share their part equally
+            spends += [((name, 0.0), each) for name, each in
+                       zip(outers, _privacy.split(outer, [1.0] * len(outers)), strict=True)]
         for (name, _), epsilon in spends:
             epsilons[name] = epsilon
             events.append(PureDPEvent(epsilon))
@@ -352,9 +362,15 @@ class Profile:
         # and, per column, (rows of the unit T, sign, bucket q, values)
         self.pairs = [(int(r[1]), int(r[2]), int(r[5])) for r in rows if r[0] == 0]
         self.unit_totals = [(int(r[1]), int(r[4]), int(r[5])) for r in rows if r[0] == 0]
+        # per column of the sums: (partitions of the unit P, bucket of its sum of |x|, pairs)
+        self.sums: dict[int, list[tuple[int, int, int]]] = {}
+        for r in rows:
+            if r[0] < 0:
+                self.sums.setdefault(-int(r[0]) - 1, []).append((int(r[1]), int(r[4]),
+                                                                 int(r[5])))
         self.values: dict[int, list[tuple[int, int, int, int]]] = {}
         for r in rows:
-            if r[0] != 0:
+            if r[0] > 0:
                 self.values.setdefault(int(r[0]) - 1, []).append(
                     (int(r[1]), int(r[3]), int(r[4]), int(r[5])))
 
@@ -375,6 +391,18 @@ class Profile:
         is rounded up to a power of two above 8, so T > M exactly when the rounded T is)."""
         return [_down(sum((Fraction(c, p) for p, t, c in self.unit_totals if t > cap),
                           Fraction(0))) for cap in caps]
+
+    def unit_sums(self, column: int) -> list[float]:
+        """Units whose sum of |x| exceeds 2^(q/4), q in ``PROFILE_STEPS`` (each pair weighs
+        1 / P; the engine's bucket is the largest q with the sum above 2^(q/4))."""
+        per_bucket: dict[int, Fraction] = {}
+        for p, b, c in self.sums.get(column, []):
+            per_bucket[b] = per_bucket.get(b, Fraction(0)) + Fraction(c, p)
+        out, beyond = [], Fraction(0)
+        for q in reversed(PROFILE_STEPS):  # suffix sums: buckets >= q
+            beyond += per_bucket.get(q, Fraction(0))
+            out.append(_down(beyond))
+        return out[::-1]
 
     def magnitudes(self, column: int) -> list[float]:
         """Values above 2^(q/4) in magnitude, q in ``PROFILE_STEPS`` (each weighs 1 / T)."""
@@ -459,10 +487,28 @@ def choose_outer(auto_plan: AutoPlan, stats: Profile, source: RandomSource | Non
     monotonic: permute-and-flip with half the noise (Ding, Kifer, Wang and Zhang 2021)."""
     epsilon = auto_plan.epsilons[OUTER]
     caps = OUTER_CANDIDATES
-    stat = np.asarray(stats.unit_rows(caps), dtype=np.float64)
-    prior = OUTER_PRIOR * np.arange(len(caps), dtype=np.float64) / epsilon
-    index = _release(-(stat + prior), epsilon, source, monotonic=True)
-    return int(min(OUTER_MARGIN * caps[index], caps[-1]))
+    octaves = np.log2(np.asarray(caps, dtype=np.float64))
+    return int(min(OUTER_MARGIN * caps[_outer_index(stats.unit_rows(caps), octaves, epsilon,
+                                                    source)], caps[-1]))
+
+
+def choose_outer_sum(auto_plan: AutoPlan, stats: Profile, column: int, name: str,
+                     source: RandomSource | None) -> float:
+    """A total SUM's outer cap V on a unit's sum of |value| of ``name`` (the profile's
+    ``column``-th of the sums), as ``choose_outer`` chooses M: over V = 2^(q/4), q in
+    ``PROFILE_STEPS``, at most ``MAX_UNIT_SUM``."""
+    epsilon = auto_plan.epsilons[f"{OUTER_SUM}:{name}"]
+    octaves = np.asarray(PROFILE_STEPS, dtype=np.float64) / 4.0
+    index = _outer_index(stats.unit_sums(column), octaves, epsilon, source)
+    return float(min(OUTER_MARGIN * 2.0 ** (PROFILE_STEPS[index] / 4), MAX_UNIT_SUM))
+
+
+def _outer_index(stats: Sequence[float], octaves: npt.NDArray[np.float64], epsilon: float,
+                 source: RandomSource | None) -> int:
+    """Permute-and-flip (monotonic) over -(units beyond the candidate) minus the prior."""
+    prior = OUTER_PRIOR * (octaves - octaves[0]) / epsilon
+    return _release(-(np.asarray(stats, dtype=np.float64) + prior), epsilon, source,
+                    monotonic=True)
 
 
 def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
@@ -474,8 +520,6 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     stats = Profile(profile)
     eps = auto_plan.epsilons
     chosen: dict[str, Any] = {}
-    if auto.unit_rows:  # chosen last (its own share), recorded here
-        plan = plan.replace(max_unit_rows=1)
     if auto.choices == 0:
         return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source)
     k, r, first = _choose_joint(auto_plan, plan, stats, source)
@@ -522,10 +566,18 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
 def _with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
                 source: RandomSource | None) -> tuple[Plan, dict[str, Any]]:
     """The plan with a total interval's outer cap chosen, when asked (``choose_outer``)."""
-    if not auto_plan.auto.unit_rows:
+    auto = auto_plan.auto
+    if not outer_names(auto):
         return plan, chosen
-    outer = choose_outer(auto_plan, stats, source)
-    chosen["max_unit_rows"] = outer
-    chosen["max_unit_rows_" + ("rho" if auto_plan.request.rho is not None else "epsilon")] = \
-        auto_plan.outer
-    return plan.replace(max_unit_rows=outer), chosen
+    cost = "rho" if auto_plan.request.rho is not None else "epsilon"
+    if auto.unit_rows:
+        outer = choose_outer(auto_plan, stats, source)
+        chosen[OUTER] = outer
+        plan = plan.replace(max_unit_rows=outer)
+    sums = dict(plan.max_unit_sums)
+    for index, column in enumerate(auto.unit_sums):
+        sums[column] = choose_outer_sum(auto_plan, stats, index, column, source)
+    if auto.unit_sums:
+        chosen["max_unit_sums"] = {c: sums[c] for c in auto.unit_sums}
+    chosen[f"outer_caps_{cost}"] = auto_plan.outer  # what choosing them cost, in all
+    return plan.replace(max_unit_sums=tuple(sums.items())), chosen

@@ -65,7 +65,7 @@ from dpcurator.query.plan import (
 )
 
 from . import _privacy, _total
-from ._auto_bounds import AutoPlan, plan_auto
+from ._auto_bounds import AutoPlan, outer_names, plan_auto
 from ._cost import check_within, stated_event
 from ._estimators import Estimator, NoisyMeasure
 from ._privacy import PrivacyRequest
@@ -197,10 +197,19 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     # what COUNT(*)'s intervals cover (``_total``): a measured total needs an outer cap
     kind, measured = _total.resolve(resolved, privacy_unit, defaults.intervals,
                                     choose_k or choose_r)
-    if measured and resolved.max_unit_rows is None:
-        auto = AutoBounds(unit_rows=True, share=share).merged(auto)
-    return resolved.replace(intervals=kind, auto=auto,
-                            max_unit_rows=resolved.max_unit_rows if measured else None)
+    if measured:
+        given = {_match_column(c, columns, "max_unit_sums"): v
+                 for c, v in resolved.max_unit_sums}
+        resolved = resolved.replace(max_unit_sums=tuple(given.items()))
+        outer = AutoBounds(
+            unit_rows=resolved.max_unit_rows is None and
+            any(type(a) is Count for a in aggregates),
+            unit_sums=tuple(c for c in _total.sum_columns(resolved) if c not in given),
+            share=share)
+        if outer.unit_rows or outer.unit_sums:
+            auto = outer.merged(auto)
+        return resolved.replace(intervals=kind, auto=auto)
+    return resolved.replace(intervals=kind, auto=auto, max_unit_rows=None, max_unit_sums=())
 
 
 @dataclass
@@ -353,7 +362,7 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
     outer = None
     if plan.intervals == "total" and privacy_unit is not None and total is None:
         request, total = _total.split(request)
-        if plan.max_unit_rows is None:
+        if plan.auto is not None and (plan.auto.unit_rows or plan.auto.unit_sums):
             outer, total = _privacy.split(total, [_total.CHOICE_PART, 1 - _total.CHOICE_PART])
     if plan.auto is None:
         return _compile_plain(plan, request, privacy_unit=privacy_unit,
@@ -364,10 +373,11 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
     main = _compile_plain(plan, auto.request, privacy_unit=privacy_unit,
                           postprocess=postprocess, source=source, total=total,
                           whole=None)
-    # the bounds' choices within their share, the outer cap's (the last) within its own
-    parts = [(choices[:len(choices) - (outer is not None)], auto.spent)]
-    if outer is not None:
-        parts.append((choices[-1:], auto.outer))
+    # the bounds' choices within their share, the outer caps' (the last) within their own
+    outers = len(outer_names(auto.auto)) if outer is not None else 0
+    parts = [(choices[:len(choices) - outers], auto.spent)]
+    if outers:
+        parts.append((choices[len(choices) - outers:], auto.outer))
     cost: PureDP | ApproxDP | ZCDP
     for events, allowed in parts:
         if whole.rho is not None:
@@ -432,23 +442,41 @@ def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
 
 def _with_total(query: CompiledQuery, budget: float, source: RandomSource | None
                 ) -> CompiledQuery:
-    """The query with the outer-capped count of a total interval (``_total``): one measure
-    and one mechanism, shared by its COUNT(*)s, run last; its event within ``budget``."""
+    """The query with the outer-capped measures of total intervals (``_total``): one count,
+    shared by its COUNT(*)s, and one sum per SUM column, each with an equal part of
+    ``budget``, run last. Before the outer caps are chosen (the placeholder compile) any cap
+    costs the same: the noise is calibrated to it."""
     plan = query.plan
-    outer = plan.max_unit_rows
-    if outer is None:  # placeholder compile before the outer cap is chosen: any cap costs
-        outer = 1      # the same (its noise is calibrated to it)
     zcdp = query.request.rho is not None
-    spec, mechanism = _total.measure(outer, budget, zcdp, source)
-    event = stated_event(mechanism.guarantee)
-    check_within(ComposedEvent((event,)), epsilon=None if zcdp else budget, delta=0.0,
-                 rho=Fraction(budget) if zcdp else Fraction(0))
-    noisy = NoisyMeasure(spec, mechanism, Fraction(1))
+    counts = any(type(e.aggregate) is Count for e in query.estimators)
+    columns = _total.sum_columns(plan)
+    parts = _privacy.split(budget, [1.0] * (int(counts) + len(columns)))
+    given = dict(plan.max_unit_sums)
+    noisy: dict[str | None, NoisyMeasure] = {}
+    if counts:
+        spec, mechanism = _total.measure(plan.max_unit_rows or 1, parts.pop(0), zcdp, source)
+        noisy[None] = NoisyMeasure(spec, mechanism, Fraction(1))
+    for column in columns:
+        part = parts.pop(0)
+        kind = "gaussian" if zcdp else "laplace"
+        spec, mechanism = _total.sum_measure(column, given.get(column, 1.0),
+                                             _unit_bound(kind, part, 1, 1), zcdp, source)
+        noisy[column] = NoisyMeasure(spec, mechanism, _unit_of(spec))
+    events = []
+    for measured, part in zip(noisy.values(), _privacy.split(budget, [1.0] * len(noisy)),
+                              strict=True):
+        event = stated_event(measured.mechanism.guarantee)
+        check_within(ComposedEvent((event,)), epsilon=None if zcdp else part, delta=0.0,
+                     rho=Fraction(part) if zcdp else Fraction(0))
+        events.append(event)
     for estimator in query.estimators:
         if type(estimator.aggregate) is Count:
-            estimator.total = noisy
-    bounded = replace(query.bounded, measures=(*query.bounded.measures, spec))
-    return replace(query, bounded=bounded, events=(*query.events, event))
+            estimator.total = noisy[None]
+        elif type(estimator.aggregate) is Sum:
+            estimator.total = noisy[estimator.aggregate.column]
+    bounded = replace(query.bounded, measures=(
+        *query.bounded.measures, *(m.spec for m in noisy.values())))
+    return replace(query, bounded=bounded, events=(*query.events, *events))
 
 
 def _threshold_candidate(plan: Plan, request: PrivacyRequest) -> Aggregate | None:
@@ -584,7 +612,7 @@ def _compile_with(plan: Plan, request: PrivacyRequest, allocation: _privacy.Allo
 
 def _unit_of(spec: MeasureSpec) -> Fraction:
     """The real value of one integer unit of the measure."""
-    if spec.kind in ("values", "squares"):
+    if spec.kind in ("values", "squares", "unit_values"):
         assert spec.value is not None
         return 1 / Fraction(spec.value.scale)
     return Fraction(1, spec.weight)

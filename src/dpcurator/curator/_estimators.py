@@ -41,7 +41,7 @@ __all__ = ["TOTAL", "Estimator", "Intervals", "Noisy", "NoisyMeasure", "estimate
 FloatArray = npt.NDArray[np.float64]
 _MEAN_SHARE = 0.05  # of a variance interval's alpha, to the mean (module docstring)
 #: Per aggregate name, its noisy measures: (P,) integer arrays, or one (P, 2047) noisy tree;
-#: under ``TOTAL``, the outer-capped count of total intervals (``_total``), when measured.
+#: under ``TOTAL`` + a measure's name, an outer-capped measure of total intervals (``_total``).
 Noisy = Mapping[str, list[npt.NDArray[Any]]]
 TOTAL = "__total__"
 
@@ -111,8 +111,13 @@ class Estimator:
 
     def total_interval(self, noisy: list[npt.NDArray[Any]], total: npt.NDArray[Any],
                        alpha: float) -> tuple[FloatArray, FloatArray]:
-        """(1 - alpha) intervals of the count without the query's caps (``_total``)."""
+        """(1 - alpha) intervals of the count, or the sum, without the query's caps and
+        clamping (``_total``): a sum's from its outer-capped sum alone (two-sided)."""
         assert self.total is not None
+        if type(self.aggregate) is Sum:
+            middle = _to_real(total, self.total.unit)
+            width = self.total.half_width(alpha)
+            return middle - width, middle + width
         low_alpha, high_alpha = _total.alphas(alpha)
         bounded = self.measures[0]
         low, high = _total.total_interval(
@@ -218,7 +223,8 @@ class Intervals:
         by_name = {e.aggregate.name: e for e in self.estimators}
         estimator = by_name[name]
         if total and estimator.total is not None:
-            return estimator.total_interval(self.noisy[name], self.noisy[TOTAL][0], alpha)
+            return estimator.total_interval(
+                self.noisy[name], self.noisy[TOTAL + estimator.total.spec.name][0], alpha)
         return estimator.interval(self.noisy[name], alpha)
 
 

@@ -43,10 +43,10 @@ from dpcurator.noise.samplers import sample_discrete_gaussian
 from dpcurator.query.bounding import BoundedQuery
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import QueryError, UnknownColumnError
-from dpcurator.query.plan import INTERVAL_KINDS, AutoBounds, Bounds, Plan, auto_options
+from dpcurator.query.plan import INTERVAL_KINDS, AutoBounds, Bounds, Count, Plan, auto_options
 from dpcurator.query.sql import parse_sql, too_deep_error
 
-from ._auto_bounds import choose_bounds
+from ._auto_bounds import choose_bounds, outer_names
 from ._compile import CompiledQuery, Defaults, _match_column, compile_query, resolve_plan
 from ._cost import query_cost
 from ._estimators import TOTAL, Intervals, Noisy, estimate
@@ -311,9 +311,9 @@ class Curator:
         chooses that bound from the data under DP with a share of the query's budget
         (``bounds_share``; default the curator's, 10%); the release states the bounds chosen
         and what choosing them cost (``Release.bounds_chosen``). ``intervals`` says what
-        COUNT(*)'s intervals cover: ``"bounded"`` (the capped count) or ``"total"`` (the count
-        without the caps, for a 10% share; the default where the caps are chosen from the
-        data: ``Release.interval_kinds``).
+        the intervals of COUNT(*) and SUM cover: ``"bounded"`` (the capped answer) or
+        ``"total"`` (the answer without the caps and the clamping, for a 10% share; the
+        default where the caps are chosen from the data: ``Release.interval_kinds``).
         """
         if isinstance(bounds, Mapping):  # a misspelt column is named, not silently unused
             for name in bounds:
@@ -427,13 +427,19 @@ class Curator:
         }
         if compiled.auto is not None:
             auto = compiled.auto
+            outers = outer_names(auto.auto)
             explained["bounds_to_choose"] = {
                 "max_partitions": auto.auto.max_partitions,
                 "max_rows_per_partition": auto.auto.max_rows_per_partition,
                 "columns": list(auto.auto.columns), "share": auto.auto.spent_share,
-                "epsilons": dict(auto.epsilons),
+                "epsilons": {k: v for k, v in auto.epsilons.items() if k not in outers},
                 "note": "chosen from the data when the query runs; the plan, SQL and noise "
                         "above show placeholder bounds (caps of 1, bounds (0, 1))"}
+            if outers:
+                explained["outer_caps_to_choose"] = {
+                    "caps": outers, "epsilons": {k: auto.epsilons[k] for k in outers},
+                    "note": "the total intervals' outer caps, chosen from the data when the "
+                            "query runs (placeholders of 1 above)"}
         return explained
 
     def close(self) -> None:
@@ -543,6 +549,9 @@ class Curator:
         # values: per aggregate, P released floats
         plan = compiled.plan
         mechanisms = {e.aggregate.name: e.describe() for e in compiled.estimators}
+        total = plan.intervals == "total"
+        kinds = tuple((e.aggregate.name, "total" if e.total is not None or (
+            total and type(e.aggregate) is Count) else "bounded") for e in compiled.estimators)
         if compiled.selection is not None:
             mechanisms["partition_selection"] = [describe_selection(compiled)]
         if chosen is not None:
@@ -551,7 +560,7 @@ class Curator:
             keys=kept.keys, group_columns=tuple(k.name for k in plan.group_by),
             values=values, privacy=privacy, plan=plan,
             sql=tuple(exact.sql or statements), confidence=level, mechanisms=mechanisms,
-            _intervals=Intervals(compiled.estimators, noisy),
+            _intervals=Intervals(compiled.estimators, noisy), kinds=kinds,
             secure=bool(getattr(resolve_source(self._source), "secure", False)))
 
 
@@ -565,7 +574,8 @@ def _profile_query(compiled: CompiledQuery) -> BoundedQuery:
         max_partitions=1, max_rows_per_partition=1,
         rows_mode="rescale" if unit else "none",
         partitions_mode="rescale" if unit and shell.group_keys else "none",
-        measures=(), profile=auto.auto.columns)
+        measures=(), profile=auto.auto.columns,
+        profile_sums=auto.auto.unit_sums if unit else ())
 
 
 @dataclass(frozen=True)
@@ -676,11 +686,11 @@ def add_noise(compiled: CompiledQuery, exact: ExactAggregates, kept: Partitions)
             ints = [column[i] if i >= 0 else 0 for i in kept.rows]
             parts.append(_add_noise(ints, measure.mechanism))
         noisy[name] = parts
-    totals = [e.total for e in compiled.estimators if e.total is not None]
-    if totals:  # one outer-capped count, shared by the COUNT(*)s (``_total``)
-        column = exact.measures[totals[0].spec.name]
-        noisy[TOTAL] = [_add_noise([column[i] if i >= 0 else 0 for i in kept.rows],
-                                   totals[0].mechanism)]
+    totals = {e.total.spec.name: e.total for e in compiled.estimators if e.total is not None}
+    for name, measure in totals.items():  # each once (the COUNT(*)s share one: ``_total``)
+        column = exact.measures[name]
+        noisy[TOTAL + name] = [_add_noise([column[i] if i >= 0 else 0 for i in kept.rows],
+                                          measure.mechanism)]
     return noisy
 
 

@@ -1,4 +1,5 @@
-"""Intervals of the *total* COUNT(*): the count without the query's caps (``intervals="total"``).
+"""Intervals of the *total* COUNT(*) and SUM: the answer without the query's caps and clamping
+(``intervals="total"``).
 
 Why an outer cap. The caps make each unit's contribution small enough to hide, and the
 released count estimates the *bounded* count B_p <= N_p, the true count of partition p. What
@@ -27,11 +28,23 @@ outer cap, so the high end fails with probability at most 9 alpha / 10 (a union 
 alpha; widening the high end to B~'s own never hurts). Most of alpha goes to the high end
 because the low end is seldom tight: where the caps bind, N_p is well above B_p.
 
-Where a total interval can be had (``available``): a COUNT(*) of a query with a privacy unit,
-public keys or one global partition (private keys are selected from the bounded counts),
+A SUM's total. S_p = sum over units of (the unit's exact sum in p of its values, clamped to
+[-V, V] on a fixed-point grid) / 2^j_u, truncated toward zero, 2^j_u the least power of two
+with A_u <= V 2^j_u, A_u the unit's sum of |value| over its pairs (``MeasureSpec`` kind
+``unit_values``): a unit moves (S_p) by at most V in L1, and S_p is the true sum (on the
+grid) when every A_u <= V, which the release states (``max_unit_sums``; V given, or chosen as
+M is, from the units' sums of |value|). The clamping bounds say nothing about the true sum's
+sign, so its interval is S~'s own, two-sided: [S~ - w, S~ + w], P[|Z| > w] <= alpha.
+
+Where a total interval can be had (``available``): a COUNT(*) or SUM of a query with a privacy
+unit, public keys or one global partition (private keys are selected from the bounded counts),
 ``rescale`` bounding (every row of every pair is read: sampled rows would miss the others) and
 no quantile (which samples rows). Without a privacy unit each row is its own unit and no cap
-removes a row: the bounded interval is already the total one, at no cost.
+removes a row: COUNT(*)'s bounded interval is already the total one, at no cost (a SUM's
+clamping still binds: its interval stays bounded).
+
+The share's parts: the outer caps to choose share ``CHOICE_PART`` of it equally, and the
+measures (one count for the COUNT(*)s, one sum per SUM column) the rest equally.
 
 Reference for the one-sided construction: a standard union bound over two one-sided
 confidence bounds (e.g. Casella and Berger, Statistical Inference, 2nd ed., Section 9.2);
@@ -46,15 +59,15 @@ import numpy.typing as npt
 from dpcurator.errors import InternalError
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dpcurator.noise import RandomSource
-from dpcurator.query.bounding import MeasureSpec
+from dpcurator.query.bounding import MeasureSpec, ValueSpec
 from dpcurator.query.errors import QueryError
-from dpcurator.query.plan import Count, Plan, Quantile
+from dpcurator.query.plan import Count, Plan, Quantile, Sum
 
 from . import _privacy
 from ._privacy import PrivacyRequest
 
 __all__ = ["CHOICE_PART", "SHARE", "alphas", "available", "measure", "resolve", "split",
-           "total_interval"]
+           "sum_columns", "sum_measure", "total_interval"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -66,9 +79,20 @@ CHOICE_PART = 0.5
 LOW_PART = 0.1
 
 
+def _totals(plan: Plan) -> bool:
+    return any(type(a) in (Count, Sum) for a in plan.aggregates)
+
+
+def sum_columns(plan: Plan) -> list[str]:
+    """The columns of the plan's SUMs, each with one outer-capped sum (in order)."""
+    return list(dict.fromkeys(a.column for a in plan.aggregates
+                              if type(a) is Sum and a.column is not None))
+
+
 def available(plan: Plan, privacy_unit: str | None) -> bool:
-    """Whether the plan's COUNT(*) can have a measured total interval (module docstring)."""
-    return (privacy_unit is not None and any(type(a) is Count for a in plan.aggregates)
+    """Whether the plan's COUNT(*) and SUMs can have measured total intervals (module
+    docstring)."""
+    return (privacy_unit is not None and _totals(plan)
             and not plan.private_keys and (plan.bounding or "rescale") == "rescale"
             and not any(isinstance(a, Quantile) for a in plan.aggregates))
 
@@ -80,15 +104,18 @@ def resolve(plan: Plan, privacy_unit: str | None, default: str | None,
     Asked for (by the query, else the curator's ``default``), ``"total"`` must be available;
     by default it is ``"total"`` where the caps are chosen from the data and available."""
     asked = plan.intervals or default
-    if not any(type(a) is Count for a in plan.aggregates):
+    counts = any(type(a) is Count for a in plan.aggregates)
+    if not _totals(plan) or (privacy_unit is None and not counts):
         if asked == "total":
-            raise QueryError("intervals='total' covers COUNT(*), which this query does not "
-                             "have; ask for intervals='bounded'")
+            raise QueryError("intervals='total' covers COUNT(*) and SUM (SUM with a privacy "
+                             "unit), which this query does not have; ask for "
+                             "intervals='bounded'")
         return "bounded", False
     if privacy_unit is None:
-        return asked or "total", False  # no cap removes a row: bounded is total
+        return asked or "total", False  # no cap removes a row: COUNT(*)'s bounded is total
     if asked == "total" and not available(plan, privacy_unit):
-        raise QueryError("intervals='total' needs public keys (keys=...) or no GROUP BY, "
+        raise QueryError("intervals='total' (COUNT(*), SUM) needs public keys (keys=...) or "
+                         "no GROUP BY, "
                          "bounding='rescale' and no quantile in the same query; ask for "
                          "intervals='bounded'")
     if asked is None:
@@ -113,9 +140,29 @@ def measure(outer: int, budget: float, zcdp: bool, source: RandomSource | None
     Laplace of epsilon ``budget``, or for a rho request a discrete Gaussian of rho ``budget``,
     calibrated to the sensitivity ``outer`` (L1 and L2)."""
     spec = MeasureSpec("total_unit_rows", "unit_rows", None, 1, outer)
+    return spec, _noise(spec.outer, budget, zcdp, source)
+
+
+def sum_measure(column: str, outer: float, grid: tuple[int, float], zcdp: bool,
+                source: RandomSource | None
+                ) -> tuple[MeasureSpec, DiscreteLaplace | DiscreteGaussian]:
+    """The outer-capped sum of ``column``: values clamped to [-V, V] (V = ``outer``) on a
+    fixed-point grid whose largest value is at most ``grid[0]`` (``_compile._unit_bound``:
+    the noise's scale is then about 2^40 units), the same noise as ``measure`` with the
+    budget ``grid[1]``, calibrated to the sensitivity V (in those units)."""
+    from ._compile import _value_scale
+
+    bound, used = grid
+    value = ValueSpec(column, -outer, outer, 0.0, _value_scale(outer, bound))
+    spec = MeasureSpec(f"total_unit_values_{column}", "unit_values", value, 1, value.bound)
+    return spec, _noise(spec.outer, used, zcdp, source)
+
+
+def _noise(sensitivity: int, budget: float, zcdp: bool, source: RandomSource | None
+           ) -> DiscreteLaplace | DiscreteGaussian:
     if zcdp:
-        return spec, DiscreteGaussian(rho=budget, sensitivity=outer, source=source)
-    return spec, DiscreteLaplace(epsilon=budget, sensitivity=outer, source=source)
+        return DiscreteGaussian(rho=budget, sensitivity=sensitivity, source=source)
+    return DiscreteLaplace(epsilon=budget, sensitivity=sensitivity, source=source)
 
 
 def total_interval(bounded: FloatArray, bounded_half_width: float, total: FloatArray,

@@ -7,9 +7,10 @@ question, not the data. Intervals at any other level are free post-processing:
 
 Interval methods, per aggregate (each covers the *bounded* aggregate: the answer after
 clamping and contribution bounding, which equals the plain answer whenever no unit was over
-its caps and no value outside its bounds), and COUNT(*)'s ``total`` interval, which covers
-the count *without* the caps wherever no unit has more than ``max_unit_rows`` rows in all
-(``interval_kinds`` says which kind each aggregate gives; ``dpcurator.curator._total``):
+its caps and no value outside its bounds), and the ``total`` intervals of COUNT(*) and SUM,
+which cover the answer *without* the caps and the clamping wherever no unit has more than
+``max_unit_rows`` rows in all (COUNT) or a sum of |value| above ``max_unit_sums[column]``
+(SUM) (``interval_kinds`` says which kind each aggregate gives; ``dpcurator.curator._total``):
 
 - COUNT, COUNT(DISTINCT unit): the shortest exact interval for the integer noise (at most one
   atom of the noise above the level; ``dpcurator.mechanisms._tails``). Where the noisy count
@@ -50,7 +51,7 @@ import numpy.typing as npt
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import UserError
-from dpcurator.query.plan import Count, Plan, Quantile
+from dpcurator.query.plan import Plan, Quantile
 
 __all__ = ["Release", "check_confidence"]
 
@@ -87,6 +88,7 @@ class Release:
     _intervals: Any  # callable(name, alpha, total) -> (low, high) arrays
     secure: bool = True
     from_cache: bool = False
+    kinds: tuple[tuple[str, str], ...] = ()  # per aggregate: "total" or "bounded"
 
     # -- shape ---------------------------------------------------------------------------------
 
@@ -135,11 +137,18 @@ class Release:
     @property
     def interval_kinds(self) -> dict[str, str]:
         """What each aggregate's intervals cover by default: ``"total"`` (the answer without
-        the caps: COUNT(*) where the query measured it, or where no cap can remove a row) or
-        ``"bounded"`` (the answer after the caps and the clamping)."""
-        total = self.plan.intervals == "total"
-        return {a.name: "total" if total and type(a) is Count else "bounded"
-                for a in self.plan.aggregates}
+        the caps: COUNT(*) and SUM where the query measured it, or COUNT(*) where no cap can
+        remove a row) or
+        ``"bounded"`` (the answer after the caps and the clamping); a SUM's total covers the
+        sum without the clamping and the caps for units whose sum of |value| is at most
+        ``max_unit_sums[column]``."""
+        kinds = dict(self.kinds)
+        return {a.name: kinds.get(a.name, "bounded") for a in self.plan.aggregates}
+
+    @property
+    def max_unit_sums(self) -> dict[str, float]:
+        """The outer caps under which the SUMs' ``total`` intervals cover, per column."""
+        return dict(self.plan.max_unit_sums) if self.plan.intervals == "total" else {}
 
     @property
     def max_unit_rows(self) -> int | None:
@@ -160,7 +169,8 @@ class Release:
             raise UserError(f"kind must be 'bounded' or 'total', got {kind!r}")
         if kind == "total" and default != "total":
             raise UserError(f"{name!r} has no total interval in this release (only COUNT(*) "
-                            "can, when asked with intervals='total'); its kind is 'bounded'")
+                            "and SUM can, when asked with intervals='total'); its kind is "
+                            "'bounded'")
         low, high = self._intervals(name, 1.0 - level, (kind or default) == "total")
         return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
 
@@ -234,11 +244,11 @@ class Release:
                 {name: [_json_number(low[i]), _json_number(high[i])]
                  for name, (low, high) in bounded.items()} for i in range(len(self.keys))]
             out["max_unit_rows"] = self.max_unit_rows
+            if self.max_unit_sums:
+                out["max_unit_sums"] = self.max_unit_sums
         chosen = self.bounds_chosen
         if chosen is not None:
-            out["bounds_chosen"] = {k: list(v) if isinstance(v, tuple) else
-                                    ({c: list(b) for c, b in v.items()} if isinstance(v, dict)
-                                     else v) for k, v in chosen.items()}
+            out["bounds_chosen"] = {k: _plain(v) for k, v in chosen.items()}
         return out
 
     def explain(self) -> str:
@@ -253,6 +263,15 @@ class Release:
     def __repr__(self) -> str:
         return (f"Release({len(self.keys)} partitions, columns={list(self.columns)}, "
                 f"privacy={self.privacy})")
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, inside dicts too (JSON-ready)."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def _json_number(value: Any) -> Any:

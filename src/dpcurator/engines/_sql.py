@@ -44,7 +44,7 @@ from dpcurator.engines._base import ExactAggregates
 from dpcurator.engines._hash import DEGREE, PREFIX, PRIME, WORD_BITS, hash_parameters
 from dpcurator.errors import InternalError
 from dpcurator.query import _expressions as ex
-from dpcurator.query.bounding import BoundedQuery, MeasureSpec, ValueSpec
+from dpcurator.query.bounding import OUTER_KINDS, BoundedQuery, MeasureSpec, ValueSpec
 
 __all__ = ["RELATION", "CompileCache", "CompiledQuery", "Dialect", "HashKind", "ValueKind",
            "collect", "compile_bounding", "width_bucket_case"]
@@ -544,13 +544,13 @@ class _Builder:
         for h in query.histograms:
             if h.column not in columns:
                 columns.append(h.column)
-        for column in query.profile or ():
+        for column in (*(query.profile or ()), *query.profile_sums):
             if column not in columns:
                 columns.append(column)
         self.columns = columns
         self.values: list[ValueSpec] = []
         for m in query.measures:
-            if m.kind in ("values", "squares") and m.value is not None \
+            if m.kind in ("values", "squares", "unit_values") and m.value is not None \
                     and m.value not in self.values:
                 self.values.append(m.value)
         self.sample = query.rows_mode == "sample"
@@ -859,6 +859,26 @@ class _Builder:
                       "BIGINT")
         return case((exp.LTE(this=c, expression=num(r)), kept), default=scaled)
 
+    def _unit_values(self, index: int) -> exp.Expr:
+        """The pair's exact sum P (``__a``) of fixed-point values divided by 2^j, truncated
+        toward zero, 2^j the smallest power of two with A <= V 2^j, A the unit's exact sum of
+        |value| over its pairs (``__s``; ``bounding``: the unit's parts then sum to at most
+        V). j runs while V 2^j stays below 2^120, every engine's exact integers (a unit
+        beyond contributes 0: NULL)."""
+        measure = self.q.measures[index]
+        pair, unit = col(f"__a{index}"), col(f"__s{index}")
+        whens: list[tuple[exp.Expr, exp.Expr]] = []
+        j = 0
+        while measure.outer * 2**j < 2**120:
+            whens.append((exp.LTE(this=unit.copy(), expression=num(measure.outer * 2**j)),
+                          num(2**j)))
+            j += 1
+        divisor = case(*whens)
+        down = cast(exp.IntDiv(this=paren(pair.copy()), expression=divisor.copy()), "BIGINT")
+        up = exp.Neg(this=cast(exp.IntDiv(this=exp.Neg(this=paren(pair.copy())),
+                                          expression=divisor), "BIGINT"))
+        return case((exp.GTE(this=pair, expression=num(0)), down), default=up)
+
     def _amount(self, index: int) -> exp.Expr:
         """Measure ``index``'s per-pair amount, as a column of ``pairs`` (or a constant)."""
         measure = self.q.measures[index]
@@ -867,8 +887,16 @@ class _Builder:
     def pairs(self) -> exp.Select:
         q, r = self.q, self.q.rows_cap
         items: list[exp.Expr] = [col("__u"), *self.keys()]
-        items += [alias(self._per_pair(m), f"__a{j}") for j, m in enumerate(q.measures)
-                  if m.kind != "units"]
+        for j, m in enumerate(q.measures):
+            if m.kind == "unit_values":  # divided in the next stage (``_unit_values``)
+                assert m.value is not None
+                value = col(self.v(m.value))
+                _, pair = self.d.pair_sum(value)
+                _, absolute = self.d.pair_sum(exp.Abs(this=value.copy()))
+                items += [alias(pair, f"__a{j}"),
+                          alias(window(exp.Sum(this=absolute), [col("__u")]), f"__s{j}")]
+            elif m.kind != "units":
+                items.append(alias(self._per_pair(m), f"__a{j}"))
         if q.partitions_mode == "rescale" and self.d.partitions_by_window:
             items.append(alias(window(exp.Count(this=exp.Star()), [col("__u")]), "__m"))
         note = f" over at most {r} sampled rows" if self.sample else \
@@ -886,8 +914,10 @@ class _Builder:
                       group=[col("__u")], comment="one row per unit: how many partitions it has")
 
     def _contribution(self, index: int) -> exp.Expr:
+        if self.q.measures[index].kind == "unit_values":
+            return self._unit_values(index)
         amount = self._amount(index)
-        if self.q.partitions_mode != "rescale" or self.q.measures[index].kind == "unit_rows":
+        if self.q.partitions_mode != "rescale" or self.q.measures[index].kind in OUTER_KINDS:
             return amount  # an outer cap's weights already bound the unit's whole contribution
         k = self.q.partitions_cap
         # trunc(amount * k / m) toward zero, in DOUBLE: exact because |amount * k| is at
@@ -1034,7 +1064,9 @@ class _Builder:
         """The shape of the units' contributions (``BoundedQuery.profile``), as counts only.
 
         Part 0 counts the (unit, partition) pairs by (``__pb``: the unit's number of
-        partitions, ``__nb``: the pair's number of rows, ``__b``: the unit's number of rows).
+        partitions, ``__nb``: the pair's number of rows, ``__b``: the unit's number of rows);
+        part -1 - c by (``__pb``, ``__b``: the bucket of the unit's sum of |x| of column c of
+        ``profile_sums``; NULL and NaN left out, +-inf in the top bucket).
         Part 1 + c counts column c's non-missing values by (``__pb``: the unit's number of
         rows, ``__s``: sign, ``__b``: the largest q with |x| > 2^(q/4), q in
         ``PROFILE_STEPS``; one less if none). Every
@@ -1048,9 +1080,13 @@ class _Builder:
             ctes.append(("shaped", select([star(), *ones], source)))
         else:
             pair = [col("__u"), *self.keys()]
+            sums = [alias(window(exp.Sum(this=exp.Abs(this=col(self.x(column)))),
+                                 [col("__u")]), f"__a{c}")
+                    for c, column in enumerate(q.profile_sums)]
             counted = select([star(), alias(window(exp.Count(this=exp.Star()), pair), "__n"),
                               alias(window(exp.Count(this=exp.Star()), [col("__u")]), "__t"),
-                              alias(window(exp.RowNumber(), pair, [col("__u")]), "__i")],
+                              alias(window(exp.RowNumber(), pair, [col("__u")]), "__i"),
+                              *sums],
                              source, comment="each row with its pair's and its unit's rows")
             first = case((exp.EQ(this=col("__i"), expression=num(1)), num(1)), default=num(0))
             spread = select([star(), alias(window(exp.Sum(this=first), [col("__u")]), "__p")],
@@ -1066,6 +1102,17 @@ class _Builder:
             where=exp.EQ(this=col("__i"), expression=num(1)),
             group=[col("__pb"), col("__nb"), col("__tb")],
             comment="pairs by (partitions of the unit, rows of the pair, rows of the unit)")]
+        for c in range(len(q.profile_sums)):
+            bucket = self._bucket(col(f"__a{c}"), PROFILE_STEPS[0], PROFILE_STEPS[-1])
+            sums_of = select([col("__pb"), alias(bucket, "__b")], "shaped",
+                             where=exp.EQ(this=col("__i"), expression=num(1)))
+            branches.append(select(
+                [alias(num(-1 - c), "__part"), col("__pb"), alias(null.copy(), "__nb"),
+                 alias(null.copy(), "__s"), col("__b"), alias(exp.Count(this=exp.Star()),
+                                                              "__c")], sums_of,
+                group=[col("__pb"), col("__b")],
+                comment=f"pairs by (partitions of the unit, the unit's sum of |value| of "
+                        f"column {c} of the sums)"))
         for c, column in enumerate(q.profile or ()):
             x = col(self.x(column))
             sign = case((exp.LT(this=x.copy(), expression=self.d.double(0.0)), num(-1)),

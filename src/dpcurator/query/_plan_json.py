@@ -36,7 +36,8 @@ __all__ = ["plan_from_json", "plan_to_json"]
 _KINDS: dict[str, type[Any]] = {"count": Count, "count_units": CountUnits, "sum": Sum,
                                 "mean": Mean, "variance": Variance, "quantile": Quantile}
 _PLAN_KEYS = {"aggregates", "group_by", "where", "keys", "max_partitions",
-              "max_rows_per_partition", "bounding", "intervals", "max_unit_rows"}
+              "max_rows_per_partition", "bounding", "intervals", "max_unit_rows",
+              "max_unit_sums"}
 _MAX_ITEMS = 1000
 
 
@@ -53,6 +54,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             out[key] = getattr(plan, key)
     if plan.keys is not None:
         out["keys"] = [list(row) for row in plan.keys.values]
+    if plan.max_unit_sums:
+        out["max_unit_sums"] = dict(plan.max_unit_sums)
     return out
 
 
@@ -89,7 +92,14 @@ def plan_from_json(data: Any) -> Plan:
         max_partitions=data.get("max_partitions"),
         max_rows_per_partition=data.get("max_rows_per_partition"),
         bounding=data.get("bounding"), intervals=data.get("intervals"),
-        max_unit_rows=data.get("max_unit_rows"))
+        max_unit_rows=data.get("max_unit_rows"),
+        max_unit_sums=_unit_sums(data.get("max_unit_sums", {})))
+
+
+def _unit_sums(value: Any) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, dict):
+        raise QueryError("max_unit_sums must be an object {column: number}")
+    return tuple(value.items())
 
 
 def _aggregate_from_json(data: Any) -> Aggregate:

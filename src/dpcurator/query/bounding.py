@@ -37,7 +37,9 @@ Sums are integers (fixed point), so floating-point summation cannot exceed these
 The one measure outside the caps, ``unit_rows`` (the outer-capped count behind a ``total``
 interval), weighs each of a unit's rows by min(1, M / T), T the unit's rows in all its pairs,
 truncating each pair's part: the unit's parts sum to at most M (its L1 norm; its L2 norm is
-no larger), whatever its rows, so its sensitivity is M times its weight.
+no larger), whatever its rows, so its sensitivity is M times its weight. ``unit_values``
+divides each pair's exact sum P by 2^j, A <= V 2^j with A the unit's exact sum of |value|:
+sum over pairs of |P| / 2^j <= A / 2^j <= V, truncation only lowering each part.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from dpcurator.errors import InternalError
 from dpcurator.query.plan import GroupKey, PublicKeys
 
 __all__ = [
+    "OUTER_KINDS",
     "BoundedQuery",
     "HistogramSpec",
     "MeasureKind",
@@ -60,7 +63,10 @@ __all__ = [
 ]
 
 Mode = Literal["rescale", "sample", "none"]
-MeasureKind = Literal["rows", "units", "present", "values", "squares", "unit_rows"]
+MeasureKind = Literal["rows", "units", "present", "values", "squares", "unit_rows",
+                      "unit_values"]
+#: the measures outside the caps, each under an outer cap of its own (``MeasureSpec``)
+OUTER_KINDS = ("unit_rows", "unit_values")
 
 MAX_VALUE_BITS = 52  # per-row fixed-point magnitudes stay below 2^52 (exact in double, BIGINT)
 MAX_OUTER_BITS = 30  # n * outer stays within BIGINT for pairs of up to 2^33 rows
@@ -120,7 +126,13 @@ class MeasureSpec:
       in all (its pairs, every partition) counts each of its n rows in a partition as
       min(1, ``outer`` / T), the pair's ``n * outer // T`` truncated (so at most ``outer`` rows
       over all partitions, and exactly its rows when T <= ``outer``); the measure of the
-      *unbounded* COUNT(*) behind a ``total`` interval (``dpcurator.curator._total``).
+      *unbounded* COUNT(*) behind a ``total`` interval (``dpcurator.curator._total``);
+    - ``unit_values``: the sum of ``value`` (clamped to [-V, V], fixed point) under an outer
+      cap on the unit's absolute sum instead of the query's caps: with A the unit's sum of
+      |value| over all its pairs (exact), the smallest power of two 2^j with A <= ``outer``
+      2^j divides each pair's exact sum (truncated toward zero), so the unit's parts sum to
+      at most ``outer`` in absolute value, and are its exact sums when A <= ``outer``
+      (``outer`` is the value's ``bound``; ``weight`` is 1): the unbounded SUM's measure.
 
     Under partition rescaling a unit's weight is multiplied by k / m and truncated, so the
     weight's size sets the resolution of the fractional contributions.
@@ -133,16 +145,19 @@ class MeasureSpec:
     outer: int = 0
 
     def __post_init__(self) -> None:
-        needs_value = self.kind in ("present", "values", "squares")
+        needs_value = self.kind in ("present", "values", "squares", "unit_values")
         if needs_value != (self.value is not None):
             raise InternalError(f"measure {self.name} of kind {self.kind} has the wrong value "
                                 "spec; this is probably a bug")
         if not 1 <= self.weight < 2**MAX_VALUE_BITS:
             raise InternalError("measure weight out of range; this is probably a bug")
-        if (self.kind == "unit_rows") != (self.outer > 0) or \
-                self.outer * self.weight >= 2**MAX_OUTER_BITS:
-            raise InternalError(f"measure {self.name}: an outer cap goes with unit_rows only, "
-                                "below 2^30 units; this is probably a bug")
+        if (self.kind in OUTER_KINDS) != (self.outer > 0) or (
+                self.kind == "unit_rows" and self.outer * self.weight >= 2**MAX_OUTER_BITS) or (
+                self.kind == "unit_values" and (self.weight != 1 or self.value is None
+                                                or self.value.bound != self.outer)):
+            raise InternalError(f"measure {self.name}: an outer cap goes with unit_rows (below "
+                                "2^30 units) or unit_values (its value's bound) only; this is "
+                                "probably a bug")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +186,9 @@ class BoundedQuery:
     the pair's number of rows), and, for each named column, its non-missing values counted by
     (the same two numbers, sign, power-of-two bucket of the magnitude); the pairs also by the
     unit's number of rows in all (for a total interval's outer cap). The numbers are rounded
-    up to a power of two above 8.
+    up to a power of two above 8. For each column of ``profile_sums``, the pairs are also
+    counted by (the unit's partitions, the bucket of the unit's sum of |value|), for the outer
+    cap of a total SUM.
     """
 
     unit: str | None
@@ -186,17 +203,20 @@ class BoundedQuery:
     histograms: tuple[HistogramSpec, ...] = ()
     selection_units: bool = False
     profile: tuple[str, ...] | None = None
+    profile_sums: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.profile is not None and (self.measures or self.histograms):
             raise InternalError("a profile query has no measures; this is a bug")
+        if self.profile_sums and (self.profile is None or self.unit is None):
+            raise InternalError("units' sums are profiled with a unit only; this is a bug")
         if self.unit is None and (self.rows_mode != "none" or self.partitions_mode != "none"):
             raise InternalError("row-level bounding has no caps to apply; this is a bug")
         if self.selection_units and self.partitions_mode == "rescale":
             raise InternalError("partition selection needs a hard partition cap; this is a bug")
         if self.histograms and "rescale" in (self.rows_mode, self.partitions_mode):
             raise InternalError("histograms need sampled bounding; this is a bug")
-        if any(m.kind == "unit_rows" for m in self.measures) and (
+        if any(m.kind in OUTER_KINDS for m in self.measures) and (
                 self.rows_mode != "rescale" or self.partitions_mode == "sample"):
             raise InternalError("an outer row cap needs every row of every pair; this is a bug")
 
@@ -218,7 +238,7 @@ class BoundedQuery:
     def per_partition_bound(self, measure: MeasureSpec) -> int:
         """The most one unit's contribution to one partition can be, in the measure's units."""
         one = measure.weight
-        if measure.kind == "unit_rows":
+        if measure.kind in OUTER_KINDS:
             return measure.outer * one
         if measure.kind == "units":
             return one
@@ -229,13 +249,13 @@ class BoundedQuery:
 
     def l1_sensitivity(self, measure: MeasureSpec) -> int:
         """Bound on the L1 norm of one unit's contribution over all partitions."""
-        if measure.kind == "unit_rows":  # its weights sum to at most 1 per row of outer
+        if measure.kind in OUTER_KINDS:  # the unit's parts sum to at most outer
             return measure.outer * measure.weight
         return self.partitions_cap * self.per_partition_bound(measure)
 
     def l2_sensitivity(self, measure: MeasureSpec) -> int:
         """Bound on the L2 norm of one unit's contribution, rounded up to an integer."""
         bound = self.per_partition_bound(measure)
-        if measure.kind == "unit_rows":  # L2 <= L1
+        if measure.kind in OUTER_KINDS:  # L2 <= L1
             return bound
         return isqrt_ceil(self.partitions_cap * bound * bound)

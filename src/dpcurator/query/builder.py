@@ -15,7 +15,7 @@ equal plan (``tests/test_query_plans.py`` checks it).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -125,6 +125,7 @@ class Query:
     auto: AutoBounds | None = None
     interval_kind: IntervalKind | None = None
     max_unit_rows: int | None = None
+    max_unit_sums: tuple[tuple[str, float], ...] = ()
 
     # -- rows and partitions -------------------------------------------------------------
 
@@ -180,13 +181,17 @@ class Query:
         the data ("auto"), instead of the curator's share (10% unless it states another)."""
         return replace(self, auto=AutoBounds(share=share).merged(self.auto))
 
-    def intervals(self, kind: str, *, max_unit_rows: int | None = None) -> Query:
-        """What COUNT(*)'s intervals cover: ``"bounded"`` (the count after the caps) or
-        ``"total"`` (the count without them, wherever no unit has more than
-        ``max_unit_rows`` rows in all; chosen from the data when not given)."""
+    def intervals(self, kind: str, *, max_unit_rows: int | None = None,
+                  max_unit_sums: Mapping[str, float] | None = None) -> Query:
+        """What the intervals of COUNT(*) and SUM cover: ``"bounded"`` (the answer after the
+        caps and the clamping) or ``"total"`` (the answer without them, wherever no unit has
+        more than ``max_unit_rows`` rows in all, nor a sum of |value| above
+        ``max_unit_sums[column]``; each chosen from the data when not given)."""
         plan = Plan(aggregates=(Count(),), intervals=kind,  # type: ignore[arg-type]
-                    max_unit_rows=max_unit_rows)  # validates both
-        return replace(self, interval_kind=plan.intervals, max_unit_rows=plan.max_unit_rows)
+                    max_unit_rows=max_unit_rows,
+                    max_unit_sums=tuple((max_unit_sums or {}).items()))  # validates them
+        return replace(self, interval_kind=plan.intervals, max_unit_rows=plan.max_unit_rows,
+                       max_unit_sums=plan.max_unit_sums)
 
     def _auto_column(self, bounds: BoundsLike, column: str) -> Query:
         """This query, asking for ``column``'s bounds to be chosen when ``bounds`` is "auto"."""
@@ -257,6 +262,7 @@ class Query:
             auto=self.auto,
             intervals=self.interval_kind,
             max_unit_rows=self.max_unit_rows,
+            max_unit_sums=self.max_unit_sums,
         )
 
 

@@ -44,6 +44,7 @@ __all__ = [
 BoundingMode = Literal["rescale", "sample"]
 _BOUNDING_MODES = ("rescale", "sample")
 IntervalKind = Literal["bounded", "total"]
+MAX_UNIT_SUM = 2.0**40  # a total SUM's outer cap: the profile's largest bucket
 INTERVAL_KINDS = ("bounded", "total")
 # Contribution bounds are capped so that fixed-point arithmetic in the engine cannot overflow
 # (values times rows times weights stay below 2^127 in HUGEINT arithmetic).
@@ -300,6 +301,7 @@ class AutoBounds:
     open: bool = False
     share: float | None = None
     unit_rows: bool = False  # a total interval's outer cap (paid from its own share)
+    unit_sums: tuple[str, ...] = ()  # a total SUM's outer caps, per column (the same)
 
     def __post_init__(self) -> None:
         share = self.share
@@ -325,7 +327,8 @@ class AutoBounds:
                           tuple(dict.fromkeys([*self.columns, *other.columns])),
                           self.open or other.open,
                           self.share if self.share is not None else other.share,
-                          self.unit_rows or other.unit_rows)
+                          self.unit_rows or other.unit_rows,
+                          tuple(dict.fromkeys([*self.unit_sums, *other.unit_sums])))
 
     def wants_column(self, column: str) -> bool:
         return self.open or column.lower() in {c.lower() for c in self.columns}
@@ -395,11 +398,14 @@ class Plan:
     - ``bounding``: ``"rescale"`` (default; a unit over a cap contributes the *expected*
       contribution of a uniformly random choice within the cap, with the same sensitivity and
       less variance) or ``"sample"`` (a uniformly random choice of rows and partitions).
-    - ``intervals``: what COUNT(*)'s intervals cover: ``"bounded"`` (the answer after the
-      caps) or ``"total"`` (the answer without them, for units of at most ``max_unit_rows``
-      rows in all; ``dpcurator.curator._total``); None: the curator's default (``"total"``
+    - ``intervals``: what the intervals of COUNT(*) and SUM cover: ``"bounded"`` (the answer
+      after the caps and the clamping) or ``"total"`` (the answer without them, for units of
+      at most ``max_unit_rows`` rows and ``max_unit_sums`` in all;
+      ``dpcurator.curator._total``); None: the curator's default (``"total"``
       where the caps are chosen from the data and the query can have it).
     - ``max_unit_rows``: the outer cap of a ``"total"`` interval (None: chosen from the data).
+    - ``max_unit_sums``: ((column, V), ...): the outer cap of a total SUM over the column, on
+      a unit's sum of |value| (a column not named: chosen from the data).
     """
 
     aggregates: tuple[Aggregate, ...]
@@ -412,6 +418,7 @@ class Plan:
     auto: AutoBounds | None = None
     intervals: IntervalKind | None = None
     max_unit_rows: int | None = None
+    max_unit_sums: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.auto is not None and not isinstance(self.auto, AutoBounds):
@@ -450,6 +457,22 @@ class Plan:
             raise QueryError(f"intervals must be 'bounded' or 'total', got {self.intervals!r}")
         if self.max_unit_rows is not None:
             _check_count("max_unit_rows", self.max_unit_rows)  # at most 2^20 (< 2^30)
+        sums = self.max_unit_sums
+        if isinstance(sums, dict):
+            sums = tuple(sums.items())
+        if not isinstance(sums, tuple | list):
+            raise QueryError("max_unit_sums must map columns to positive numbers")
+        checked: dict[str, float] = {}
+        for item in sums:
+            if not isinstance(item, tuple | list) or len(item) != 2:
+                raise QueryError("max_unit_sums must map columns to positive numbers")
+            column = _check_name(item[0], "a max_unit_sums column")
+            value = _check_number(f"max_unit_sums[{column!r}]", item[1])
+            if not 0.0 < value <= MAX_UNIT_SUM:
+                raise QueryError(f"max_unit_sums[{column!r}] must be in (0, {MAX_UNIT_SUM:g}], "
+                                 f"got {item[1]!r}")
+            checked[column] = value
+        object.__setattr__(self, "max_unit_sums", tuple(sorted(checked.items())))
         object.__setattr__(self, "aggregates", aggregates)
         object.__setattr__(self, "group_by", group_by)
 
@@ -476,6 +499,7 @@ class Plan:
         """A copy with some fields changed (validated again)."""
         values = {name: getattr(self, name) for name in (
             "aggregates", "group_by", "where", "keys", "max_partitions",
-            "max_rows_per_partition", "bounding", "auto", "intervals", "max_unit_rows")}
+            "max_rows_per_partition", "bounding", "auto", "intervals", "max_unit_rows",
+            "max_unit_sums")}
         values.update(changes)
         return Plan(**values)

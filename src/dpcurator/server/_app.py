@@ -65,9 +65,9 @@ class QueryRequest(BaseModel):
     keys: list[Scalar | list[Scalar]] | None = Field(
         None, max_length=100_000, description="public partitions for the GROUP BY keys")
     intervals: Literal["bounded", "total"] | None = Field(
-        None, description="what COUNT(*)'s intervals cover: the count after the caps, or "
-                          "the total without them (default: total where the caps are "
-                          "chosen from the data)")
+        None, description="what the intervals of COUNT(*) and SUM cover: the answer "
+                          "after the caps, or the total without them (default: total where "
+                          "the caps are chosen from the data)")
 
     def body(self) -> QueryBody:
         if (self.sql is None) == (self.plan is None):
