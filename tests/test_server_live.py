@@ -137,6 +137,9 @@ def test_python_and_cli_clients(live: LiveServer, tmp_path: Path) -> None:
 
     built = connect(live.url, BOB).run(Query().count("rows"), epsilon=0.1)
     assert built["privacy"]["epsilon"] == 0.1 and built["rows"][0]["rows"] > 0
+    bounded = connect(live.url, BOB).sql("SELECT COUNT(*) AS n FROM data", epsilon=0.1,
+                                         intervals="bounded")
+    assert bounded["interval_kinds"] == {"n": "bounded"}
     with pytest.raises(dp.errors.BudgetExceededError):
         orders.sql("SELECT COUNT(*) AS m FROM data", epsilon=0.9)
     with pytest.raises(dp.errors.UserError, match="token"):

@@ -108,7 +108,7 @@ def _budget(journal: str | None, epsilon: float, delta: float,
 
 def _remote_query(server: str, token: str, dataset: str, sql: str, epsilon: float,
                   delta: float, noise: str | None, confidence: float,
-                  keys: Path | None) -> dict[str, Any]:
+                  keys: Path | None, intervals: str | None) -> dict[str, Any]:
     from dpcurator.server.client import connect
 
     key_values = None
@@ -118,7 +118,7 @@ def _remote_query(server: str, token: str, dataset: str, sql: str, epsilon: floa
                       for row in frame.itertuples(index=False, name=None)]
     curator = connect(server, token, dataset=dataset)
     return curator.sql(sql, epsilon=epsilon, delta=delta or None, noise=noise,
-                       confidence=confidence, keys=key_values)
+                       confidence=confidence, keys=key_values, intervals=intervals)
 
 
 def _show_remote(result: dict[str, Any], as_json: bool) -> None:
@@ -223,7 +223,7 @@ def query(
                  "--allow-large-delta": allow_large_delta or None,
                  "--max-partitions": max_partitions,
                  "--max-rows-per-partition": max_rows_per_partition,
-                 "--bounds-share": bounds_share, "--intervals": interval_kind}
+                 "--bounds-share": bounds_share}
         with user_errors(as_json):
             given = [name for name, value in local.items() if value]
             if given:
@@ -232,7 +232,7 @@ def query(
             if not token:
                 raise ValueError("--server needs --token (or DPCURATOR_TOKEN)")
             remote = _remote_query(server, token, str(data), sql, epsilon, delta, noise,
-                                   confidence, keys)
+                                   confidence, keys, interval_kind)
         _show_remote(remote, as_json)
         return
     with user_errors(as_json):
