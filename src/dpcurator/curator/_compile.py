@@ -194,7 +194,8 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
         max_partitions=caps[0], max_rows_per_partition=caps[1],
         bounding=plan.bounding or defaults.bounding, auto=auto,
     )
-    # what COUNT(*)'s intervals cover (``_total``): a measured total needs an outer cap
+    # what the intervals of COUNT(*) and SUM cover (``_total``): a measured total needs outer
+    # caps, given or chosen
     kind, measured = _total.resolve(resolved, privacy_unit, defaults.intervals,
                                     choose_k or choose_r)
     if measured:
@@ -355,9 +356,10 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
     with placeholder bounds and the rest of the request, its events preceded by the choices'
     (what it costs does not depend on the bounds chosen: ``_auto_bounds``).
 
-    A measured total interval (``_total``) first takes its share of the request, a third of it
-    for choosing the outer cap when the plan does not give one; ``total`` is what is left to
-    measure it when the caller has already split the request (the bounds' second compile)."""
+    Measured total intervals (``_total``) first take their share of the request,
+    ``_total.CHOICE_PART`` of it for choosing the outer caps the plan does not give; ``total``
+    is what is left to measure them when the caller has already split the request (the
+    bounds' second compile)."""
     whole = request
     outer = None
     if plan.intervals == "total" and privacy_unit is not None and total is None:
@@ -448,24 +450,21 @@ def _with_total(query: CompiledQuery, budget: float, source: RandomSource | None
     costs the same: the noise is calibrated to it."""
     plan = query.plan
     zcdp = query.request.rho is not None
-    counts = any(type(e.aggregate) is Count for e in query.estimators)
-    columns = _total.sum_columns(plan)
-    parts = _privacy.split(budget, [1.0] * (int(counts) + len(columns)))
+    owners: list[str | None] = [None] if any(
+        type(e.aggregate) is Count for e in query.estimators) else []
+    owners += _total.sum_columns(plan)  # None: the COUNT(*)s; else a SUM's column
     given = dict(plan.max_unit_sums)
     noisy: dict[str | None, NoisyMeasure] = {}
-    if counts:
-        spec, mechanism = _total.measure(plan.max_unit_rows or 1, parts.pop(0), zcdp, source)
-        noisy[None] = NoisyMeasure(spec, mechanism, Fraction(1))
-    for column in columns:
-        part = parts.pop(0)
-        kind = "gaussian" if zcdp else "laplace"
-        spec, mechanism = _total.sum_measure(column, given.get(column, 1.0),
-                                             _unit_bound(kind, part, 1, 1), zcdp, source)
-        noisy[column] = NoisyMeasure(spec, mechanism, _unit_of(spec))
     events = []
-    for measured, part in zip(noisy.values(), _privacy.split(budget, [1.0] * len(noisy)),
-                              strict=True):
-        event = stated_event(measured.mechanism.guarantee)
+    for owner, part in zip(owners, _privacy.split(budget, [1.0] * len(owners)), strict=True):
+        if owner is None:
+            spec, mechanism = _total.measure(plan.max_unit_rows or 1, part, zcdp, source)
+        else:
+            grid = _unit_bound("gaussian" if zcdp else "laplace", part, 1, 1)
+            spec, mechanism = _total.sum_measure(owner, given.get(owner, 1.0), grid, zcdp,
+                                                 source)
+        noisy[owner] = NoisyMeasure(spec, mechanism, _unit_of(spec))
+        event = stated_event(mechanism.guarantee)
         check_within(ComposedEvent((event,)), epsilon=None if zcdp else part, delta=0.0,
                      rho=Fraction(part) if zcdp else Fraction(0))
         events.append(event)
