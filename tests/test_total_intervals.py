@@ -288,3 +288,15 @@ def test_the_outer_capped_sum_passes_the_audit_and_its_uncapped_twin_is_caught()
     t1, t2 = measured(bigger, twin), measured(base, twin)
     assert t1 - t2 > 1000 * spec.outer
     assert audit_mechanism(mechanism, t1, t2, n=200_000).exceeds(1.0)
+
+
+def test_a_bounds_share_that_leaves_no_room_keeps_bounded_intervals_by_default() -> None:
+    """A bounds' share of 0.95 and the total's 0.1 would leave nothing for the query: by
+    default the intervals stay bounded; asked for, the total is refused (nothing charged)."""
+    cur = curator(heavy_frame(300), 10.0, 14, auto_bounds_share=0.95)
+    release = cur.sql(COUNT, epsilon=1.0, keys=KEYS)
+    assert release.interval_kinds == {"n": "bounded"}
+    spent = cur.spent.epsilon
+    with pytest.raises(UserError, match="leave nothing for the query"):
+        cur.sql(COUNT, epsilon=1.0, keys=KEYS, intervals="total")
+    assert cur.spent.epsilon == spent

@@ -197,7 +197,7 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     # what the intervals of COUNT(*) and SUM cover (``_total``): a measured total needs outer
     # caps, given or chosen
     kind, measured = _total.resolve(resolved, privacy_unit, defaults.intervals,
-                                    choose_k or choose_r)
+                                    choose_k or choose_r, share if auto is not None else 0.0)
     if measured:
         given = {_match_column(c, columns, "max_unit_sums"): v
                  for c, v in resolved.max_unit_sums}

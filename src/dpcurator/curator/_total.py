@@ -98,11 +98,12 @@ def available(plan: Plan, privacy_unit: str | None) -> bool:
 
 
 def resolve(plan: Plan, privacy_unit: str | None, default: str | None,
-            caps_chosen: bool) -> tuple[str, bool]:
+            caps_chosen: bool, bounds_share: float = 0.0) -> tuple[str, bool]:
     """The plan's interval kind and whether it measures a total (an outer cap and its noise).
 
     Asked for (by the query, else the curator's ``default``), ``"total"`` must be available;
-    by default it is ``"total"`` where the caps are chosen from the data and available."""
+    by default it is ``"total"`` where the caps are chosen from the data, it is available and
+    the bounds' share (``bounds_share``) leaves room for its own."""
     asked = plan.intervals or default
     counts = any(type(a) is Count for a in plan.aggregates)
     if not _totals(plan) or (privacy_unit is None and not counts):
@@ -119,7 +120,9 @@ def resolve(plan: Plan, privacy_unit: str | None, default: str | None,
                          "bounding='rescale' and no quantile in the same query; ask for "
                          "intervals='bounded'")
     if asked is None:
-        asked = "total" if caps_chosen and available(plan, privacy_unit) else "bounded"
+        room = bounds_share + SHARE < 1.0
+        asked = "total" if caps_chosen and room and available(plan, privacy_unit) else \
+            "bounded"
     return asked, asked == "total"
 
 
