@@ -1,7 +1,8 @@
 """Engines run bounded queries where the data lives and return exact aggregates.
 
 The bounding algorithm is written once (``_sql``: sqlglot trees over a dialect's primitives,
-with the keyed hash of ``_hash``); an engine is a dialect plus a transport. DuckDB is the
+with the keyed hash of ``_hash``); an engine is a dialect plus a transport, over what all
+share (``_engine.SqlEngine``: compile once, validate, check the public keys, compute). DuckDB is the
 embedded default (files, DataFrames, Arrow tables, existing connections); PostgreSQL reads a
 table where it is (``dpcurator.engines.postgres``, psycopg 3). ``open_engine`` picks the engine
 for a curator's data from a registry of source kinds (``register_source``).

@@ -18,7 +18,6 @@ import contextlib
 import functools
 import itertools
 import os
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,24 +25,20 @@ from typing import Any
 import duckdb
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
-from dpcurator.engines._base import ExactAggregates
 from dpcurator.engines._duckdb_csv import check_csv
+from dpcurator.engines._engine import SqlEngine
 from dpcurator.engines._hash import WORD_BITS
 from dpcurator.engines._sql import (
-    CompileCache,
     CompiledQuery,
     Dialect,
     band,
     cast,
-    collect,
-    compile_bounding,
     num,
     shr,
     width_bucket_case,
 )
-from dpcurator.errors import InternalError, UserError
+from dpcurator.errors import UserError
 from dpcurator.query import _expressions as ex
 from dpcurator.query.bounding import BoundedQuery
 
@@ -103,21 +98,22 @@ class DuckDBDialect(Dialect):
 DIALECT = DuckDBDialect()
 
 
-class DuckDBEngine:
+class DuckDBEngine(SqlEngine):
     """Runs bounded queries on one DuckDB relation (a file, a DataFrame or a table)."""
 
     name = "duckdb"
+    title = "DuckDB"
+    dialect = DIALECT
 
     def __init__(self, connection: duckdb.DuckDBPyConnection, relation: str, *,
                  label: str, owns_connection: bool = False, threads: int | None = None) -> None:
+        super().__init__()
         self._con = connection
         self._relation = relation
         self.label = label
         self._owns = owns_connection
-        self._lock = threading.RLock()
         self._columns: dict[str, str] | None = None
         self._csv: str | None = None  # a CSV path or glob: types inferred from a sample
-        self._compiled = CompileCache()
         if threads is not None and owns_connection:
             self._con.execute(f"SET threads={int(threads)}")
 
@@ -208,82 +204,35 @@ class DuckDBEngine:
             rows = self._con.execute(f"DESCRIBE SELECT {keys} FROM {self._relation}").fetchall()
         return [str(r[1]) for r in rows]
 
-    # -- compilation, once per query ----------------------------------------------------------
+    # -- the transport ------------------------------------------------------------------------
 
-    def prepare(self, query: BoundedQuery) -> CompiledQuery:
-        """The query's statement, compiled once and kept (validation and computation share
-        it; a repeated query is not compiled again)."""
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        return (duckdb.Error,)
+
+    def _fetch(self, text: str, parameters: Mapping[str, int] | None = None
+               ) -> list[tuple[Any, ...]]:
         with self._lock:
-            return self._compiled.get(query, lambda: compile_bounding(
-                query, DIALECT, self.columns(), self.group_key_types(query), self._relation,
-                f"__dpcurator_keys_{next(_ids)}" if query.keys is not None else None))
+            return self._con.execute(text, parameters or None).fetchall()
 
-    def compile(self, query: BoundedQuery) -> list[str]:
-        """The statements ``compute_exact_aggregates`` runs (no row is read)."""
-        return list(self.prepare(query).sql)
+    def _bind(self, compiled: CompiledQuery) -> None:
+        self._fetch(f"DESCRIBE {compiled.statement}",
+                    dict.fromkeys(compiled.parameter_names, 0))
 
     @contextlib.contextmanager
     def _registered(self, compiled: CompiledQuery) -> Iterator[None]:
-        """Under the engine's lock, with the query's public keys registered as a table."""
-        with self._lock:
-            name, keys = compiled.keys_table, compiled.query.keys
-            if name is not None:
-                assert keys is not None
-                self._con.register(name, _keys_arrow(keys.values, len(compiled.key_types)))
-            try:
-                yield
-            finally:
-                if name is not None:
-                    self._con.unregister(name)
-
-    def validate(self, query: BoundedQuery) -> list[str]:
-        """Bind the statement without reading rows, and check the public keys' types.
-
-        Raises a UserError for a query the table's column types cannot run (for example a
-        text column in arithmetic), before anything is charged. Returns the statements.
-        """
+        """The public keys as an Arrow table registered without copying (i, c0, c1...)."""
+        name, keys = compiled.keys_table, compiled.query.keys
+        assert name is not None and keys is not None
+        self._con.register(name, _keys_arrow(keys.values, len(compiled.key_types)))
         try:
-            compiled = self.prepare(query)
-            with self._registered(compiled):
-                if compiled.keys_table is not None:
-                    self._check_keys(compiled.keys_table, compiled.key_types)
-                self._con.execute(f"DESCRIBE {compiled.statement}",
-                                  dict.fromkeys(compiled.parameter_names, 0) or None).fetchall()
-        except duckdb.Error as exc:
-            raise UserError("the query does not fit the table's column types (check the "
-                            "WHERE clause, group keys and keys); the engine said: "
-                            f"{type(exc).__name__}") from None
-        except SqlglotError:  # an expression sqlglot cannot write back in DuckDB's dialect
-            raise UserError("an expression of the query could not be written in DuckDB's "
-                            "SQL; write it more simply") from None
-        return list(compiled.sql)
+            yield
+        finally:
+            self._con.unregister(name)
 
-    def _check_keys(self, keys_name: str, key_types: Sequence[str]) -> None:
-        table = quote(keys_name)
-        bad = " OR ".join(f"(c{i} IS NOT NULL AND TRY_CAST(c{i} AS {t}) IS NULL)"
-                          for i, t in enumerate(key_types))
-        row = self._con.execute(f"SELECT min(i) FROM {table} WHERE {bad}").fetchall()[0]
-        if row is not None and row[0] is not None:
-            raise UserError(f"key #{int(row[0]) + 1} does not convert to the group key types "
-                            f"{list(key_types)}")
-        cast_ = ", ".join(f"TRY_CAST(c{i} AS {t})" for i, t in enumerate(key_types))
-        row = self._con.execute(f"SELECT (SELECT count(*) FROM {table}) - (SELECT count(*) "
-                                f"FROM (SELECT DISTINCT {cast_} FROM {table}))").fetchall()[0]
-        if row is not None and row[0]:
-            raise UserError("two keys name the same partition once converted to the group "
-                            f"key types {list(key_types)}")
-
-    def compute_exact_aggregates(self, query: BoundedQuery, key: int) -> ExactAggregates:
-        compiled = self.prepare(query)
-        with self._registered(compiled):
-            try:
-                rows = self._con.execute(compiled.statement,
-                                         compiled.parameters(key) or None).fetchall()
-            except duckdb.Error:
-                # Never echo the engine's message: it could quote a value of the data.
-                raise InternalError("the engine failed while computing the aggregates; "
-                                    "nothing was released. This is probably a bug") from None
-        return collect(compiled, rows)
+    def _key_columns(self, compiled: CompiledQuery) -> tuple[list[str], list[str]]:
+        given = [f"c{i}" for i in range(len(compiled.key_types))]
+        return given, [f"TRY_CAST({g} AS {t})" for g, t in zip(given, compiled.key_types,
+                                                               strict=True)]
 
     def close(self) -> None:
         if self._owns:

@@ -18,9 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
-import itertools
 import math
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -28,10 +26,9 @@ import psycopg
 from sqlglot import exp
 
 from dpcurator.engines import _postgres_expressions as pe
-from dpcurator.engines._base import ExactAggregates
+from dpcurator.engines._engine import SqlEngine
 from dpcurator.engines._hash import PREFIX, WORD_BITS
 from dpcurator.engines._sql import (
-    CompileCache,
     CompiledQuery,
     Dialect,
     ValueKind,
@@ -39,8 +36,6 @@ from dpcurator.engines._sql import (
     band,
     base_type,
     cast,
-    collect,
-    compile_bounding,
     mul,
     num,
     shr,
@@ -51,7 +46,6 @@ from dpcurator.query.bounding import BoundedQuery
 
 __all__ = ["PostgresDialect", "PostgresEngine"]
 
-_ids = itertools.count()
 _FLOATISH = ("DOUBLE PRECISION", "REAL", "NUMERIC", "DECIMAL")
 
 
@@ -140,24 +134,24 @@ class PostgresDialect(Dialect):
                                           mul(band(high, num(2**28 - 1)), num(4)))]
 
 
-class PostgresEngine:
+class PostgresEngine(SqlEngine):
     """Runs bounded queries on one PostgreSQL table or view."""
 
     name = "postgres"
+    title = "PostgreSQL"
 
     def __init__(self, connection: psycopg.Connection[Any], table: str, *, label: str,
                  owns_connection: bool = False) -> None:
         if not isinstance(table, str) or not table:
             raise UserError("table must be the name of a table of the database")
+        super().__init__()
         self._con = connection
         self._table = table
         self._relation = ".".join(quote(part) for part in table.split("."))
         self.label = label
         self._owns = owns_connection
-        self._lock = threading.RLock()
         self._columns: dict[str, str] | None = None
         self._types: dict[str, str] = {}
-        self._compiled = CompileCache()
         self.dialect = PostgresDialect(self.type_of)
 
     @classmethod
@@ -242,79 +236,54 @@ class PostgresEngine:
     def group_key_types(self, query: BoundedQuery) -> list[str]:
         return self.type_of([self.dialect.group_key(k.expression) for k in query.group_keys])
 
-    # -- compilation, once per query ----------------------------------------------------------
+    # -- the transport ------------------------------------------------------------------------
 
-    def prepare(self, query: BoundedQuery) -> CompiledQuery:
-        """The query's statement, compiled once (validation and computation share it)."""
-        with self._lock:
-            return self._compiled.get(query, lambda: compile_bounding(
-                query, self.dialect, self.columns(), self.group_key_types(query),
-                self._relation,
-                f"__dpcurator_keys_{next(_ids)}" if query.keys is not None else None))
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        return (psycopg.Error,)
 
-    def compile(self, query: BoundedQuery) -> list[str]:
-        return list(self.prepare(query).sql)
+    def _refused(self, exc: BaseException) -> str:
+        return (f"PostgreSQL refused the query on {self._table} ({type(exc).__name__}): "
+                "check the table's name and the query's columns and types")
+
+    def _fetch(self, text: str, parameters: Mapping[str, int] | None = None
+               ) -> list[tuple[Any, ...]]:
+        with self._lock, self._con.cursor() as cur:
+            cur.execute(text, parameters or None)
+            return cur.fetchall()
+
+    def _bind(self, compiled: CompiledQuery) -> None:
+        self._fetch(f"EXPLAIN {compiled.statement}",
+                    dict.fromkeys(compiled.parameter_names, 0))
 
     @contextlib.contextmanager
-    def _registered(self, compiled: CompiledQuery, cur: psycopg.Cursor[Any]) -> Iterator[None]:
+    def _registered(self, compiled: CompiledQuery) -> Iterator[None]:
         """The query's public keys as a TEMP table for the time of one statement: the key's
         index ``i``, its text ``t0, t1...`` and its value as the group key's type ``c0, c1...``
         (NULL where the text does not convert)."""
         name, keys = compiled.keys_table, compiled.query.keys
-        if name is None or keys is None:
-            yield
-            return
+        assert name is not None and keys is not None
         types = compiled.key_types
         texts = ", ".join(["i BIGINT"] + [f"t{i} TEXT" for i in range(len(types))])
         cast_ = [self.dialect.safe_cast(exp.column(f"t{i}"), t).sql(dialect="postgres")
                  for i, t in enumerate(types)]
         typed = ", ".join(["i"] + [f"t{i}" for i in range(len(types))] +
                           [f"{c} AS c{i}" for i, c in enumerate(cast_)])
-        cur.execute(f"CREATE TEMP TABLE {name}_text ({texts})")
-        try:
-            with cur.copy(f"COPY {name}_text FROM STDIN") as copy:
-                for index, key in enumerate(keys.values):
-                    copy.write_row([index, *(_key_text(v) for v in key)])
-            cur.execute(f"CREATE TEMP TABLE {name} AS SELECT {typed} FROM {name}_text")
-            cur.execute(f"ANALYZE {name}")
-            yield
-        finally:
-            cur.execute(f"DROP TABLE IF EXISTS {name}_text")
-            cur.execute(f"DROP TABLE IF EXISTS {name}")
+        with self._con.cursor() as cur:
+            cur.execute(f"CREATE TEMP TABLE {name}_text ({texts})")
+            try:
+                with cur.copy(f"COPY {name}_text FROM STDIN") as copy:
+                    for index, key in enumerate(keys.values):
+                        copy.write_row([index, *(_key_text(v) for v in key)])
+                cur.execute(f"CREATE TEMP TABLE {name} AS SELECT {typed} FROM {name}_text")
+                cur.execute(f"ANALYZE {name}")
+                yield
+            finally:
+                cur.execute(f"DROP TABLE IF EXISTS {name}_text")
+                cur.execute(f"DROP TABLE IF EXISTS {name}")
 
-    def validate(self, query: BoundedQuery) -> list[str]:
-        """Plan the statement without running it (EXPLAIN), and check the public keys."""
-        compiled = self.prepare(query)
-        with self._run("the query") as cur, self._registered(compiled, cur):
-            if compiled.keys_table is not None:
-                self._check_keys(cur, compiled)
-            cur.execute(f"EXPLAIN {compiled.statement}",
-                        dict.fromkeys(compiled.parameter_names, 0) or None)
-        return list(compiled.sql)
-
-    def _check_keys(self, cur: psycopg.Cursor[Any], compiled: CompiledQuery) -> None:
-        name, types = compiled.keys_table, compiled.key_types
-        bad = " OR ".join(f"(t{i} IS NOT NULL AND c{i} IS NULL)" for i in range(len(types)))
-        cur.execute(f"SELECT min(i) FROM {name} WHERE {bad}")
-        row = cur.fetchone()
-        if row is not None and row[0] is not None:
-            raise UserError(f"key #{int(row[0]) + 1} does not convert to the group key types "
-                            f"{list(types)}")
-        values = ", ".join(f"c{i}" for i in range(len(types)))
-        cur.execute(f"SELECT (SELECT count(*) FROM {name}) - (SELECT count(*) FROM "
-                    f"(SELECT DISTINCT {values} FROM {name}) AS d)")
-        row = cur.fetchone()
-        if row is not None and row[0]:
-            raise UserError("two keys name the same partition once converted to the group "
-                            f"key types {list(types)}")
-
-    def compute_exact_aggregates(self, query: BoundedQuery, key: int) -> ExactAggregates:
-        compiled = self.prepare(query)
-        with self._run("computing the aggregates", internal=True) as cur, \
-                self._registered(compiled, cur):
-            cur.execute(compiled.statement, compiled.parameters(key) or None)
-            rows = cur.fetchall()
-        return collect(compiled, rows)
+    def _key_columns(self, compiled: CompiledQuery) -> tuple[list[str], list[str]]:
+        width = len(compiled.key_types)
+        return [f"t{i}" for i in range(width)], [f"c{i}" for i in range(width)]
 
     def close(self) -> None:
         if self._owns:

@@ -22,18 +22,15 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
-import itertools
 import math
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
 
 from dpcurator.engines import _spark_expressions as se
-from dpcurator.engines._base import ExactAggregates
+from dpcurator.engines._engine import SqlEngine
 from dpcurator.engines._hash import WORD_BITS
 from dpcurator.engines._sql import (
     CompiledQuery,
@@ -41,19 +38,15 @@ from dpcurator.engines._sql import (
     add,
     band,
     cast,
-    collect,
-    compile_bounding,
     mul,
     num,
     shr,
 )
-from dpcurator.errors import InternalError, UserError
+from dpcurator.errors import UserError
 from dpcurator.query.bounding import BoundedQuery
 
 __all__ = ["SparkDialect", "SparkEngine"]
 
-_ids = itertools.count()
-_CACHE = 64
 _NAMES = {"tinyint": "TINYINT", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT",
           "float": "FLOAT", "double": "DOUBLE", "string": "VARCHAR", "boolean": "BOOLEAN",
           "date": "DATE", "timestamp": "TIMESTAMP WITH TIME ZONE", "binary": "BLOB"}
@@ -159,12 +152,15 @@ def _spark_only(node: exp.Expr) -> exp.Expr:
 DIALECT = SparkDialect()
 
 
-class SparkEngine:
+class SparkEngine(SqlEngine):
     """Runs bounded queries on one Spark DataFrame (local mode or a cluster)."""
 
     name = "spark"
+    title = "Spark"
+    dialect = DIALECT
 
     def __init__(self, frame: Any, *, label: str = "DataFrame") -> None:
+        super().__init__()
         user = frame.sparkSession
         session = user.newSession()
         for key, value in user.sql("SET").collect():  # the caller's settings, ANSI off
@@ -178,8 +174,6 @@ class SparkEngine:
         self._relation = f"`{database}`.`{self._view}`"
         self._frame = frame
         self.label = label
-        self._lock = threading.RLock()
-        self._compiled: OrderedDict[BoundedQuery, CompiledQuery] = OrderedDict()
 
     def show_progress(self, enabled: bool) -> None:
         """Spark's console progress bar is the application's setting."""
@@ -220,91 +214,47 @@ class SparkEngine:
         schema = self._sql(f"SELECT {keys} FROM {self._relation}").schema
         return [type_name(f.dataType.simpleString()) for f in schema.fields]
 
-    # -- compilation, once per query ----------------------------------------------------------
+    # -- the transport ------------------------------------------------------------------------
 
-    def prepare(self, query: BoundedQuery) -> CompiledQuery:
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        from pyspark.errors import PySparkException
+
+        return (PySparkException,)
+
+    def _refused(self, exc: BaseException) -> str:
+        return ("the query does not fit the DataFrame's column types (check the WHERE "
+                f"clause, group keys and keys); Spark said: {type(exc).__name__}")
+
+    def _fetch(self, text: str, parameters: Mapping[str, int] | None = None
+               ) -> list[tuple[Any, ...]]:
         with self._lock:
-            compiled = self._compiled.get(query)
-            if compiled is None:
-                keys = f"__dpcurator_keys_{next(_ids)}" if query.keys is not None else None
-                compiled = compile_bounding(query, DIALECT, self.columns(),
-                                            self.group_key_types(query), self._relation, keys)
-                self._compiled[query] = compiled
-                while len(self._compiled) > _CACHE:
-                    self._compiled.popitem(last=False)
-            else:
-                self._compiled.move_to_end(query)
-            return compiled
+            return [tuple(row) for row in self._sql(text, parameters).collect()]
 
-    def compile(self, query: BoundedQuery) -> list[str]:
-        return list(self.prepare(query).sql)
+    def _bind(self, compiled: CompiledQuery) -> None:
+        self._sql(compiled.statement, dict.fromkeys(compiled.parameter_names, 0))  # analysed
 
     @contextlib.contextmanager
     def _registered(self, compiled: CompiledQuery) -> Iterator[None]:
-        """Under the engine's lock, with the public keys as a temporary view (i, c0, c1...:
-        their text)."""
+        """The public keys as a temporary view (i, c0, c1...: their text)."""
         from pyspark.sql.functions import broadcast
 
-        with self._lock:
-            name, keys = compiled.keys_table, compiled.query.keys
-            if name is None or keys is None:
-                yield
-                return
-            width = len(compiled.key_types)
-            schema = ", ".join(["i BIGINT"] + [f"c{i} STRING" for i in range(width)])
-            rows = [(i, *(_key_text(v) for v in key)) for i, key in enumerate(keys.values)]
-            # Broadcast: Spark cannot size a DataFrame made from Python rows, and would
-            # otherwise shuffle and sort every row of the data to semi-join it.
-            broadcast(self._session.createDataFrame(rows, schema)).createOrReplaceTempView(
-                name)
-            try:
-                yield
-            finally:
-                self._session.catalog.dropTempView(name)
-
-    def validate(self, query: BoundedQuery) -> list[str]:
-        """Analyse the statement without running it, and check the public keys."""
-        from pyspark.errors import PySparkException
-
+        name, keys = compiled.keys_table, compiled.query.keys
+        assert name is not None and keys is not None
+        width = len(compiled.key_types)
+        schema = ", ".join(["i BIGINT"] + [f"c{i} STRING" for i in range(width)])
+        rows = [(i, *(_key_text(v) for v in key)) for i, key in enumerate(keys.values)]
+        # Broadcast: Spark cannot size a DataFrame made from Python rows, and would otherwise
+        # shuffle and sort every row of the data to semi-join it.
+        broadcast(self._session.createDataFrame(rows, schema)).createOrReplaceTempView(name)
         try:
-            compiled = self.prepare(query)
-            with self._registered(compiled):
-                if compiled.keys_table is not None:
-                    self._check_keys(compiled)
-                self._sql(compiled.statement, dict.fromkeys(compiled.parameter_names, 0))
-        except PySparkException as exc:
-            raise UserError("the query does not fit the DataFrame's column types (check the "
-                            "WHERE clause, group keys and keys); Spark said: "
-                            f"{type(exc).__name__}") from None
-        return list(compiled.sql)
+            yield
+        finally:
+            self._session.catalog.dropTempView(name)
 
-    def _check_keys(self, compiled: CompiledQuery) -> None:
-        name, types = compiled.keys_table, compiled.key_types
-        casts = [DIALECT.render(DIALECT.safe_cast(exp.column(f"c{i}"), t))
-                 for i, t in enumerate(types)]
-        bad = " OR ".join(f"(c{i} IS NOT NULL AND ({c}) IS NULL)" for i, c in enumerate(casts))
-        row = self._sql(f"SELECT min(i) FROM {name} WHERE {bad}").collect()[0]
-        if row[0] is not None:
-            raise UserError(f"key #{int(row[0]) + 1} does not convert to the group key types "
-                            f"{list(types)}")
-        row = self._sql(f"SELECT (SELECT count(*) FROM {name}) - (SELECT count(*) FROM "
-                        f"(SELECT DISTINCT {', '.join(casts)} FROM {name}))").collect()[0]
-        if row[0]:
-            raise UserError("two keys name the same partition once converted to the group "
-                            f"key types {list(types)}")
-
-    def compute_exact_aggregates(self, query: BoundedQuery, key: int) -> ExactAggregates:
-        from pyspark.errors import PySparkException
-
-        compiled = self.prepare(query)
-        with self._registered(compiled):
-            try:
-                rows = self._sql(compiled.statement, compiled.parameters(key)).collect()
-            except PySparkException:
-                # Never echo Spark's message: it could quote a value of the data.
-                raise InternalError("Spark failed while computing the aggregates; nothing "
-                                    "was released. This is probably a bug") from None
-        return collect(compiled, [tuple(row) for row in rows])
+    def _key_columns(self, compiled: CompiledQuery) -> tuple[list[str], list[str]]:
+        given = [f"c{i}" for i in range(len(compiled.key_types))]
+        return given, [DIALECT.render(DIALECT.safe_cast(exp.column(g), t))
+                       for g, t in zip(given, compiled.key_types, strict=True)]
 
     def close(self) -> None:
         """Drop the engine's view (the DataFrame and its session stay the caller's)."""

@@ -1,0 +1,145 @@
+"""What every SQL engine shares: a query compiled once, validated before its charge, its public
+keys checked, its exact aggregates computed. An engine is a dialect (``_sql.Dialect``) plus
+the transport a subclass gives: run a statement, bind one without reading a row, register the
+public keys as a table, and name its errors. No engine's message ever quotes the database's
+error text (it could quote a value of the data).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from sqlglot.errors import SqlglotError
+
+from dpcurator.engines._base import ExactAggregates
+from dpcurator.engines._sql import CompileCache, CompiledQuery, Dialect, collect, compile_bounding
+from dpcurator.errors import InternalError, UserError
+from dpcurator.query.bounding import BoundedQuery
+
+__all__ = ["SqlEngine"]
+
+_ids = itertools.count()
+
+
+class SqlEngine:
+    """The shared half of an engine (module docstring); subclasses set ``name``, ``title``,
+    ``dialect``, ``label`` and ``_relation`` and give the transport below."""
+
+    name: str
+    title: str  # as messages name the engine
+    dialect: Dialect
+    label: str
+    _relation: str
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._compiled = CompileCache()
+
+    # -- the transport ---------------------------------------------------------------------------
+
+    def columns(self) -> Mapping[str, str]:
+        raise NotImplementedError
+
+    def group_key_types(self, query: BoundedQuery) -> list[str]:
+        """The SQL type of each group key expression (no row is read)."""
+        raise NotImplementedError
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions the database raises (mapped here to the curator's errors)."""
+        raise NotImplementedError
+
+    def _fetch(self, text: str, parameters: Mapping[str, int] | None = None
+               ) -> list[tuple[Any, ...]]:
+        """Run one statement (under the engine's lock) and return its rows."""
+        raise NotImplementedError
+
+    def _bind(self, compiled: CompiledQuery) -> None:
+        """Bind or plan the query's statement without reading a row."""
+        raise NotImplementedError
+
+    def _registered(self, compiled: CompiledQuery) -> contextlib.AbstractContextManager[None]:
+        """The query's public keys as a table ``compiled.keys_table`` for a while: columns
+        ``i`` (the key's index) and what ``_key_columns`` names."""
+        raise NotImplementedError
+
+    def _key_columns(self, compiled: CompiledQuery) -> tuple[list[str], list[str]]:
+        """Per group key, the keys table's expressions of the value as given and of it
+        converted to the key's type (NULL where it does not convert)."""
+        raise NotImplementedError
+
+    def _refused(self, exc: BaseException) -> str:
+        """The message of a query the database refuses to bind (types that do not fit)."""
+        return (f"the query does not fit the table's column types (check the WHERE clause, "
+                f"group keys and keys); {self.title} said: {type(exc).__name__}")
+
+    # -- shared ----------------------------------------------------------------------------------
+
+    def prepare(self, query: BoundedQuery) -> CompiledQuery:
+        """The query's statement, compiled once and kept (validation and computation share
+        it; a repeated query is not compiled again)."""
+        with self._lock:
+            return self._compiled.get(query, lambda: compile_bounding(
+                query, self.dialect, self.columns(), self.group_key_types(query),
+                self._relation,
+                f"__dpcurator_keys_{next(_ids)}" if query.keys is not None else None))
+
+    def compile(self, query: BoundedQuery) -> list[str]:
+        """The statements ``compute_exact_aggregates`` runs (no row is read)."""
+        return list(self.prepare(query).sql)
+
+    @contextlib.contextmanager
+    def _with_keys(self, compiled: CompiledQuery) -> Iterator[None]:
+        with self._lock:
+            if compiled.keys_table is None:
+                yield
+                return
+            with self._registered(compiled):
+                yield
+
+    def validate(self, query: BoundedQuery) -> list[str]:
+        """Bind the statement without reading rows, and check the public keys: a UserError
+        for a query the table's column types cannot run, before anything is charged.
+        Returns the statements, as a release shows them."""
+        try:
+            compiled = self.prepare(query)
+            with self._with_keys(compiled):
+                if compiled.keys_table is not None:
+                    self._check_keys(compiled)
+                self._bind(compiled)
+        except self._errors() as exc:
+            raise UserError(self._refused(exc)) from None
+        except SqlglotError:  # an expression sqlglot cannot write back in the dialect
+            raise UserError(f"an expression of the query could not be written in "
+                            f"{self.title}'s SQL; write it more simply") from None
+        return list(compiled.sql)
+
+    def _check_keys(self, compiled: CompiledQuery) -> None:
+        """Every public key converts to the group keys' types, and no two become one."""
+        name, types = compiled.keys_table, list(compiled.key_types)
+        given, converted = self._key_columns(compiled)
+        bad = " OR ".join(f"({g} IS NOT NULL AND ({c}) IS NULL)"
+                          for g, c in zip(given, converted, strict=True))
+        row = self._fetch(f"SELECT min(i) FROM {name} WHERE {bad}")[0]
+        if row[0] is not None:
+            raise UserError(f"key #{int(row[0]) + 1} does not convert to the group key types "
+                            f"{types}")
+        row = self._fetch(f"SELECT (SELECT count(*) FROM {name}) - (SELECT count(*) FROM "
+                          f"(SELECT DISTINCT {', '.join(converted)} FROM {name}) AS d)")[0]
+        if row[0]:
+            raise UserError("two keys name the same partition once converted to the group "
+                            f"key types {types}")
+
+    def compute_exact_aggregates(self, query: BoundedQuery, key: int) -> ExactAggregates:
+        """Bound each unit's contribution and aggregate exactly, keyed by ``key``."""
+        compiled = self.prepare(query)
+        try:
+            with self._with_keys(compiled):
+                rows = self._fetch(compiled.statement, compiled.parameters(key) or None)
+        except self._errors():
+            raise InternalError(f"{self.title} failed while computing the aggregates; "
+                                "nothing was released. This is probably a bug") from None
+        return collect(compiled, rows)
