@@ -143,6 +143,11 @@ def _fmt(value: float, sign: bool = False) -> str:
     return f"{value:{'+' if sign else ''},.{digits}f}"
 
 
+def _short(value: float) -> str:
+    """An interval's end, in thousands from 10,000 up (so that a table fits 80 columns)."""
+    return f"{value / 1000:,.1f}k" if abs(value) >= 10_000 else _fmt(value)
+
+
 def _print(results: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -163,13 +168,13 @@ def _print(results: dict[str, Any]) -> None:
             table.add_column(key)
         for name in (k for k, v in first.items() if isinstance(v, dict)):
             total = first[name].get("interval_kind") == "total"
-            for label in (name, "95% CI (total)" if total else "95% CI", "true", "error"):
+            for label in (name, "95% CI*" if total else "95% CI", "true", "error"):
                 table.add_column(label, justify="right")
         for row in query["rows"]:
             cells = [str(row[k]) for k in keys]
             for value in (v for v in row.values() if isinstance(v, dict)):
                 low, high = value["interval"]
-                interval = "-" if low != low else f"{_fmt(low)}-{_fmt(high)}"
+                interval = "-" if low != low else f"{_short(low)}-{_short(high)}"
                 cells += [_fmt(value["dp"]), interval, _fmt(value["true"]),
                           _fmt(value["error"], sign=True)]
             table.add_row(*cells)
@@ -187,7 +192,7 @@ def _print(results: dict[str, Any]) -> None:
                       for row in query["rows"] for v in row.values()
                       if isinstance(v, dict) and "bounded_interval" in v]
             total, capped = (sorted(w)[len(w) // 2] for w in zip(*widths, strict=True))
-            console.print(f"  total intervals: for customers of at most "
+            console.print(f"  * total intervals: for customers of at most "
                           f"{query['max_unit_rows']} orders (chosen under DP; 10% of the "
                           f"query's epsilon in all); median width {_fmt(total)}, against "
                           f"{_fmt(capped)} for the bounded count's")
