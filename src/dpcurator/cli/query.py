@@ -284,9 +284,11 @@ def query(
                            for n, (lo, h) in bounded.items())
         caps = ([f"{release.max_unit_rows} rows"] if release.max_unit_rows else []) + [
             f"a sum of |{c}| of {_cell(v)}" for c, v in release.max_unit_sums.items()]
+        within = f"for units of at most {' and '.join(caps)}" if caps else \
+            "each row its own unit: no cap removes a row"
         console.print(f"{', '.join(totals)}: intervals of the total answer (without the caps "
-                      f"and the clamping), for units of at most {' and '.join(caps)}; the "
-                      f"bounded intervals' median width: {widths}")
+                      f"and the clamping), {within}; the bounded intervals' median width: "
+                      f"{widths}")
     console.print(f"privacy spent: {release.privacy}")
     if release.bounds_chosen is not None:
         chosen = {k: v for k, v in release.bounds_chosen.items() if k != "method"}
