@@ -151,7 +151,8 @@ def privacy() -> st.SearchStrategy[dict[str, Any]]:
                                             "bounding": st.just("sample"),
                                             "bounds_share": st.sampled_from([0.05, 0.5]),
                                             "intervals": st.sampled_from(["total",
-                                                                          "bounded"])})
+                                                                          "bounded"]),
+                                            "total_share": st.sampled_from([0.05, 0.3])})
     odd_numbers = [0, -1, float("nan"), float("inf"), 1e-9, 1e300, "1", None, True]
     odd = st.fixed_dictionaries({"epsilon": st.sampled_from([1.0, *odd_numbers])}, optional={
         "delta": st.sampled_from([1e-6, 0, 0.5, 2e-3, -1, "x"]),
@@ -169,6 +170,7 @@ def privacy() -> st.SearchStrategy[dict[str, Any]]:
         "confidence": st.sampled_from([0.5, 1, 0, 2, float("nan"), "x"]),
         "bounds_share": st.sampled_from([0.1, 0, 1, -0.5, 2, float("nan"), "x", True, None]),
         "intervals": st.sampled_from(["total", "bounded", "x", 1, None, True]),
+        "total_share": st.sampled_from([0.1, 0, 1, -0.5, 2, float("nan"), "x", True, None]),
     })
     return st.one_of(sound, sound, odd)
 
@@ -256,6 +258,7 @@ COMMANDS: dict[tuple[str, ...], tuple[Options, tuple[str, ...]]] = {
         "--max-rows-per-partition": _integer("1", "3"),
         "--bounds-share": _number("0.1", "0.3"),
         "--intervals": mostly(["total", "bounded"], st.sampled_from(["x", ""])),
+        "--total-share": _number("0.1", "0.3"),
         "--noise": mostly(["laplace", "gaussian"], st.just("x")),
         "--confidence": _number("0.9", "0.95"),
         "--one-row-per-person": None, "--allow-large-delta": None},

@@ -216,6 +216,10 @@ def test_a_query_may_ask_what_its_count_intervals_cover(client: TestClient) -> N
     assert bounded["interval_kinds"] == {"n": "bounded", "total": "bounded"}
     assert "bounded_intervals" not in bounded
     assert ask(client, BOB, BY_REGION, epsilon=0.4, intervals="wide").status_code == 400
+    shared = ask(client, BOB, BY_REGION, epsilon=0.4, total_share=0.3).json()
+    assert shared["interval_kinds"] == {"n": "total", "total": "total"}
+    assert shared["bounds_chosen"]["outer_caps_epsilon"] == pytest.approx(0.06)
+    assert ask(client, BOB, BY_REGION, epsilon=0.4, total_share=1.5).status_code == 400
 
 
 def test_a_spent_budget_is_403_and_charges_nothing(client: TestClient,

@@ -300,3 +300,33 @@ def test_a_bounds_share_that_leaves_no_room_keeps_bounded_intervals_by_default()
     with pytest.raises(UserError, match="leave nothing for the query"):
         cur.sql(COUNT, epsilon=1.0, keys=KEYS, intervals="total")
     assert cur.spent.epsilon == spent
+
+
+def test_the_total_share_is_the_users_to_set() -> None:
+    """A query's ``total_share`` (or the curator's) is what its total intervals spend: their
+    mechanisms' epsilons add up to it, the bounds' share stays 10% of the whole, and the
+    intervals narrow with it. A share outside (0, 1) is refused, nothing charged."""
+    df = heavy_frame(600)
+    cur = curator(df, 20.0, 15)
+    query = (Query().group_by("g", keys=KEYS).count("n")
+             .bound_contributions(max_partitions=2, max_rows_per_partition=2)
+             .intervals("total", max_unit_rows=256, share=0.4))
+    wide = cur.run(query.intervals("total", max_unit_rows=256), epsilon=1.0)
+    narrow = cur.run(query, epsilon=1.0)
+    total = next(m for m in narrow.mechanisms["n"] if m["measure"] == "unit_rows")
+    assert total["guarantee"].startswith("0.4-DP")
+    low, high = narrow.interval("n")
+    w_low, w_high = wide.interval("n")
+    assert float(np.median(high - low)) < 0.5 * float(np.median(w_high - w_low))
+    by_curator = curator(df, 20.0, 16, total_share=0.25).sql(
+        COUNT, epsilon=1.0, keys=KEYS, max_partitions=2, max_rows_per_partition=2,
+        intervals="total")
+    chosen = by_curator.bounds_chosen
+    assert chosen is not None and chosen["outer_caps_epsilon"] == pytest.approx(0.125)
+    before = cur.spent.epsilon
+    for bad in (0, 1, -0.1, "x"):
+        with pytest.raises(UserError, match="total_share"):
+            cur.sql(COUNT, epsilon=1.0, keys=KEYS, total_share=bad)  # type: ignore[arg-type]
+    assert cur.spent.epsilon == before
+    with pytest.raises(UserError, match="total_share"):
+        curator(df, 1.0, 17, total_share=2)

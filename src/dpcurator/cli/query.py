@@ -108,7 +108,8 @@ def _budget(journal: str | None, epsilon: float, delta: float,
 
 def _remote_query(server: str, token: str, dataset: str, sql: str, epsilon: float,
                   delta: float, noise: str | None, confidence: float,
-                  keys: Path | None, intervals: str | None) -> dict[str, Any]:
+                  keys: Path | None, intervals: str | None,
+                  total_share: float | None) -> dict[str, Any]:
     from dpcurator.server.client import connect
 
     key_values = None
@@ -118,7 +119,8 @@ def _remote_query(server: str, token: str, dataset: str, sql: str, epsilon: floa
                       for row in frame.itertuples(index=False, name=None)]
     curator = connect(server, token, dataset=dataset)
     return curator.sql(sql, epsilon=epsilon, delta=delta or None, noise=noise,
-                       confidence=confidence, keys=key_values, intervals=intervals)
+                       confidence=confidence, keys=key_values, intervals=intervals,
+                       total_share=total_share)
 
 
 def _show_remote(result: dict[str, Any], as_json: bool) -> None:
@@ -185,6 +187,9 @@ def query(
                                   "(the answer without the caps and the clamping, for 10%% of "
                                   "--epsilon; the default where the caps are chosen from the "
                                   "data) or 'bounded'."),
+    total_share: float | None = typer.Option(
+        None, "--total-share", help="The share of --epsilon the total intervals spend, in "
+                                    "(0, 1) (default 0.1)."),
     keys: Path | None = typer.Option(
         None, "--keys", help="CSV/Parquet of public group keys (header = key columns)."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
@@ -232,7 +237,7 @@ def query(
             if not token:
                 raise ValueError("--server needs --token (or DPCURATOR_TOKEN)")
             remote = _remote_query(server, token, str(data), sql, epsilon, delta, noise,
-                                   confidence, keys, interval_kind)
+                                   confidence, keys, interval_kind, total_share)
         _show_remote(remote, as_json)
         return
     with user_errors(as_json):
@@ -242,7 +247,8 @@ def query(
             budget=budget, max_partitions=_cap("--max-partitions", max_partitions),
             max_rows_per_partition=_cap("--max-rows-per-partition", max_rows_per_partition),
             confidence=confidence, auto_bounds_share=bounds_share,
-            allow_large_delta=allow_large_delta, intervals=interval_kind)
+            allow_large_delta=allow_large_delta, intervals=interval_kind,
+            total_share=total_share)
         if not as_json:
             curator._engine.show_progress(True)
         release = curator.sql(sql, epsilon=epsilon, delta=delta or None,

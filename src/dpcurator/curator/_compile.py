@@ -87,6 +87,7 @@ class Defaults:
     bounding: str = "rescale"
     auto: AutoBounds | None = None
     intervals: str | None = None  # None: "total" where the caps are chosen and it can be had
+    total_share: float | None = None  # None: _total.SHARE
 
 
 # The bounds an automatically bounded column is compiled with before its bounds are chosen:
@@ -196,8 +197,10 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     )
     # what the intervals of COUNT(*) and SUM cover (``_total``): a measured total needs outer
     # caps, given or chosen
+    total_share = resolved.total_share or defaults.total_share or _total.SHARE
     kind, measured = _total.resolve(resolved, privacy_unit, defaults.intervals,
-                                    choose_k or choose_r, share if auto is not None else 0.0)
+                                    choose_k or choose_r, share if auto is not None else 0.0,
+                                    total_share)
     if measured:
         given = {_match_column(c, columns, "max_unit_sums"): v
                  for c, v in resolved.max_unit_sums}
@@ -209,8 +212,9 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
             share=share)
         if outer.unit_rows or outer.unit_sums:
             auto = outer.merged(auto)
-        return resolved.replace(intervals=kind, auto=auto)
-    return resolved.replace(intervals=kind, auto=auto, max_unit_rows=None, max_unit_sums=())
+        return resolved.replace(intervals=kind, auto=auto, total_share=total_share)
+    return resolved.replace(intervals=kind, auto=auto, max_unit_rows=None, max_unit_sums=(),
+                            total_share=None)
 
 
 @dataclass
@@ -363,14 +367,15 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
     whole = request
     outer = None
     if plan.intervals == "total" and privacy_unit is not None and total is None:
-        request, total = _total.split(request)
+        request, total = _total.split(request, plan.total_share or _total.SHARE)
         if plan.auto is not None and (plan.auto.unit_rows or plan.auto.unit_sums):
             outer, total = _privacy.split(total, [_total.CHOICE_PART, 1 - _total.CHOICE_PART])
     if plan.auto is None:
         return _compile_plain(plan, request, privacy_unit=privacy_unit,
                               postprocess=postprocess, source=source, total=total, whole=whole)
     auto, choices = plan_auto(plan, request, outer,
-                              1.0 - _total.SHARE if whole is not request else 1.0)
+                              1.0 - (plan.total_share or _total.SHARE)
+                              if whole is not request else 1.0)
     auto = replace(auto, total=total)
     main = _compile_plain(plan, auto.request, privacy_unit=privacy_unit,
                           postprocess=postprocess, source=source, total=total,

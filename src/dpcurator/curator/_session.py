@@ -149,6 +149,7 @@ class Curator:
         auto_bounds: bool = True,
         auto_bounds_share: float | None = None,
         intervals: str | None = None,
+        total_share: float | None = None,
     ) -> None:
         self._engine = _engine_for(data, connection_table, threads)
         self.table = _check_table_name(table)
@@ -203,8 +204,12 @@ class Curator:
         if intervals is not None and intervals not in INTERVAL_KINDS:
             raise UserError(f"intervals must be 'bounded' or 'total' (or None: 'total' where "
                             f"the caps are chosen from the data), got {intervals!r}")
+        try:  # validated as a plan's
+            Plan(aggregates=(Query().count().plan().aggregates[0],), total_share=total_share)
+        except QueryError as exc:
+            raise UserError(str(exc)) from None
         self._defaults = Defaults(declared, max_partitions, max_rows_per_partition, bounding,
-                                  auto, intervals)
+                                  auto, intervals, total_share)
         Plan(aggregates=(Query().count().plan().aggregates[0],),  # validates the defaults
              max_partitions=max_partitions, max_rows_per_partition=max_rows_per_partition,
              bounding=bounding)  # type: ignore[arg-type]
@@ -301,7 +306,7 @@ class Curator:
             noise: str | None = None, weights: Mapping[str, float] | None = None,
             confidence: float | None = None, cache: bool | None = None,
             label: str | None = None, bounds_share: float | None = None,
-            intervals: str | None = None) -> Release:
+            intervals: str | None = None, total_share: float | None = None) -> Release:
         """Answer a DP SQL query (see ``dpcurator.query.sql`` for the accepted subset).
 
         ``epsilon`` [and ``delta``] or ``rho`` is what this query spends; ``bounds`` clamps
@@ -312,8 +317,9 @@ class Curator:
         (``bounds_share``; default the curator's, 10%); the release states the bounds chosen
         and what choosing them cost (``Release.bounds_chosen``). ``intervals`` says what
         the intervals of COUNT(*) and SUM cover: ``"bounded"`` (the capped answer) or
-        ``"total"`` (the answer without the caps and the clamping, for a 10% share; the
-        default where the caps are chosen from the data: ``Release.interval_kinds``).
+        ``"total"`` (the answer without the caps and the clamping, for a 10% share, or
+        ``total_share``; the default where the caps are chosen from the data:
+        ``Release.interval_kinds``).
         """
         if isinstance(bounds, Mapping):  # a misspelt column is named, not silently unused
             for name in bounds:
@@ -327,9 +333,10 @@ class Curator:
                 plan = plan.replace(auto=AutoBounds(share=bounds_share).merged(plan.auto))
             except QueryError as exc:
                 raise UserError(f"bounds_share: {exc}") from None
-        if intervals is not None:
+        if intervals is not None or total_share is not None:
             try:
-                plan = plan.replace(intervals=intervals)
+                plan = plan.replace(intervals=intervals or plan.intervals,
+                                    total_share=total_share)
             except QueryError as exc:
                 raise UserError(str(exc)) from None
         return self.run(plan, epsilon=epsilon, delta=delta, rho=rho, noise=noise,

@@ -14,8 +14,9 @@ rows in p and T_u its rows in all partitions (``MeasureSpec`` kind ``unit_rows``
 part truncated to an integer). Adding or removing a unit moves the vector (T_p) by at most M
 in L1 (and so in L2); T_p <= N_p always, and T_p = N_p when every T_u <= M. It gets integer
 noise of scale M / epsilon_t (discrete Laplace; discrete Gaussian for a rho request), paid
-from ``SHARE`` of the query's budget: of that share, ``CHOICE_PART`` chooses M when it is not
-given (``_auto_bounds.choose_outer``) and the rest measures T.
+from ``SHARE`` of the query's budget (``Plan.total_share`` sets another): of that share,
+``CHOICE_PART`` chooses M when it is not given (``_auto_bounds.choose_outer``) and the rest
+measures T.
 
 The interval at level 1 - alpha (``total_interval``), from the bounded count's noisy value
 B~ and T~, both with noise symmetric about 0:
@@ -98,7 +99,8 @@ def available(plan: Plan, privacy_unit: str | None) -> bool:
 
 
 def resolve(plan: Plan, privacy_unit: str | None, default: str | None,
-            caps_chosen: bool, bounds_share: float = 0.0) -> tuple[str, bool]:
+            caps_chosen: bool, bounds_share: float = 0.0, share: float = SHARE
+            ) -> tuple[str, bool]:
     """The plan's interval kind and whether it measures a total (an outer cap and its noise).
 
     Asked for (by the query, else the curator's ``default``), ``"total"`` must be available;
@@ -120,19 +122,19 @@ def resolve(plan: Plan, privacy_unit: str | None, default: str | None,
                          "bounding='rescale' and no quantile in the same query; ask for "
                          "intervals='bounded'")
     if asked is None:
-        room = bounds_share + SHARE < 1.0
+        room = bounds_share + share < 1.0
         asked = "total" if caps_chosen and room and available(plan, privacy_unit) else \
             "bounded"
     return asked, asked == "total"
 
 
-def split(request: PrivacyRequest) -> tuple[PrivacyRequest, float]:
+def split(request: PrivacyRequest, share: float = SHARE) -> tuple[PrivacyRequest, float]:
     """(what the query's aggregates spend, what the total costs: epsilon, or rho)."""
     if request.rho is not None:
-        total, main = _privacy.split(request.rho, [SHARE, 1.0 - SHARE])
+        total, main = _privacy.split(request.rho, [share, 1.0 - share])
         return PrivacyRequest(rho=main, noise=request.noise, weights=request.weights), total
     assert request.epsilon is not None
-    total, main = _privacy.split(request.epsilon, [SHARE, 1.0 - SHARE])
+    total, main = _privacy.split(request.epsilon, [share, 1.0 - share])
     return PrivacyRequest(epsilon=main, delta=request.delta, noise=request.noise,
                           weights=request.weights), total
 

@@ -37,7 +37,7 @@ _KINDS: dict[str, type[Any]] = {"count": Count, "count_units": CountUnits, "sum"
                                 "mean": Mean, "variance": Variance, "quantile": Quantile}
 _PLAN_KEYS = {"aggregates", "group_by", "where", "keys", "max_partitions",
               "max_rows_per_partition", "bounding", "intervals", "max_unit_rows",
-              "max_unit_sums"}
+              "max_unit_sums", "total_share"}
 _MAX_ITEMS = 1000
 
 
@@ -49,7 +49,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                             **({"labels": list(k.labels)} if k.labels is not None else {})}
                            for k in plan.group_by]
     for key in ("where", "max_partitions", "max_rows_per_partition", "bounding", "intervals",
-                "max_unit_rows"):
+                "max_unit_rows", "total_share"):
         if getattr(plan, key) is not None:
             out[key] = getattr(plan, key)
     if plan.keys is not None:
@@ -93,7 +93,8 @@ def plan_from_json(data: Any) -> Plan:
         max_rows_per_partition=data.get("max_rows_per_partition"),
         bounding=data.get("bounding"), intervals=data.get("intervals"),
         max_unit_rows=data.get("max_unit_rows"),
-        max_unit_sums=_unit_sums(data.get("max_unit_sums", {})))
+        max_unit_sums=_unit_sums(data.get("max_unit_sums", {})),
+        total_share=data.get("total_share"))
 
 
 def _unit_sums(value: Any) -> tuple[tuple[str, float], ...]:

@@ -126,6 +126,7 @@ class Query:
     interval_kind: IntervalKind | None = None
     max_unit_rows: int | None = None
     max_unit_sums: tuple[tuple[str, float], ...] = ()
+    total_share: float | None = None
 
     # -- rows and partitions -------------------------------------------------------------
 
@@ -182,16 +183,19 @@ class Query:
         return replace(self, auto=AutoBounds(share=share).merged(self.auto))
 
     def intervals(self, kind: str, *, max_unit_rows: int | None = None,
-                  max_unit_sums: Mapping[str, float] | None = None) -> Query:
+                  max_unit_sums: Mapping[str, float] | None = None,
+                  share: float | None = None) -> Query:
         """What the intervals of COUNT(*) and SUM cover: ``"bounded"`` (the answer after the
         caps and the clamping) or ``"total"`` (the answer without them, wherever no unit has
         more than ``max_unit_rows`` rows in all, nor a sum of |value| above
-        ``max_unit_sums[column]``; each chosen from the data when not given)."""
+        ``max_unit_sums[column]``; each chosen from the data when not given), for ``share``
+        of the query's budget (default the curator's, 10%)."""
         plan = Plan(aggregates=(Count(),), intervals=kind,  # type: ignore[arg-type]
                     max_unit_rows=max_unit_rows,
-                    max_unit_sums=tuple((max_unit_sums or {}).items()))  # validates them
+                    max_unit_sums=tuple((max_unit_sums or {}).items()),
+                    total_share=share)  # validates them
         return replace(self, interval_kind=plan.intervals, max_unit_rows=plan.max_unit_rows,
-                       max_unit_sums=plan.max_unit_sums)
+                       max_unit_sums=plan.max_unit_sums, total_share=plan.total_share)
 
     def _auto_column(self, bounds: BoundsLike, column: str) -> Query:
         """This query, asking for ``column``'s bounds to be chosen when ``bounds`` is "auto"."""
@@ -263,6 +267,7 @@ class Query:
             intervals=self.interval_kind,
             max_unit_rows=self.max_unit_rows,
             max_unit_sums=self.max_unit_sums,
+            total_share=self.total_share,
         )
 
 

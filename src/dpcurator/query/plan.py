@@ -406,6 +406,8 @@ class Plan:
     - ``max_unit_rows``: the outer cap of a ``"total"`` interval (None: chosen from the data).
     - ``max_unit_sums``: ((column, V), ...): the outer cap of a total SUM over the column, on
       a unit's sum of |value| (a column not named: chosen from the data).
+    - ``total_share``: the share of the query's budget the total intervals spend, in (0, 1)
+      (None: the curator's, else 10%).
     """
 
     aggregates: tuple[Aggregate, ...]
@@ -419,6 +421,7 @@ class Plan:
     intervals: IntervalKind | None = None
     max_unit_rows: int | None = None
     max_unit_sums: tuple[tuple[str, float], ...] = ()
+    total_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.auto is not None and not isinstance(self.auto, AutoBounds):
@@ -473,6 +476,13 @@ class Plan:
                                  f"got {item[1]!r}")
             checked[column] = value
         object.__setattr__(self, "max_unit_sums", tuple(sorted(checked.items())))
+        if self.total_share is not None:
+            share = self.total_share
+            if isinstance(share, bool) or not isinstance(share, int | float) or \
+                    not 0.0 < float(share) < 1.0:
+                raise QueryError(f"total_share (the share of the budget the total intervals "
+                                 f"spend) must be a number in (0, 1), got {share!r}")
+            object.__setattr__(self, "total_share", float(share))
         object.__setattr__(self, "aggregates", aggregates)
         object.__setattr__(self, "group_by", group_by)
 
@@ -500,6 +510,6 @@ class Plan:
         values = {name: getattr(self, name) for name in (
             "aggregates", "group_by", "where", "keys", "max_partitions",
             "max_rows_per_partition", "bounding", "auto", "intervals", "max_unit_rows",
-            "max_unit_sums")}
+            "max_unit_sums", "total_share")}
         values.update(changes)
         return Plan(**values)

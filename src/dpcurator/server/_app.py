@@ -68,6 +68,9 @@ class QueryRequest(BaseModel):
         None, description="what the intervals of COUNT(*) and SUM cover: the answer "
                           "after the caps, or the total without them (default: total where "
                           "the caps are chosen from the data)")
+    total_share: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False,
+                                      description="the share of the query's budget the total "
+                                                  "intervals spend (default 0.1)")
 
     def body(self) -> QueryBody:
         if (self.sql is None) == (self.plan is None):
@@ -78,7 +81,7 @@ class QueryRequest(BaseModel):
         plan = (json.dumps(self.plan, sort_keys=True, allow_nan=False)
                 if self.plan is not None else None)
         return QueryBody(self.sql, self.epsilon, self.delta, self.rho, self.noise,
-                         self.confidence, keys, plan, self.intervals)
+                         self.confidence, keys, plan, self.intervals, self.total_share)
 
     @property
     def text(self) -> str:

@@ -79,13 +79,15 @@ class QueryBody:
     keys: tuple[Any, ...] | None = None
     plan: str | None = None  # the plan's JSON text, canonical (sorted keys)
     intervals: str | None = None  # "bounded" or "total" (None: the curator's default)
+    total_share: float | None = None  # of the query's budget, for total intervals
 
     def identity(self, dataset: str) -> str:
         """The request's fingerprint, for Idempotency-Key checks."""
         return fingerprint(dataset, json.dumps(
             [self.sql, self.plan, self.epsilon, self.delta, self.rho, self.noise,
              self.confidence, list(self.keys) if self.keys is not None else None,
-             *([self.intervals] if self.intervals is not None else [])],
+             *([self.intervals] if self.intervals is not None else []),
+             *([self.total_share] if self.total_share is not None else [])],
             default=str))
 
     @property
@@ -363,8 +365,9 @@ class Service:
             if plan.group_by[0].expression.strip('"').lower() == column.lower():
                 plan = dataclasses.replace(plan, keys=_user(lambda: public_keys(
                     [(v,) for v in values], [plan.group_by[0].name])))
-        if body.intervals is not None:
-            plan = _user(lambda: plan.replace(intervals=body.intervals))
+        if body.intervals is not None or body.total_share is not None:
+            plan = _user(lambda: plan.replace(intervals=body.intervals or plan.intervals,
+                                              total_share=body.total_share))
         return _user(lambda: data.curator.resolve(
             plan, epsilon=body.epsilon, delta=body.delta, rho=body.rho, noise=body.noise,
             confidence=body.confidence))

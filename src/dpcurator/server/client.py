@@ -60,15 +60,16 @@ class RemoteCurator:
     def sql(self, query: str, *, epsilon: float | None = None, delta: float | None = None,
             rho: float | None = None, noise: str | None = None,
             confidence: float | None = None, keys: list[Any] | None = None,
-            idempotency_key: str | None = None, intervals: str | None = None
-            ) -> dict[str, Any]:
+            idempotency_key: str | None = None, intervals: str | None = None,
+            total_share: float | None = None) -> dict[str, Any]:
         """Answer a DP SQL query: ``{"rows", "intervals", "privacy", "query_id", "cached",
         "remaining"}``. A retry after a lost answer is safe: the request carries an
         idempotency key (made here unless given), so it is never charged twice.
-        ``intervals``: what the intervals of COUNT(*) and SUM cover ("bounded", "total")."""
+        ``intervals``: what the intervals of COUNT(*) and SUM cover ("bounded", "total"), and
+        ``total_share`` what the total ones spend."""
         body = _drop_none({"sql": query, "epsilon": epsilon, "delta": delta, "rho": rho,
                            "noise": noise, "confidence": confidence, "keys": keys,
-                           "intervals": intervals})
+                           "intervals": intervals, "total_share": total_share})
         key = idempotency_key or secrets.token_hex(16)
         return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/queries", body,
                           {"Idempotency-Key": key}, retries=2)
