@@ -330,3 +330,34 @@ def test_the_total_share_is_the_users_to_set() -> None:
     assert cur.spent.epsilon == before
     with pytest.raises(UserError, match="total_share"):
         curator(df, 1.0, 17, total_share=2)
+
+
+@pytest.mark.parametrize("privacy, noise", [
+    ({"epsilon": 1.0, "delta": 1e-6, "noise": "gaussian"}, "discrete Laplace"),
+    ({"rho": 0.5}, "discrete Gaussian"),
+])
+def test_totals_under_gaussian_noise_and_zcdp(privacy: dict[str, Any], noise: str) -> None:
+    """Under (epsilon, delta) with Gaussian noise the totals take a pure epsilon share (the
+    rest keeps delta); under rho they are discrete Gaussians of a rho share. Either way the
+    query costs what it asked, and with the outer cap above every unit the intervals at level
+    1 - 1e-9 all cover the true counts (each misses w.p. at most 1e-9: 4e-8 for the 40)."""
+    df = heavy_frame(600)
+    budget: Any = dp.ZCDP(1.0) if "rho" in privacy else dp.ApproxDP(10.0, 1e-3)
+    cur = dp.Curator.from_pandas(df, privacy_unit="u", budget=budget, source=SeededRandom(18),
+                                 cache=False)
+    most = int(df.groupby("u").size().max())
+    query = (Query().group_by("g", keys=KEYS).count("n").sum("x", (0.0, 1.0), "s")
+             .bound_contributions(max_partitions=2, max_rows_per_partition=2)
+             .intervals("total", max_unit_rows=most, max_unit_sums={"x": float(most)}))
+    release = cur.run(query, **privacy)
+    assert release.interval_kinds == {"n": "total", "s": "total"}
+    totals = [m for name in ("n", "s") for m in release.mechanisms[name]
+              if m["measure"] in ("unit_rows", "unit_values")]
+    assert len(totals) == 2 and all(m["noise"] == noise for m in totals)
+    if "rho" in privacy:
+        assert release.privacy.rho == pytest.approx(0.5, rel=1e-12)  # type: ignore[union-attr]
+    else:
+        assert release.privacy == dp.ApproxDP(1.0, 1e-6)
+    low, high = release.interval("n", 1 - 1e-9)
+    exact = truth(df)
+    assert np.all((low <= exact) & (exact <= high))
