@@ -47,9 +47,17 @@ clamping still binds: its interval stays bounded).
 The share's parts: the outer caps to choose share ``CHOICE_PART`` of it equally, and the
 measures (one count for the COUNT(*)s, one sum per SUM column) the rest equally.
 
+The guarantee, under add/remove one privacy unit: each measure's noise is epsilon_t-DP (the
+discrete Laplace of scale sensitivity / epsilon_t: Ghosh, Roughgarden and Sundararajan 2009)
+or rho_t-zCDP (the discrete Gaussian: Canonne, Kamath and Steinke 2020, Theorem 4), by the
+sensitivities above (``dpcurator.query.bounding``); each outer cap's choice is epsilon-DP
+(permute-and-flip, McKenna and Sheldon 2020; monotonic, Ding, Kifer, Wang and Zhang 2021);
+they compose with the query's other parts within its request (basic composition, or adding
+rhos). Tested: ``tests/test_total_intervals.py`` audits both measures end to end with their
+twins without the outer caps, and checks the coverage.
+
 Reference for the one-sided construction: a standard union bound over two one-sided
-confidence bounds (e.g. Casella and Berger, Statistical Inference, 2nd ed., Section 9.2);
-the sensitivity of T is that of rescaled contributions (``dpcurator.query.bounding``).
+confidence bounds (e.g. Casella and Berger, Statistical Inference, 2nd ed., Section 9.2).
 """
 
 from __future__ import annotations
