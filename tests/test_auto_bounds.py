@@ -37,7 +37,7 @@ def profile_of(df: pd.DataFrame, columns: tuple[str, ...] = ("x",), *,
     query = BoundedQuery(unit="u", group_keys=GROUP if group else (), where=None, keys=None,
                          max_partitions=1, max_rows_per_partition=1, rows_mode="rescale",
                          partitions_mode="rescale" if group else "none", measures=(),
-                         profile=columns)
+                         profile=columns, profile_sums=columns)
     result = DuckDBEngine.from_frame(df).compute_exact_aggregates(query, 0)
     assert result.profile is not None
     return Profile(result.profile)
@@ -68,7 +68,7 @@ def all_statistics(profile: Profile) -> np.ndarray:
     negative, positive = profile.signs(0)
     return np.array([*profile.partitions([1, 2, 4, 8, 16, 1024]),
                      *profile.rows(ROW_CANDIDATES), *profile.magnitudes(0), negative,
-                     positive, *profile.unit_rows(OUTER_CANDIDATES)])
+                     positive, *profile.unit_rows(OUTER_CANDIDATES), *profile.unit_sums(0)])
 
 
 def broken_rows(profile: Profile) -> list[float]:
@@ -87,9 +87,11 @@ def test_every_statistic_moves_by_at_most_one_when_a_unit_is_added(seed: int) ->
     # the sign choice runs permute-and-flip as monotonic: adding a unit may only raise the
     # negative and positive statistics (so every sign score falls or stays)
     assert all(a >= b for a, b in zip(after.signs(0), before.signs(0), strict=True))
-    # so does the outer cap's choice (``choose_outer``): units over M only come in
+    # so do the outer caps' choices (``choose_outer``, ``choose_outer_sum``): units over a
+    # cap only come in
     assert all(a >= b for a, b in zip(after.unit_rows(OUTER_CANDIDATES),
                                       before.unit_rows(OUTER_CANDIDATES), strict=True))
+    assert all(a >= b for a, b in zip(after.unit_sums(0), before.unit_sums(0), strict=True))
 
 
 def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:

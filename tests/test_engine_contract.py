@@ -564,24 +564,36 @@ def test_the_outer_capped_count_matches_a_python_reference_on_every_engine(
     assert {g: v for g, v in table.items() if v} == {g: v for g, v in expected.items() if v}
 
 
-def test_one_heavy_unit_moves_the_outer_capped_count_by_at_most_its_cap(make: Make) -> None:
-    """The L1 sensitivity of ``unit_rows`` is outer * weight however many rows the unit has;
-    its broken twin, the same count without the outer weights (a plain count of rows with
-    no caps), moves by the unit's 400 rows."""
+def moved_by_the_extreme_unit(make: Make, spec: MeasureSpec) -> list[int]:
+    """Per partition, how much ``extreme_unit`` (400 rows of 1e9, -1e9, 100 and inf over 8
+    groups) moves the measure ``spec``, alone in a rescaled query."""
     base = frame(3)
     bigger = pd.concat([base, extreme_unit(base)], ignore_index=True)
-    spec = MeasureSpec("total", "unit_rows", weight=2, outer=16)
     q = BoundedQuery("uid", GROUP, None, None, 2, 3, "rescale", "rescale", (spec,))
-    loose = BoundedQuery("uid", GROUP, None, None, 2, 3, "rescale", "rescale",
-                         (MeasureSpec("total", "unit_rows", weight=2, outer=2**20),))
-    for query_, bound in ((q, 32), (loose, None)):
-        b = as_table(make(base).compute_exact_aggregates(query_, key=5))["total"]
-        a = as_table(make(bigger).compute_exact_aggregates(query_, key=5))["total"]
-        moved = sum(abs(a.get(g, 0) - b.get(g, 0)) for g in set(a) | set(b))
-        if bound is not None:
-            assert 0 < moved <= bound == q.l1_sensitivity(spec)
-        else:
-            assert moved == 2 * 400  # the twin: every row of the heavy unit
+    b = as_table(make(base).compute_exact_aggregates(q, key=5))[spec.name]
+    a = as_table(make(bigger).compute_exact_aggregates(q, key=5))[spec.name]
+    return [a.get(g, 0) - b.get(g, 0) for g in set(a) | set(b)]
+
+
+def within_sensitivity(spec: MeasureSpec, moved: list[int]) -> bool:
+    """The move within the measure's stated per-partition, L1 and L2 bounds."""
+    q = BoundedQuery("uid", GROUP, None, None, 2, 3, "rescale", "rescale", (spec,))
+    return (max(abs(d) for d in moved) <= q.per_partition_bound(spec)
+            and sum(abs(d) for d in moved) <= q.l1_sensitivity(spec)
+            and math.isqrt(sum(d * d for d in moved)) <= q.l2_sensitivity(spec))
+
+
+def test_one_heavy_unit_moves_the_outer_capped_count_by_at_most_its_cap(make: Make) -> None:
+    """The sensitivity of ``unit_rows`` is outer * weight (per partition, L1 and L2) however
+    many rows the unit has; its broken twin, the same count without the outer weights (a
+    plain count of rows with no caps), moves by the unit's 400 rows."""
+    spec = MeasureSpec("total", "unit_rows", weight=2, outer=16)
+    moved = moved_by_the_extreme_unit(make, spec)
+    assert 0 < sum(abs(d) for d in moved) <= 32 and within_sensitivity(spec, moved)
+    loose = moved_by_the_extreme_unit(make, MeasureSpec("total", "unit_rows", weight=2,
+                                                        outer=2**20))
+    assert sum(abs(d) for d in loose) == 2 * 400  # the twin: every row of the heavy unit
+    assert not within_sensitivity(spec, loose)
 
 
 def reference_unit_values(df: pd.DataFrame, outer: int) -> dict[str, int]:
@@ -616,17 +628,14 @@ def test_the_outer_capped_sum_matches_a_python_reference_on_every_engine(
 
 def test_one_heavy_unit_moves_the_outer_capped_sum_by_at_most_its_cap(make: Make) -> None:
     """Whatever its values (1e9, -1e9, inf), a unit moves the outer-capped sum by at most V
-    in L1; the twin with V above every unit's absolute sum moves by the unit's whole sum."""
-    base = frame(3)
-    bigger = pd.concat([base, extreme_unit(base)], ignore_index=True)
-    for outer, bound in ((50, 50), (2**40, None)):
-        spec = MeasureSpec("total", "unit_values", ValueSpec("v", -outer, outer, 0.0, 1.0),
+    (per partition, L1 and L2); the twin with V above every unit's absolute sum moves by the
+    unit's whole sum."""
+    def spec(outer: int) -> MeasureSpec:
+        return MeasureSpec("total", "unit_values", ValueSpec("v", -outer, outer, 0.0, 1.0),
                            outer=outer)
-        q = BoundedQuery("uid", GROUP, None, None, 2, 3, "rescale", "rescale", (spec,))
-        b = as_table(make(base).compute_exact_aggregates(q, key=5))["total"]
-        a = as_table(make(bigger).compute_exact_aggregates(q, key=5))["total"]
-        moved = sum(abs(a.get(g, 0) - b.get(g, 0)) for g in set(a) | set(b))
-        if bound is not None:
-            assert 0 < moved <= bound == q.l1_sensitivity(spec)
-        else:
-            assert moved > 10**9  # the twin: the unit's values, nearly as they are
+
+    moved = moved_by_the_extreme_unit(make, spec(50))
+    assert 0 < sum(abs(d) for d in moved) <= 50 and within_sensitivity(spec(50), moved)
+    loose = moved_by_the_extreme_unit(make, spec(2**40))
+    assert sum(abs(d) for d in loose) > 10**9  # the twin: the unit's values, nearly as they are
+    assert not within_sensitivity(spec(50), loose)

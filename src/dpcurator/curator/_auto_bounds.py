@@ -253,37 +253,28 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
                         f"({1 - remaining:g}) leave nothing for the query: lower bounds_share, or "
                         "ask for intervals='bounded'")
     measures = len(plan.aggregates)
+    zcdp = request.rho is not None
+    whole = request.rho if zcdp else request.epsilon
+    assert whole is not None
+    chosen, main = _privacy.split(whole, [share, 1.0 - share]) if names else (0.0, whole)
+    spends = list(zip([name for name, _ in names],
+                      _privacy.split(chosen, weights) if names else [], strict=True))
+    if outer is not None and outers:  # the outer caps share their part equally
+        spends += zip(outers, _privacy.split(outer, [1.0] * len(outers)), strict=True)
     events: list[DpEvent] = []
     epsilons: dict[str, float] = {}
-    if request.rho is not None:
-        chosen, main = (_privacy.split(request.rho, [share, 1.0 - share]) if names
-                        else (0.0, request.rho))
-        spends = list(zip(names, _privacy.split(chosen, weights), strict=True)) if names \
-            else []
-        if outer is not None and outers:  # the outer caps share their part equally
-            spends += [((name, 0.0), each) for name, each in
-                       zip(outers, _privacy.split(outer, [1.0] * len(outers)), strict=True)]
-        for (name, _), each in spends:
+    for name, each in spends:  # epsilon-DP each; under rho, charged as epsilon^2 / 2-zCDP
+        epsilon = each
+        if zcdp:
             epsilon = math.sqrt(2.0 * each)
             while Fraction(epsilon) ** 2 / 2 > Fraction(each):
                 epsilon = _round_down(epsilon)
-            epsilons[name] = epsilon
-            events.append(ZCDPEvent(each))
+        epsilons[name] = epsilon
+        events.append(ZCDPEvent(each) if zcdp else PureDPEvent(each))
+    if zcdp:
         rest = PrivacyRequest(rho=main, noise=request.noise, weights=request.weights)
         noise, exponent = 1.0 / math.sqrt(2.0 * main / measures), 0.5
-        spent = chosen
     else:
-        assert request.epsilon is not None
-        chosen, main = (_privacy.split(request.epsilon, [share, 1.0 - share]) if names
-                        else (0.0, request.epsilon))
-        spends = list(zip(names, _privacy.split(chosen, weights), strict=True)) if names \
-            else []
-        if outer is not None and outers:  # the outer caps share their part equally
-            spends += [((name, 0.0), each) for name, each in
-                       zip(outers, _privacy.split(outer, [1.0] * len(outers)), strict=True)]
-        for (name, _), epsilon in spends:
-            epsilons[name] = epsilon
-            events.append(PureDPEvent(epsilon))
         rest = PrivacyRequest(epsilon=main, delta=request.delta, noise=request.noise,
                               weights=request.weights)
         if request.kind == "laplace":
@@ -291,7 +282,7 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
         else:
             rho = zcdp_rho_for(main, request.delta / 2 if plan.private_keys else request.delta)
             noise, exponent = 1.0 / math.sqrt(2.0 * rho / measures), 0.5
-        spent = chosen
+    spent = chosen
     partitions = len(plan.keys) if plan.keys is not None and plan.group_by else 1
     return AutoPlan(auto, epsilons, rest, partitions, noise, exponent, spent,
                     outer or 0.0), events
