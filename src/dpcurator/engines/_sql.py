@@ -240,6 +240,9 @@ class Dialect:
     # the rows already are (one shuffle of the rows instead of one for the pairs and another
     # for the units).
     distribute_rows: ClassVar[bool] = False
+    # The contribution profile's counts by windows over the rows instead of grouped pairs
+    # and units joined back (Spark: its rows are already distributed by unit).
+    profile_by_window: ClassVar[bool] = False
 
     # types -------------------------------------------------------------------------------
 
@@ -1075,37 +1078,25 @@ class _Builder:
         q = self.q
         ctes = self.rows()
         source = self.source
+        rows_view = "shaped"  # one row per value, with its unit's rows (__tb)
         if q.unit is None:  # each row its own unit: one partition, one row
-            ones = [alias(num(1), name) for name in ("__pb", "__nb", "__tb", "__i")]
+            ones = [alias(num(1), name) for name in ("__pb", "__nb", "__tb")]
             ctes.append(("shaped", select([star(), *ones], source)))
+        elif self.d.profile_by_window:
+            ctes += self._profile_windows(source)
+            rows_view = "valued"
         else:
-            pair = [col("__u"), *self.keys()]
-            sums = [alias(window(exp.Sum(this=exp.Abs(this=col(self.x(column)))),
-                                 [col("__u")]), f"__a{c}")
-                    for c, column in enumerate(q.profile_sums)]
-            counted = select([star(), alias(window(exp.Count(this=exp.Star()), pair), "__n"),
-                              alias(window(exp.Count(this=exp.Star()), [col("__u")]), "__t"),
-                              alias(window(exp.RowNumber(), pair, [col("__u")]), "__i"),
-                              *sums],
-                             source, comment="each row with its pair's and its unit's rows")
-            first = case((exp.EQ(this=col("__i"), expression=num(1)), num(1)), default=num(0))
-            spread = select([star(), alias(window(exp.Sum(this=first), [col("__u")]), "__p")],
-                            "counted", comment="and its unit's number of partitions")
-            ctes += [("counted", counted), ("spread", spread)]
-            ctes.append(("shaped", select([star(), alias(self._up(col("__p")), "__pb"),
-                                           alias(self._up(col("__n")), "__nb"),
-                                           alias(self._up(col("__t")), "__tb")], "spread")))
+            ctes += self._profile_grouped(source)
+            rows_view = "valued" if q.profile else "shaped"
         null = cast(exp.Null(), "BIGINT")
         branches: list[exp.Query] = [select(
             [alias(num(0), "__part"), col("__pb"), col("__nb"), alias(null, "__s"),
              alias(col("__tb"), "__b"), alias(exp.Count(this=exp.Star()), "__c")], "shaped",
-            where=exp.EQ(this=col("__i"), expression=num(1)),
             group=[col("__pb"), col("__nb"), col("__tb")],
             comment="pairs by (partitions of the unit, rows of the pair, rows of the unit)")]
         for c in range(len(q.profile_sums)):
-            bucket = self._bucket(col(f"__a{c}"), PROFILE_STEPS[0], PROFILE_STEPS[-1])
-            sums_of = select([col("__pb"), alias(bucket, "__b")], "shaped",
-                             where=exp.EQ(this=col("__i"), expression=num(1)))
+            bucket = self._bucket(col(f"__us{c}"), PROFILE_STEPS[0], PROFILE_STEPS[-1])
+            sums_of = select([col("__pb"), alias(bucket, "__b")], "shaped")
             branches.append(select(
                 [alias(num(-1 - c), "__part"), col("__pb"), alias(null.copy(), "__nb"),
                  alias(null.copy(), "__s"), col("__b"), alias(exp.Count(this=exp.Star()),
@@ -1119,7 +1110,7 @@ class _Builder:
                         default=num(1))
             magnitude = exp.Abs(this=x.copy())
             bucket = self._bucket(magnitude, PROFILE_STEPS[0], PROFILE_STEPS[-1])
-            values = select([col("__tb"), alias(sign, "__s"), alias(bucket, "__b")], "shaped",
+            values = select([col("__tb"), alias(sign, "__s"), alias(bucket, "__b")], rows_view,
                             where=exp.Not(this=exp.Is(this=x, expression=exp.Null())))
             branches.append(select(
                 [alias(num(c + 1), "__part"), col("__tb"), alias(null.copy(), "__nb"),
@@ -1130,6 +1121,59 @@ class _Builder:
         for branch in branches[1:]:
             union = exp.Union(this=union, expression=branch, distinct=False)
         return self._with(ctes, union)
+
+    def _profile_grouped(self, source: str) -> list[tuple[str, exp.Query]]:
+        """The profile's views by grouped aggregates (pairs, then units, joined back): the
+        profile 2.4x faster than by windows over the rows on DuckDB, an auto-bounded release
+        14% faster on PostgreSQL. ``shaped``: one row per pair; ``valued``: one row per row,
+        with its unit's rows."""
+        q = self.q
+        pair = [col("__u"), *self.keys()]
+        sums = [alias(exp.Sum(this=exp.Abs(this=col(self.x(column)))), f"__a{c}")
+                for c, column in enumerate(q.profile_sums)]
+        ctes: list[tuple[str, exp.Query]] = [("pairs", select(
+            [*pair, alias(exp.Count(this=exp.Star()), "__n"), *sums], source, group=pair,
+            comment="one row per (unit, partition): its rows and sums of |value|"))]
+        ctes.append(("units", select(
+            [col("__u"), alias(exp.Count(this=exp.Star()), "__p"),
+             alias(exp.Sum(this=col("__n")), "__t"),
+             *(alias(exp.Sum(this=col(f"__a{c}")), f"__us{c}")
+               for c in range(len(q.profile_sums)))], "pairs", group=[col("__u")],
+            comment="one row per unit: its partitions, rows and sums of |value|")))
+        ctes.append(("shaped", exp.Select(expressions=[
+            alias(self._up(col("__p")), "__pb"), alias(self._up(col("__n")), "__nb"),
+            alias(self._up(col("__t")), "__tb"),
+            *(col(f"__us{c}") for c in range(len(q.profile_sums)))]).from_(
+            "pairs", copy=False).join("units", using=["__u"], copy=False)))
+        if q.profile:
+            ctes.append(("valued", exp.Select(expressions=[
+                star(), alias(self._up(col("__t")), "__tb")]).from_(
+                source, copy=False).join("units", using=["__u"], copy=False)))
+        return ctes
+
+    def _profile_windows(self, source: str) -> list[tuple[str, exp.Query]]:
+        """The same views by windows over the rows, for an engine that has distributed the
+        rows by unit (Spark: each window runs where the unit's rows are, where a grouped
+        CTE read twice would be computed twice)."""
+        q = self.q
+        pair = [col("__u"), *self.keys()]
+        sums = [alias(window(exp.Sum(this=exp.Abs(this=col(self.x(column)))),
+                             [col("__u")]), f"__us{c}")
+                for c, column in enumerate(q.profile_sums)]
+        counted = select([star(), alias(window(exp.Count(this=exp.Star()), pair), "__n"),
+                          alias(window(exp.Count(this=exp.Star()), [col("__u")]), "__t"),
+                          alias(window(exp.RowNumber(), pair, [col("__u")]), "__i"),
+                          *sums],
+                         source, comment="each row with its pair's and its unit's rows")
+        first = case((exp.EQ(this=col("__i"), expression=num(1)), num(1)), default=num(0))
+        spread = select([star(), alias(window(exp.Sum(this=first), [col("__u")]), "__p")],
+                        "counted", comment="and its unit's number of partitions")
+        valued = select([star(), alias(self._up(col("__p")), "__pb"),
+                         alias(self._up(col("__n")), "__nb"),
+                         alias(self._up(col("__t")), "__tb")], "spread")
+        shaped = select([star()], "valued", where=exp.EQ(this=col("__i"), expression=num(1)))
+        return [("counted", counted), ("spread", spread), ("valued", valued),
+                ("shaped", shaped)]
 
     def _bucket(self, magnitude: exp.Expr, lo: int, hi: int) -> exp.Expr:
         """The largest q in [lo, hi] with magnitude > 2^(q/4), or lo - 1: a binary search of

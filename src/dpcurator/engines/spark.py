@@ -79,6 +79,9 @@ class SparkDialect(Dialect):
     # The cost: no partial aggregation before the shuffle, which matters where units have
     # many rows in each partition.
     distribute_rows = True
+    # For the same reason the contribution profile counts by windows (the grouped form
+    # measured 12% slower here: its pairs and units are each read twice).
+    profile_by_window = True
 
     def hash_kind(self, sql_type: str) -> Any:
         return "timestamp" if sql_type == "TIMESTAMP_NTZ" else super().hash_kind(sql_type)
