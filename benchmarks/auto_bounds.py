@@ -16,6 +16,13 @@ Errors are against the true *unbounded* answers.
 
     .venv/bin/python benchmarks/auto_bounds.py                       # about a minute
     .venv/bin/python benchmarks/auto_bounds.py --units 200000 --runs 50 --json auto.json
+    .venv/bin/python benchmarks/auto_bounds.py --categories 64 --units 20000
+    .venv/bin/python benchmarks/auto_bounds.py --timing-only    # release times, no RMSE
+
+``--timing`` (or ``--timing-only``) also times one release of each query, round-robin
+(``_rounds.py``), medians: the best fixed bounds (the baseline), ``bounds="auto"`` with bounded
+intervals, and ``bounds="auto"`` with its default total intervals; the ratios are what choosing
+the bounds (the profile statement and the choices) and the totals add to a release.
 
 Target (issue 14): auto RMSE <= 1.25x the best fixed RMSE, for each query.
 """
@@ -37,7 +44,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import dpcurator as dp
 from skewed import categories, skewed_table
 
-PARTITIONS = (1, 2, 4, 8)
 ROWS = tuple(2**i for i in range(11))
 UPPER = tuple(2.0**i for i in range(2, 13))
 
@@ -60,7 +66,8 @@ def bounded_answers(table: pd.DataFrame, k: int, r: int, upper: float | None,
 def fixed_rmse(table: pd.DataFrame, truth: np.ndarray, epsilon: float, keys: list[str],
                sum_query: bool) -> list[dict[str, float]]:
     out = []
-    for k, r in itertools.product(PARTITIONS, ROWS):
+    partitions = [2**i for i in range(len(keys).bit_length()) if 2**i <= len(keys)]
+    for k, r in itertools.product(partitions, ROWS):
         for upper in (UPPER if sum_query else (None,)):
             bounded = bounded_answers(table, k, r, upper, keys)
             scale = k * r * (upper or 1.0) / epsilon  # Laplace: L1 sensitivity / epsilon
@@ -86,16 +93,59 @@ def curator_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon: floa
     return float(np.sqrt(np.mean(np.square(errors)))), chosen
 
 
+def timing(table: pd.DataFrame, keys: list[str], args: argparse.Namespace,
+           best: dict[str, dict[str, float]] | None = None) -> dict[str, object]:
+    """Median release times, round-robin: fixed bounds (the best in hindsight), auto with
+    bounded intervals, auto with total intervals; ratios to the fixed bounds."""
+    from _rounds import ratios, time_rounds
+
+    curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=dp.PureDP(1e9),
+                                     cache=False)
+    out: dict[str, object] = {}
+    for name, aggregate, sum_query in (("COUNT(*)", "COUNT(*)", False),
+                                       ("SUM(amount)", "SUM(amount)", True)):
+        if best is None or name not in best:
+            truth = (table.groupby("category").amount.sum() if sum_query else
+                     table.groupby("category").size()).reindex(keys).to_numpy().astype(float)
+            chosen = fixed_rmse(table, truth, args.epsilon, keys, sum_query)[0]
+        else:
+            chosen = best[name]
+        fixed: dict[str, object] = {
+            "max_partitions": int(chosen["max_partitions"]),
+            "max_rows_per_partition": int(chosen["max_rows_per_partition"])}
+        if sum_query:
+            fixed["bounds"] = {"amount": (0.0, chosen["upper"])}
+        sql = f"SELECT category, {aggregate} AS v FROM data GROUP BY category"
+
+        def release(sql: str = sql, **options: object) -> object:
+            return lambda: curator.sql(sql, epsilon=args.epsilon, keys=keys, **options)
+
+        print(f"\n{name}: release time, {args.repeats} rounds", flush=True)
+        times = time_rounds({"fixed bounds": release(**fixed),
+                             "auto, bounded intervals": release(bounds="auto",
+                                                                intervals="bounded"),
+                             "auto, total intervals": release(bounds="auto")}, args.repeats)
+        out[name] = ratios(times, "fixed bounds")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--units", type=int, default=50_000)
+    parser.add_argument("--categories", type=int, default=8, help="public keys (skewed.py)")
+    parser.add_argument("--timing", action="store_true", help="also time the releases")
+    parser.add_argument("--timing-only", action="store_true", help="only time the releases")
+    parser.add_argument("--repeats", type=int, default=9, help="timed rounds")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=str, default=None)
     args = parser.parse_args()
-    table = skewed_table(args.units, seed=args.seed)
-    keys = categories(8)
+    table = skewed_table(args.units, categories_count=args.categories, seed=args.seed)
+    keys = categories(args.categories)
+    if args.timing_only:
+        timing(table, keys, args)
+        return
     print(f"{len(table):,} rows, {args.units:,} units, epsilon {args.epsilon}, "
           f"{args.runs} runs", flush=True)
     report: dict[str, object] = {"rows": len(table), "units": args.units,
@@ -140,6 +190,10 @@ def main() -> None:
                         "auto_rmse": auto, "ratio": ratio, "top_fixed": grid[:5],
                         "auto_bounded_intervals_rmse": plain,
                         "auto_choices": [str(k) for k in common]}
+    if args.timing:
+        report["timing"] = timing(table, keys, args, {
+            name: value["best_fixed"] for name, value in report.items()  # type: ignore[index]
+            if isinstance(value, dict) and "best_fixed" in value})
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,13 @@ from typer.testing import CliRunner
 
 import dpcurator as dp
 from dpcurator.cli import app
-from dpcurator.curator._auto_bounds import OUTER_CANDIDATES, ROW_CANDIDATES, Profile
+from dpcurator.curator._auto_bounds import (
+    OUTER_CANDIDATES,
+    ROW_CANDIDATES,
+    Profile,
+    _beyond,
+    _down,
+)
 from dpcurator.engines import DuckDBEngine
 from dpcurator.errors import BudgetExceededError
 from dpcurator.noise import SeededRandom
@@ -132,6 +139,25 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     got = profile.magnitudes(0)
     assert [got[q + 80] for q in (-80, -4, 0, 7, 80)] == pytest.approx(expected_beyond,
                                                                        abs=2**-16)
+
+
+def test_the_statistics_are_their_exact_sums_of_fractions() -> None:
+    """``Profile`` sums over pair shapes in integers; each statistic must equal the exact
+    sum of fractions it is defined as (then rounded down to 2^-16), bit for bit."""
+    for seed in (3, 4):
+        profile = profile_of(random_frame(seed, units=200))
+        caps = list(ROW_CANDIDATES)
+        expected = [_down(sum((Fraction(c, p) * _beyond(n, cap) for p, n, c in profile.pairs),
+                              Fraction(0))) for cap in caps]
+        assert profile.rows(caps) == expected
+        assert any(v > 0 for v in expected) and expected[0] > expected[-1]
+        ks = [1, 2, 4, 8, 16]
+        assert profile.partitions(ks) == [
+            _down(sum((Fraction(c, p) for p, _, c in profile.pairs if p > k), Fraction(0)))
+            for k in ks]
+        assert profile.unit_rows(list(OUTER_CANDIDATES)) == [
+            _down(sum((Fraction(c, p) for p, t, c in profile.unit_totals if t > m),
+                      Fraction(0))) for m in OUTER_CANDIDATES]
 
 
 def clear_frame(units: int = 3000) -> pd.DataFrame:
