@@ -1087,7 +1087,7 @@ class _Builder:
             rows_view = "valued"
         else:
             ctes += self._profile_grouped(source)
-            rows_view = "valued" if q.profile else "shaped"
+            rows_view = "units"  # values counted per unit, joined to its row count below
         null = cast(exp.Null(), "BIGINT")
         branches: list[exp.Query] = [select(
             [alias(num(0), "__part"), col("__pb"), col("__nb"), alias(null, "__s"),
@@ -1110,11 +1110,25 @@ class _Builder:
                         default=num(1))
             magnitude = exp.Abs(this=x.copy())
             bucket = self._bucket(magnitude, PROFILE_STEPS[0], PROFILE_STEPS[-1])
-            values = select([col("__tb"), alias(sign, "__s"), alias(bucket, "__b")], rows_view,
-                            where=exp.Not(this=exp.Is(this=x, expression=exp.Null())))
+            present = exp.Not(this=exp.Is(this=x, expression=exp.Null()))
+            count: exp.Expr = exp.Count(this=exp.Star())
+            if rows_view == "units":  # each unit's values counted by (sign, magnitude) first,
+                # then joined to its rows: a join of a few rows per unit, not of every row
+                per_unit = [col("__u"), alias(sign, "__s"), alias(bucket, "__b")]
+                counted = select([*per_unit, alias(exp.Count(this=exp.Star()), "__n")], source,
+                                 where=present, group=[col("__u"), col("__s"), col("__b")])
+                values: exp.Expr = exp.Select(expressions=[
+                    alias(self._up(col("__t")), "__tb"), col("__s"), col("__b"), col("__n")]
+                ).from_(exp.Subquery(this=counted, alias=exp.TableAlias(
+                    this=exp.to_identifier("__v"))), copy=False).join(
+                    "units", using=["__u"], copy=False)
+                count = exp.Sum(this=col("__n"))
+            else:
+                values = select([col("__tb"), alias(sign, "__s"), alias(bucket, "__b")],
+                                rows_view, where=present)
             branches.append(select(
                 [alias(num(c + 1), "__part"), col("__tb"), alias(null.copy(), "__nb"),
-                 col("__s"), col("__b"), alias(exp.Count(this=exp.Star()), "__c")], values,
+                 col("__s"), col("__b"), alias(count, "__c")], values,
                 group=[col("__tb"), col("__s"), col("__b")],
                 comment=f"values of column {c} by (rows of the unit, sign, magnitude)"))
         union: exp.Query = branches[0]
@@ -1125,8 +1139,8 @@ class _Builder:
     def _profile_grouped(self, source: str) -> list[tuple[str, exp.Query]]:
         """The profile's views by grouped aggregates (pairs, then units, joined back): the
         profile 2.4x faster than by windows over the rows on DuckDB, an auto-bounded release
-        14% faster on PostgreSQL. ``shaped``: one row per pair; ``valued``: one row per row,
-        with its unit's rows."""
+        14% faster on PostgreSQL. ``shaped``: one row per pair; ``units``: one row per unit
+        (the values' counts per unit are joined to it in ``profile_statement``)."""
         q = self.q
         pair = [col("__u"), *self.keys()]
         sums = [alias(exp.Sum(this=exp.Abs(this=col(self.x(column)))), f"__a{c}")
@@ -1145,10 +1159,6 @@ class _Builder:
             alias(self._up(col("__t")), "__tb"),
             *(col(f"__us{c}") for c in range(len(q.profile_sums)))]).from_(
             "pairs", copy=False).join("units", using=["__u"], copy=False)))
-        if q.profile:
-            ctes.append(("valued", exp.Select(expressions=[
-                star(), alias(self._up(col("__t")), "__tb")]).from_(
-                source, copy=False).join("units", using=["__u"], copy=False)))
         return ctes
 
     def _profile_windows(self, source: str) -> list[tuple[str, exp.Query]]:
