@@ -14,7 +14,9 @@ reports ratios to floors measured in the same process, round-robin, medians:
 - ``duckdb``: from a Parquet file with string user ids ('user-123456'), dpcurator with public
   keys, private keys and ``bounding="sample"`` against the plain-SQL unit-cap floor (GROUP BY
   user, category; each user's number of categories joined back to weight the pairs: the least
-  an exact partition cap costs). Targets: public keys <= 1.25x, private keys <= 1.3x. With
+  an exact partition cap costs). Targets: public keys <= 1.25x, private keys <= 1.3x. For
+  context, the plain-SQL hard cap that private keys need (``row_number`` over each user's
+  pairs in DuckDB's ``hash`` order, keeping 5) is timed against the same floor. With
   ``--baseline REF`` the same process runs once more with the package's source taken from
   that git commit (a temporary worktree), so that "no slower than before" is measured too.
 - ``scale``: DuckDB from Parquet (integer user ids) at each ``--scale`` size, the two-level
@@ -55,6 +57,14 @@ UNIT_CAP_FLOOR = """
          users AS (SELECT user_id, count(*) AS m FROM pairs GROUP BY user_id)
     SELECT category, sum(c * least(1.0, 5 / m)), sum(s * least(1.0, 5 / m))
     FROM pairs JOIN users USING (user_id) GROUP BY category"""
+# Context for private keys, which need a hard cap (each unit in at most 5 partitions, not
+# weighted over all of them): the plain-SQL way to keep 5 per unit, in DuckDB's own hash order.
+HARD_CAP_FLOOR = """
+    WITH pairs AS (SELECT user_id, category, least(count(*), 2) AS c, sum(value) AS s
+                   FROM data GROUP BY user_id, category)
+    SELECT category, sum(c), sum(s) FROM (
+        SELECT *, row_number() OVER (PARTITION BY user_id ORDER BY hash(user_id, category))
+            AS r FROM pairs) WHERE r <= 5 GROUP BY category"""
 TWO_LEVEL_FLOOR = ("SELECT category, sum(c), sum(s) FROM (SELECT user_id, category, "
                    "count(*) AS c, sum(value) AS s FROM data GROUP BY user_id, category) "
                    "GROUP BY category")
@@ -126,6 +136,7 @@ def child_duckdb(args: argparse.Namespace) -> dict[str, Any]:
     con = connect(Path(args.parquet), args.threads, None)
     cases: dict[str, Callable[[], Any]] = {
         "floor: two-level + unit cap": lambda: con.execute(UNIT_CAP_FLOOR).fetchall(),
+        "plain SQL: hard cap (row_number)": lambda: con.execute(HARD_CAP_FLOOR).fetchall(),
         **curator_cases(con)}
     times = time_rounds(cases, args.repeats)
     floor = times["floor: two-level + unit cap"]
@@ -256,7 +267,7 @@ def summary(report: dict[str, Any]) -> None:
     if "duckdb" in report:
         d = report["duckdb"]
         for case, r in d["now"].items():
-            if case.startswith("dpcurator"):
+            if case.startswith(("dpcurator", "plain SQL")):
                 line("duckdb", d["rows"], case, r["x_floor"], r["paired"])
         if "baseline" in d:
             for case, r in d["baseline"]["cases"].items():
