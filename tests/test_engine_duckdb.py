@@ -343,3 +343,35 @@ def test_a_hard_partition_cap_keeps_exactly_k_partitions(rows_mode: str) -> None
     other = dataclasses.replace(q, rows_mode="rescale" if rows_mode == "sample" else "sample")
     again = DuckDBEngine.from_frame(df).compute_exact_aggregates(other, key=5)
     assert kept == {k[0] for k, u in zip(again.keys, again.measures["units"], strict=True) if u}
+
+
+def test_public_keys_are_checked_once_per_set_and_a_bad_set_every_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The public keys' check reads only the keys and their types, so a set already checked
+    is not checked again (a chosen-bounds query runs three statements over one set); a set
+    that failed is refused again, and the remembered sets are the most recent few."""
+    from dpcurator.engines import _engine
+    from dpcurator.errors import UserError
+
+    engine = DuckDBEngine.from_frame(frame(1))
+    calls: list[object] = []
+    check = engine._check_keys
+    monkeypatch.setattr(engine, "_check_keys", lambda c: (calls.append(c.query.keys), check(c)))
+
+    def query(keys: tuple[object, ...], rows: int = 1) -> BoundedQuery:
+        return BoundedQuery("uid", GROUP, None, PublicKeys(tuple((k,) for k in keys)), 2,
+                            rows, "rescale", "rescale", (MeasureSpec("rows", "rows"),))
+
+    engine.validate(query(("a", "b")))
+    engine.validate(query(("a", "b"), rows=3))  # another statement, the same keys
+    assert len(calls) == 1
+    engine.validate(query(("a", "c")))
+    assert len(calls) == 2
+    for n in range(_engine.CHECKED_KEYS):  # push ("a", "b") out of the remembered sets
+        engine.validate(query((f"k{n}",)))
+    engine.validate(query(("a", "b"), rows=5))
+    assert len(calls) == 3 + _engine.CHECKED_KEYS
+    ints = DuckDBEngine.from_frame(frame(1).assign(g=lambda d: d.uid % 3))
+    for _ in range(2):
+        with pytest.raises(UserError, match="key #2"):
+            ints.validate(query(("1", "not-a-number")))

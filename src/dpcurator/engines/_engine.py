@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from dpcurator.query.bounding import BoundedQuery
 __all__ = ["SqlEngine"]
 
 _ids = itertools.count()
+CHECKED_KEYS = 16  # sets of public keys whose check is remembered
 
 
 class SqlEngine:
@@ -38,6 +40,10 @@ class SqlEngine:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._compiled = CompileCache()
+        # public keys (with the types they convert to) already checked: the check reads only
+        # them, so a query that repeats them (a chosen-bounds query runs three statements
+        # over one set of keys) is not checked again; the most recent few are kept
+        self._checked_keys: OrderedDict[tuple[Any, tuple[str, ...]], None] = OrderedDict()
 
     # -- the transport ---------------------------------------------------------------------------
 
@@ -108,7 +114,14 @@ class SqlEngine:
             compiled = self.prepare(query)
             with self._with_keys(compiled):
                 if compiled.keys_table is not None:
-                    self._check_keys(compiled)
+                    checked = (compiled.query.keys, tuple(compiled.key_types))
+                    if checked in self._checked_keys:
+                        self._checked_keys.move_to_end(checked)
+                    else:
+                        self._check_keys(compiled)
+                        self._checked_keys[checked] = None
+                        while len(self._checked_keys) > CHECKED_KEYS:
+                            self._checked_keys.popitem(last=False)
                 self._bind(compiled)
         except self._errors() as exc:
             raise UserError(self._refused(exc)) from None
