@@ -244,6 +244,9 @@ def test_a_total_sum_chooses_its_outer_cap_and_states_it() -> None:
     assert chosen["max_unit_sums"]["x"] == release.max_unit_sums["x"] > 0
     assert chosen["outer_caps_epsilon"] == pytest.approx(0.05)  # two caps, half of 10%
     assert release.epsilon == 1.0 and cur.spent.epsilon == pytest.approx(1.0)
+    stated = [m for m in release.mechanisms["s"] if m["measure"] == "unit_values"]
+    assert len(stated) == 1 and stated[0]["outer cap (sum of |value| of one unit)"] == \
+        release.max_unit_sums["x"]  # in the query's units, not the fixed-point grid's
     out = release.to_dict()
     assert out["max_unit_sums"] == release.max_unit_sums
     assert set(out["bounded_intervals"][0]) == {"n", "s"}

@@ -104,9 +104,11 @@ class Estimator:
     def describe(self) -> list[dict[str, Any]]:
         """The noise of every measure (for ``explain`` and the release's ``mechanisms``)."""
         described = [m.describe() for m in self.measures]
-        if self.total is not None:
-            described.append({**self.total.describe(), "outer cap (rows of one unit)":
-                              self.total.spec.outer})
+        if self.total is not None:  # the outer cap in the query's units (a sum's: its V)
+            value = self.total.spec.value
+            described.append({**self.total.describe(), **(
+                {"outer cap (rows of one unit)": self.total.spec.outer} if value is None else
+                {"outer cap (sum of |value| of one unit)": value.hi})})
         return described + ([self.tree.describe()] if self.tree is not None else [])
 
     def total_interval(self, noisy: list[npt.NDArray[Any]], total: npt.NDArray[Any],
