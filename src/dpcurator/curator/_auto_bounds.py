@@ -94,7 +94,7 @@ the query compose (basic composition for (epsilon, delta), adding rhos for zCDP)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -352,6 +352,19 @@ def _counts(rows: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int], int]:
     return out
 
 
+def _beyond_buckets(weights: Iterable[tuple[int, Fraction]]) -> list[float]:
+    """Per q in ``PROFILE_STEPS``, the weight in buckets >= q (exact suffix sums, each then
+    ``_down``), from (bucket, weight) pairs."""
+    per_bucket: dict[int, Fraction] = {}
+    for b, w in weights:
+        per_bucket[b] = per_bucket.get(b, Fraction(0)) + w
+    out, beyond = [], Fraction(0)
+    for q in reversed(PROFILE_STEPS):
+        beyond += per_bucket.get(q, Fraction(0))
+        out.append(_down(beyond))
+    return out[::-1]
+
+
 class Profile:
     """The statistics of the module docstring, from a profile's rows (``BoundedQuery.profile``):
     each moves by at most 1 when one unit is added or removed."""
@@ -408,25 +421,12 @@ class Profile:
     def unit_sums(self, column: int) -> list[float]:
         """Units whose sum of |x| exceeds 2^(q/4), q in ``PROFILE_STEPS`` (each pair weighs
         1 / P; the engine's bucket is the largest q with the sum above 2^(q/4))."""
-        per_bucket: dict[int, Fraction] = {}
-        for p, b, c in self.sums.get(column, []):
-            per_bucket[b] = per_bucket.get(b, Fraction(0)) + Fraction(c, p)
-        out, beyond = [], Fraction(0)
-        for q in reversed(PROFILE_STEPS):  # suffix sums: buckets >= q
-            beyond += per_bucket.get(q, Fraction(0))
-            out.append(_down(beyond))
-        return out[::-1]
+        return _beyond_buckets((b, Fraction(c, p)) for p, b, c in self.sums.get(column, []))
 
     def magnitudes(self, column: int) -> list[float]:
         """Values above 2^(q/4) in magnitude, q in ``PROFILE_STEPS`` (each weighs 1 / T)."""
-        per_bucket: dict[int, Fraction] = {}
-        for t, _, b, c in self.values.get(column, []):
-            per_bucket[b] = per_bucket.get(b, Fraction(0)) + Fraction(c, t)
-        out, beyond = [], Fraction(0)
-        for q in reversed(PROFILE_STEPS):  # suffix sums: buckets >= q
-            beyond += per_bucket.get(q, Fraction(0))
-            out.append(_down(beyond))
-        return out[::-1]
+        return _beyond_buckets((b, Fraction(c, t)) for t, _, b, c in
+                               self.values.get(column, []))
 
     def signs(self, column: int) -> tuple[float, float]:
         """(negative, positive) values above 2^-20 in magnitude (each weighs 1 / T)."""

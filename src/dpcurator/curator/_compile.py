@@ -385,7 +385,6 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
     parts = [(choices[:len(choices) - outers], auto.spent)]
     if outers:
         parts.append((choices[len(choices) - outers:], auto.outer))
-    cost: PureDP | ApproxDP | ZCDP
     for events, allowed in parts:
         if whole.rho is not None:
             check_within(ComposedEvent(tuple(events)), epsilon=None, delta=0.0,
@@ -393,14 +392,20 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
         else:
             check_within(ComposedEvent(tuple(events)), epsilon=allowed, delta=0.0,
                          rho=Fraction(0))
+    return CompiledQuery(plan, whole, main.bounded, main.estimators, main.selection,
+                         _whole_cost(whole, main.cost), (*choices, *main.events),
+                         main.threshold_measure, auto)
+
+
+def _whole_cost(whole: PrivacyRequest, part: PureDP | ApproxDP | ZCDP
+                ) -> PureDP | ApproxDP | ZCDP:
+    """What the whole request costs, given what its part for the aggregates costs: the same
+    kind of guarantee (pure or approximate DP, or zCDP) at the whole request's parameters."""
     if whole.rho is not None:
-        cost = ZCDP(whole.rho)
-    else:
-        assert whole.epsilon is not None and auto.request.epsilon is not None
-        cost = PureDP(whole.epsilon) if isinstance(main.cost, PureDP) else \
-            ApproxDP(whole.epsilon, whole.delta)
-    return CompiledQuery(plan, whole, main.bounded, main.estimators, main.selection, cost,
-                         (*choices, *main.events), main.threshold_measure, auto)
+        return ZCDP(whole.rho)
+    assert whole.epsilon is not None
+    return PureDP(whole.epsilon) if isinstance(part, PureDP) else \
+        ApproxDP(whole.epsilon, whole.delta)
 
 
 def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | None,
@@ -440,10 +445,7 @@ def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
         query = _with_total(query, total, source)
     if whole is not None and whole is not request:  # the request before the total's share
         query.request = whole
-        assert whole.epsilon is not None or whole.rho is not None
-        query.cost = ZCDP(whole.rho) if whole.rho is not None else (
-            PureDP(whole.epsilon) if isinstance(query.cost, PureDP)  # type: ignore[arg-type]
-            else ApproxDP(whole.epsilon, whole.delta))  # type: ignore[arg-type]
+        query.cost = _whole_cost(whole, query.cost)
     return query
 
 
