@@ -200,17 +200,20 @@ def _private(model: nn.Module, x: torch.Tensor, seed: int = 0) -> tuple[Any, DPO
 @pytest.mark.parametrize("device", DEVICES)
 def test_released_gradients_carry_the_sources_noise_in_order(device: str) -> None:
     """Zero inputs: the exact sum of the weight is 0, so the released weight gradient is the
-    noise times the scale. The device path, which draws each step's noise ahead in a thread,
-    releases bit for bit what the CPU path releases from the same seed, step after step; and
-    a step with a real gradient releases the exact sum plus that noise."""
-    released: dict[bool, list[torch.Tensor]] = {}
-    for on_device in (False, True):
+    noise times the scale. The device path releases bit for bit what the CPU path releases
+    from the same seed, step after step, both as a seeded source is drawn by default (on the
+    calling thread, in order with the loader's draws) and with each step's noise drawn ahead
+    in a background thread (the secure source's default, forced here); and a step with a
+    real gradient releases the exact sum plus that noise."""
+    released: dict[tuple[bool, bool | None], list[torch.Tensor]] = {}
+    for on_device, prefetch in ((False, None), (True, None), (True, True)):
         torch.manual_seed(1)
         model = nn.Linear(4, 3)
         if on_device:
             model = model.to(device)
         _, optimizer = _private(model, torch.zeros(6, 4), seed=5)
         optimizer.sampler.on_device = on_device
+        optimizer.prefetch_noise = prefetch
         target = device if on_device else "cpu"
         steps = []
         for _ in range(3):
@@ -219,10 +222,31 @@ def test_released_gradients_carry_the_sources_noise_in_order(device: str) -> Non
             optimizer.step()
             assert model.weight.grad is not None and model.weight.grad.device == model.weight.device
             steps.append(model.weight.grad.detach().cpu().clone())
-        released[on_device] = steps
-    for cpu_step, device_step in zip(released[False], released[True], strict=True):
+        released[on_device, prefetch] = steps
+        # the background thread only where it was asked for: never for a seeded source
+        assert (optimizer._executor is not None) == (prefetch is True)
+    for on_device_default, ahead in zip(released[True, None], released[True, True], strict=True):
+        assert torch.equal(on_device_default, ahead)
+    for cpu_step, device_step in zip(released[False, None], released[True, True], strict=True):
         assert torch.equal(cpu_step, device_step)
-    assert not torch.equal(released[True][0], released[True][1])  # fresh noise each step
+    assert not torch.equal(released[True, True][0], released[True, True][1])  # fresh noise
+
+
+def test_the_secure_source_draws_a_devices_noise_a_step_ahead() -> None:
+    """With the default (secure) source, the device path has the next step's noise drawn in
+    the background once a step is released; the CPU path draws on the calling thread."""
+    for on_device in (True, False):
+        model = nn.Linear(4, 3)
+        optimizer = DPOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            sampler=GradSampler(model, loss_reduction="sum"), noise_multiplier=1.0,
+            max_grad_norm=1.0, expected_batch_size=6.0, last_chunk=lambda: True,
+            on_step=lambda: None)
+        optimizer.sampler.on_device = on_device
+        model(torch.ones(6, 4)).sum().backward()
+        optimizer.step()
+        assert (optimizer._pending_noise is not None) == on_device
+        assert model.weight.grad is not None and torch.isfinite(model.weight.grad).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)

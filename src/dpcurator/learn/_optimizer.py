@@ -136,6 +136,9 @@ class DPOptimizer(Optimizer):
         self.cuda_graphs = True
         self._graphs: ClippingGraphs | None = None
         self._pending_noise: Future[torch.Tensor] | None = None
+        #: Draw a device's noise a step ahead, in a background thread: None for the default
+        #: (the secure source only; ``_step_noise``), True or False to force it.
+        self.prefetch_noise: bool | None = None
 
     # The wrapped optimizer's state, shared (LR schedulers and checkpoints see the same).
     @property
@@ -298,6 +301,8 @@ class DPOptimizer(Optimizer):
         if isinstance(exact, torch.Tensor):
             self._release_on_device(exact)
             return
+        # Drawn here: a background draw on the CPU measured slower (the threads contend for
+        # the GIL; MLP step 0.91 -> 1.09 ms, benchmarks/dpsgd.py).
         noise = self._noise.sample(self._size)
         # The release is the integer vector exact + noise; the floats are post-processing.
         grads = self._grad_views()
@@ -331,7 +336,7 @@ class DPOptimizer(Optimizer):
     def _release_on_device(self, exact: torch.Tensor) -> None:
         """``add_noise`` for a sum on a device: the noise, drawn on the host while the device
         computed, is copied over and added in int64; the floats are post-processing."""
-        noise = self._prefetched_noise(exact.device).to(exact.device, non_blocking=True)
+        noise = self._step_noise(exact.device).to(exact.device, non_blocking=True)
         exact += noise
         flat, grads = self._device_grad_views(exact.device)
         flat.copy_(exact.to(torch.float64).mul_(self._release_scale()))
@@ -350,11 +355,25 @@ class DPOptimizer(Optimizer):
                 zip(self.params, torch.split(flat, self._sizes), strict=True)])
         return held
 
+    def _step_noise(self, device: torch.device) -> torch.Tensor:
+        """This step's noise vector for a device (int64, on the host; pinned for a GPU).
+
+        From the secure source it was drawn during the step, in a background thread (the
+        sampler releases the GIL, so the draw overlaps the device's work), and the next
+        step's is started now. A seeded source draws here, on the calling thread: the data
+        loader draws its batches from the same source, and a draw in the background would
+        interleave with them in an order that changes from run to run. ``prefetch_noise``
+        overrides the choice (tests force it to check the prefetch with a seeded source).
+        """
+        prefetch = self._source is None if self.prefetch_noise is None else self.prefetch_noise
+        if not prefetch:
+            return self._draw_noise(device)
+        return self._prefetched_noise(device)
+
     def _prefetched_noise(self, device: torch.device) -> torch.Tensor:
         """This step's noise vector (int64, on the host), and the next step's drawn in a
-        background thread: the sampler releases the GIL, so the draw overlaps the device's
-        work. Drawn in order from one source, as without the thread; a vector drawn for a
-        step that never comes is dropped unused."""
+        background thread. Drawn in order from one source, as without the thread; a vector
+        drawn for a step that never comes is dropped unused (never released)."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="dpcurator-noise")
         pending = self._pending_noise
