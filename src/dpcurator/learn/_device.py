@@ -294,6 +294,7 @@ class _Graph:
     records: Records  # static copies of the records, padded with zero rows
     scale: Tensor
     out: Tensor
+    scale_now: float = 1.0  # the value ``scale`` holds (it is set only when it changes)
 
 
 class ClippingGraphs:
@@ -342,7 +343,10 @@ class ClippingGraphs:
                 self._graphs.popitem(last=False)
         self._graphs.move_to_end(key)
         fill_padded(entry.records, records, batch)
-        entry.scale.fill_(float(batch) if self.mean else 1.0)
+        scale = float(batch) if self.mean else 1.0
+        if scale != entry.scale_now:  # each call is a launch: the step is bound by them
+            entry.scale.fill_(scale)
+            entry.scale_now = scale
         entry.graph.replay()
         return entry.out
 
@@ -383,7 +387,8 @@ def fill_padded(static: Records, records: Records, batch: int) -> None:
             for source, buffer in ((use.activation, target.activation),
                                    (_backprop(use), _backprop(target))):
                 buffer[:batch].copy_(source)
-                buffer[batch:].zero_()
+                if batch < len(buffer):
+                    buffer[batch:].zero_()
 
 
 def _backprop(use: _Use) -> Tensor:

@@ -187,8 +187,9 @@ class DPOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.accumulate()
-        if not self._last_chunk():
+        last = self._last_chunk()
+        self._accumulate(released_next=last)
+        if not last:
             return loss
         self.add_noise()
         self.original_optimizer.step()
@@ -197,10 +198,14 @@ class DPOptimizer(Optimizer):
 
     def accumulate(self) -> None:
         """Add this batch's clipped per-example gradients to the running exact sum."""
+        self._accumulate(released_next=False)
+
+    def _accumulate(self, *, released_next: bool) -> None:
+        """``accumulate``; ``released_next``: the sum is released before any other chunk."""
         batch, records = self.sampler.records()
         self.sampler.clear()
         if self.sampler.uses_device(records):
-            self._accumulate_on_device(batch, records)
+            self._accumulate_on_device(batch, records, released_next)
             return
         per_example = self.sampler.parts(batch, records, self._work)
         self._check_coverage(per_example)
@@ -242,16 +247,18 @@ class DPOptimizer(Optimizer):
             raise AssertionError("per-example gradients do not cover the parameters; "
                                  "this is a bug in dpcurator")
 
-    def _accumulate_on_device(self, batch: int, records: Records) -> None:
+    def _accumulate_on_device(self, batch: int, records: Records, released_next: bool
+                              ) -> None:
         """``accumulate`` where the gradients are: the same clipping and exact sum in torch
         operations (``_device``), into an int64 sum on the device; on a GPU replayed as a
-        CUDA graph (``ClippingGraphs``; ``cuda_graphs = False`` computes it eagerly)."""
+        CUDA graph (``ClippingGraphs``; ``cuda_graphs = False`` computes it eagerly). A
+        graph's output buffer becomes the sum itself only if the sum is released before the
+        graph is replayed again (``released_next``); else it is copied."""
         device = records[0][1][0].activation.device
-        if self._sum is None:
-            total = torch.zeros(self._size, dtype=torch.int64, device=device)
-        elif isinstance(self._sum, torch.Tensor) and self._sum.device == device:
+        total: torch.Tensor | None = None
+        if isinstance(self._sum, torch.Tensor) and self._sum.device == device:
             total = self._sum
-        else:
+        elif self._sum is not None:
             raise UserError("the model moved between devices within one batch")
         if batch:
             delta = None
@@ -263,9 +270,15 @@ class DPOptimizer(Optimizer):
                 settings = (self.max_grad_norm, tuple(self.bounds or ()), self.sampler.fuse,
                             self.sampler.loss_reduction)
                 delta = self._graphs.run(batch, records, settings)
+            kept = delta is None or released_next  # else the next replay overwrites it
             if delta is None:
                 delta = self._clip_and_sum(batch, records, None)
-            total += delta
+            if total is None:  # the batch's first chunk (no zeros and add: each is a launch)
+                total = delta if kept else delta.clone()
+            else:
+                total += delta
+        if total is None:
+            total = torch.zeros(self._size, dtype=torch.int64, device=device)
         self._sum = total
         self._count(batch)
 
@@ -339,7 +352,10 @@ class DPOptimizer(Optimizer):
         noise = self._step_noise(exact.device).to(exact.device, non_blocking=True)
         exact += noise
         flat, grads = self._device_grad_views(exact.device)
-        flat.copy_(exact.to(torch.float64).mul_(self._release_scale()))
+        # One kernel: the int64 release times a float64 scalar is computed in float64 (a
+        # zero-dimensional tensor of a higher category sets the type) and rounded once into
+        # the gradients' dtype, as the CPU path's release does.
+        torch.mul(exact, torch.tensor(self._release_scale(), dtype=torch.float64), out=flat)
         self._set_grads(grads)
 
     def _device_grad_views(self, device: torch.device
