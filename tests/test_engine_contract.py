@@ -639,3 +639,26 @@ def test_one_heavy_unit_moves_the_outer_capped_sum_by_at_most_its_cap(make: Make
     loose = moved_by_the_extreme_unit(make, spec(2**40))
     assert sum(abs(d) for d in loose) > 10**9  # the twin: the unit's values, nearly as they are
     assert not within_sensitivity(spec(50), loose)
+
+
+def test_public_key_text_round_trips_every_supported_type() -> None:
+    """The text a public key is loaded as (``engines._engine.key_text``; the engines cast it
+    back to the group key's type in SQL); a type an engine cannot read is refused by name."""
+    import decimal
+
+    from dpcurator.engines._engine import key_text
+
+    stamp = datetime.datetime(2024, 2, 29, 23, 59, 59, 250_000)
+    assert key_text(stamp, "Spark") == "2024-02-29 23:59:59.250000"
+    assert key_text(stamp.date(), "Spark") == "2024-02-29"
+    assert key_text(datetime.time(1, 2, 3), "Spark") == "01:02:03"
+    assert [key_text(v, "Spark") for v in (None, True, 3, "x", decimal.Decimal("1.50"))] == \
+        [None, "true", "3", "x", "1.50"]
+    assert [key_text(v, "Spark") for v in (float("nan"), float("inf"), -float("inf"), 0.1)] \
+        == ["NaN", "Infinity", "-Infinity", "0.1"]
+    assert key_text(datetime.timedelta(days=1, hours=2), "PostgreSQL", intervals=True) == \
+        "1 day, 2:00:00"
+    with pytest.raises(UserError, match="timedelta are not supported on Spark"):
+        key_text(datetime.timedelta(days=1), "Spark")
+    with pytest.raises(UserError, match="bytes are not supported on PostgreSQL"):
+        key_text(b"x", "PostgreSQL", intervals=True)

@@ -8,7 +8,10 @@ error text (it could quote a value of the data).
 from __future__ import annotations
 
 import contextlib
+import datetime
+import decimal
 import itertools
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -156,3 +159,25 @@ class SqlEngine:
             raise InternalError(f"{self.title} failed while computing the aggregates; "
                                 "nothing was released. This is probably a bug") from None
         return collect(compiled, rows)
+
+
+def key_text(value: Any, engine: str, *, intervals: bool = False) -> str | None:
+    """A public key's value as the text that ``engine`` casts back to the same value (its
+    keys are loaded as text, then cast to the group key's type in SQL); ``intervals``: the
+    engine reads a ``timedelta``'s text as an interval."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        return ("Infinity" if value > 0 else "-Infinity") if math.isinf(value) else repr(value)
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, int | str | decimal.Decimal) or (
+            intervals and isinstance(value, datetime.timedelta)):
+        return str(value)
+    raise UserError(f"keys of type {type(value).__name__} are not supported on {engine}")

@@ -16,8 +16,6 @@ text (it could quote a value) nor the URL's password.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import decimal
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -26,7 +24,7 @@ import psycopg
 from sqlglot import exp
 
 from dpcurator.engines import _postgres_expressions as pe
-from dpcurator.engines._engine import SqlEngine
+from dpcurator.engines._engine import SqlEngine, key_text
 from dpcurator.engines._hash import PREFIX, WORD_BITS
 from dpcurator.engines._sql import (
     CompiledQuery,
@@ -273,7 +271,8 @@ class PostgresEngine(SqlEngine):
             try:
                 with cur.copy(f"COPY {name}_text FROM STDIN") as copy:
                     for index, key in enumerate(keys.values):
-                        copy.write_row([index, *(_key_text(v) for v in key)])
+                        copy.write_row([index, *(key_text(v, "PostgreSQL", intervals=True)
+                                                 for v in key)])
                 cur.execute(f"CREATE TEMP TABLE {name} AS SELECT {typed} FROM {name}_text")
                 cur.execute(f"ANALYZE {name}")
                 yield
@@ -289,20 +288,3 @@ class PostgresEngine(SqlEngine):
         if self._owns:
             with contextlib.suppress(psycopg.Error):
                 self._con.close()
-
-
-def _key_text(value: Any) -> str | None:
-    """A public key's value as the text PostgreSQL reads back as the same value."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity") \
-            if math.isinf(value) else repr(value)
-    if isinstance(value, datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, int | str | decimal.Decimal | datetime.timedelta):
-        return str(value)
-    raise UserError(f"keys of type {type(value).__name__} are not supported on PostgreSQL")
-

@@ -20,9 +20,6 @@ view of their text. Messages never quote Spark's error text (it could quote a va
 from __future__ import annotations
 
 import contextlib
-import datetime
-import decimal
-import math
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -30,7 +27,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpcurator.engines import _spark_expressions as se
-from dpcurator.engines._engine import SqlEngine
+from dpcurator.engines._engine import SqlEngine, key_text
 from dpcurator.engines._hash import WORD_BITS
 from dpcurator.engines._sql import (
     CompiledQuery,
@@ -245,7 +242,7 @@ class SparkEngine(SqlEngine):
         assert name is not None and keys is not None
         width = len(compiled.key_types)
         schema = ", ".join(["i BIGINT"] + [f"c{i} STRING" for i in range(width)])
-        rows = [(i, *(_key_text(v) for v in key)) for i, key in enumerate(keys.values)]
+        rows = [(i, *(key_text(v, "Spark") for v in key)) for i, key in enumerate(keys.values)]
         # Broadcast: Spark cannot size a DataFrame made from Python rows, and would otherwise
         # shuffle and sort every row of the data to semi-join it.
         broadcast(self._session.createDataFrame(rows, schema)).createOrReplaceTempView(name)
@@ -267,21 +264,3 @@ class SparkEngine(SqlEngine):
 
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
-
-
-def _key_text(value: Any) -> str | None:
-    """A public key's value as the text Spark casts back to the same value."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        return ("Infinity" if value > 0 else "-Infinity") if math.isinf(value) else repr(value)
-    if isinstance(value, datetime.date | datetime.time):
-        return value.isoformat(sep=" ") if isinstance(value, datetime.datetime) \
-            else value.isoformat()
-    if isinstance(value, int | str | decimal.Decimal):
-        return str(value)
-    raise UserError(f"keys of type {type(value).__name__} are not supported on Spark")
