@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -74,7 +75,9 @@ def one_unit(seed: int, uid: int) -> pd.DataFrame:
 def all_statistics(profile: Profile) -> np.ndarray:
     negative, positive = profile.signs(0)
     return np.array([*profile.partitions([1, 2, 4, 8, 16, 1024]),
-                     *profile.rows(ROW_CANDIDATES), *profile.magnitudes(0), negative,
+                     *profile.rows(ROW_CANDIDATES),
+                     *(v for k in (2, 4, 16, 64) for v in profile.rows(ROW_CANDIDATES, k)),
+                     *profile.magnitudes(0), negative,
                      positive, *profile.unit_rows(OUTER_CANDIDATES), *profile.unit_sums(0)])
 
 
@@ -151,6 +154,12 @@ def test_the_statistics_are_their_exact_sums_of_fractions() -> None:
                               Fraction(0))) for cap in caps]
         assert profile.rows(caps) == expected
         assert any(v > 0 for v in expected) and expected[0] > expected[-1]
+        for k in (2, 4, 64):  # the per-k statistic: each pair weighs 1 / max(P, k)
+            per_k = [_down(sum((Fraction(c, max(p, k)) * _beyond(n, cap)
+                                for p, n, c in profile.pairs), Fraction(0))) for cap in caps]
+            assert profile.rows(caps, k) == per_k
+            assert per_k != expected and all(a <= b for a, b in zip(per_k, expected,
+                                                                     strict=True))
         ks = [1, 2, 4, 8, 16]
         assert profile.partitions(ks) == [
             _down(sum((Fraction(c, p) for p, _, c in profile.pairs if p > k), Fraction(0)))
@@ -389,11 +398,13 @@ budgets = {{ d = {{ epsilon = 1.0 }} }}
 
 
 @pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("groups", [8, 24])
 def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        seed: int, groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The joint choice (caps and the first magnitude) scores -max of the penalties: each a
     statistic plus a constant, so every score moves by at most 1 (the scores of the real
-    product of candidates, from the engine's profiles of neighbouring data)."""
+    product of candidates, from the engine's profiles of neighbouring data); with 8 keys
+    the row cap reads the 1 / P statistic, with 24 the per-k one (``_per_k_rows``)."""
     import dpcurator.curator._auto_bounds as auto_bounds
     import dpcurator.curator._session as session
 
@@ -409,7 +420,11 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
     curator = dp.Curator.from_pandas(base, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(seed))
     curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1,
-                keys=[f"g{i}" for i in range(12)], bounds="auto")
+                keys=[f"g{i}" for i in range(groups)], bounds="auto")
+    plan_epsilon = captured["auto_plan"].epsilons[  # type: ignore[attr-defined]
+        "max_partitions+max_rows_per_partition+magnitude:x"]
+    assert auto_bounds._per_k_rows(captured["auto_plan"], auto_bounds.ROW_FACTOR_VALUES,  # type: ignore[arg-type]
+                                   plan_epsilon) == (groups == 24)
     scores: list[np.ndarray] = []
 
     def record(values: object, *args: object, **kwargs: object) -> int:
@@ -423,8 +438,9 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
                   pd.concat([base, wide], ignore_index=True)):
         auto_bounds._choose_joint(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
                                   profile_of(frame), None)
-    # k in 1, 2, 4, 8, 12 (the keys), every row cap, every magnitude
-    assert scores[0].size == 5 * len(ROW_CANDIDATES) * len(auto_bounds.MAGNITUDES)
+    # k in 1, 2, 4, 8 (, 16, 24: the keys), every row cap, every magnitude
+    assert scores[0].size == (4 if groups == 8 else 6) * len(ROW_CANDIDATES) * len(
+        auto_bounds.MAGNITUDES)
     assert all(np.isfinite(s).all() for s in scores)
     for neighbour in scores[1:]:
         change = np.abs(neighbour - scores[0])
@@ -447,3 +463,50 @@ def test_the_penalties_ramp_above_a_clean_step_up_to_the_cap() -> None:
     expected = np.minimum(cap, target + 2 * LAMBDA * np.log2(above / 5) / epsilon)
     assert penalties[five + 1:] == pytest.approx(expected)
     assert penalties[-1] == cap
+
+
+def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With many public keys the row cap's statistic is read per k (each pair weighs
+    1 / max(P, k), the target divided by k). ``_per_k_rows`` reads public numbers only: for
+    a count, off for 8 keys and on for 16 at the default share, on for 8 with twice the
+    share (f G s epsilon does not depend on epsilon). 300 heavy units spread 800 rows over 32 groups
+    (about 25 rows a pair, at most about 45): per k the cap chosen keeps their rows; the
+    1 / P statistic (forced) counts each such unit as 1 where the cap k = 32 keeps all its
+    pairs, and cuts them to 19. Seeded: the choices are the same for every seed tried."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+    import dpcurator.curator._session as session
+
+    switched: list[bool] = []
+    real = session.choose_bounds
+
+    def spy(auto_plan: Any, plan: object, profile: object, *args: object) -> object:
+        epsilon = auto_plan.epsilons["max_partitions+max_rows_per_partition"]
+        switched.append(auto_bounds._per_k_rows(auto_plan, auto_bounds.ROW_FACTOR, epsilon))
+        return real(auto_plan, plan, profile, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(session, "choose_bounds", spy)
+    rng = np.random.default_rng(2)
+    light = pd.DataFrame({"u": np.arange(20_000), "g": rng.integers(0, 32, 20_000)})
+    heavy = pd.DataFrame({"u": 100_000 + np.repeat(np.arange(300), 800),
+                          "g": rng.integers(0, 32, 300 * 800)})
+    frame = pd.concat([light, heavy], ignore_index=True).assign(
+        g=lambda f: "g" + f.g.astype(str))
+
+    def chosen(groups: int, share: float | None = None) -> tuple[int, int]:
+        curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100),
+                                         source=SeededRandom(groups))
+        release = curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=10,
+                              keys=[f"g{i}" for i in range(groups)], bounds="auto",
+                              intervals="bounded", bounds_share=share)
+        assert release.bounds_chosen is not None
+        return (release.bounds_chosen["max_partitions"],
+                release.bounds_chosen["max_rows_per_partition"])
+
+    chosen(8), chosen(16), chosen(8, 0.2)
+    k, r = chosen(32)
+    assert switched == [False, True, True, True]
+    assert k == 32 and r >= 40
+    monkeypatch.setattr(auto_bounds, "PER_K_MIN", math.inf)  # the 1 / P statistic
+    k, r = chosen(32)
+    assert switched[-1] is False and k == 32 and r < 25

@@ -25,15 +25,33 @@ units of the statistics below, are (``AutoPlan.target``):
 - a column's magnitude M: t = G s k^a units' worth of values beyond M (a unit's values
   weigh 1 / T below: a unit of r rows in one partition holds about r of them).
 
+With many partitions the row cap's rate is read per k (``_per_k_rows``): each pair weighs
+1 / max(P, k), the rows the cap k keeps of it (min(1, k / P)) over k, and the target is
+f G s k^a / k. This is Amin et al.'s point itself: the 1 / P statistic undercounts the
+rows that a unit in P > 1 partitions loses (up to min(P, k) times), and a tail of units
+in many partitions stays below f G s k^a at every r when G is large (on the skewed
+benchmark with 32 groups the chosen r was 3 where the best is about 100; RMSE 3.5x the best
+fixed bounds, 1.2x per k). Per k a unit adds at most min(P, k) / k <= 1 but usually less,
+so the statistic is smaller and the choice noisier: it is used only where its target
+stands clear of the choice's noise, f G s k^(a-1) epsilon >= ``PER_K_MIN`` (3.3, with
+the f above). At the default share that is from 13 groups for counts and from 10 for a
+column, where the two statistics cross over on the benchmark (30 runs each, ratios to
+the best fixed RMSE, 1 / P against per k: counts 1.24 against 1.31 with 8 groups, 1.19
+against 1.47 with 12, 1.61 against 1.15 with 16; SUM 1.11 against 1.32 with 8, 2.72
+against 1.37 with 12). Per k a column's row cap takes the counts' factor and ramp (1.5
+and ``ROW_LAMBDA_COUNTS``): with 2 and ``LAMBDA``, set for the 1 / P statistic, SUM chose
+r 13 where the best is 128 (64 groups: 1.67x the best fixed RMSE; 1.15x with the counts').
+
 The statistics. ``Profile`` computes them from the engine's profile (counts only,
 ``BoundedQuery.profile``), each weighing a unit's parts so that one unit adds at most 1 to
 it; P, n and T are rounded up by the engine, so the weights never exceed the exact ones:
 
 - units with more than K partitions (each of a unit's pairs weighing 1 / P, P its
   partitions);
-- pairs with more than R rows, each weighing 1 / P; a pair counted as n > 8 rows (n rounded
-  up to a power of two) counts for the part of (n / 2, n] above R (``_beyond``, a weight in
-  [0, 1]), not all or nothing, so that the candidates between powers of two see a change;
+- pairs with more than R rows, each weighing 1 / P (1 / max(P, k) per k); a pair counted
+  as n > 8 rows (n rounded up to a power of two) counts for the part of (n / 2, n] above R
+  (``_beyond``, a weight in [0, 1]), not all or nothing, so that the candidates between
+  powers of two see a change;
 - values with |x| > M, each weighing 1 / T (T the unit's rows);
 - negative and positive values, each weighing 1 / T (for the signs).
 
@@ -158,6 +176,9 @@ ROW_LAMBDA_COUNTS = 2.0
 CAP = 2.0
 #: the row cap aims at this many times the noise's rate: a count, or a column's values
 ROW_FACTOR = 1.5
+#: The row cap's statistic is read per k where f G s k^(a-1) epsilon is at least this (the
+#: module docstring).
+PER_K_MIN = 3.3
 ROW_FACTOR_VALUES = 2.0
 #: a total interval's outer cap (``choose_outer``): powers of two, where the profile's units'
 #: rows are exact, up to ``Plan``'s limit; the cap is twice the one chosen, and each octave
@@ -395,13 +416,16 @@ class Profile:
         return [_down(sum((Fraction(c, p) for (p, _), c in self._by_shape.items() if p > cap),
                           Fraction(0))) for cap in caps]
 
-    def rows(self, caps: Sequence[int]) -> list[float]:
-        """Pairs with more than R rows, each weighing 1 / P (a unit adds the fraction of its
-        partitions beyond R), those of n > 8 rows (rounded up) counted for the part of
-        (n / 2, n] above R (``_beyond``)."""
-        # exactly as sum(Fraction(c, p) * _beyond(n, cap)), in integers over one common
-        # denominator d (a multiple of every p h, h = n // 2 above 8 rows, else 1): 20x faster
-        shapes = [(p, n, c, 1 if n <= 8 else n // 2) for (p, n), c in self._by_shape.items()]
+    def rows(self, caps: Sequence[int], k: int = 1) -> list[float]:
+        """Pairs with more than R rows, each weighing 1 / max(P, k) (a unit adds at most the
+        fraction of its partitions beyond R; ``k`` > 1 for the per-k statistic of the module
+        docstring), those of n > 8 rows (rounded up) counted for the part of (n / 2, n]
+        above R (``_beyond``)."""
+        # exactly as sum(Fraction(c, max(p, k)) * _beyond(n, cap)), in integers over one
+        # common denominator d (a multiple of every max(p, k) h, h = n // 2 above 8 rows,
+        # else 1): 20x faster
+        shapes = [(max(p, k), n, c, 1 if n <= 8 else n // 2)
+                  for (p, n), c in self._by_shape.items()]
         d = math.lcm(1, *(p * h for p, _, _, h in shapes))
         out = []
         for cap in caps:
@@ -462,18 +486,24 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     if auto.max_partitions:
         targets = [auto_plan.target(k, per_partition=True) for k in ks]
         pk = _penalties(stats.partitions(ks), ks, targets, cap, epsilon, K_LAMBDA)
-    row_stats = stats.rows(rs) if auto.max_rows_per_partition else []
     value_stats = stats.magnitudes(0) if magnitude else []
     values = any(not isinstance(agg, Count | CountUnits) for agg in plan.aggregates)
     factor = ROW_FACTOR_VALUES if values else ROW_FACTOR
-    ramp = LAMBDA if values else ROW_LAMBDA_COUNTS
+    per_k = _per_k_rows(auto_plan, factor, epsilon)
+    # per k, a column's row cap is read as a count's (the module docstring)
+    if per_k:
+        factor = ROW_FACTOR
+    ramp = LAMBDA if values and not per_k else ROW_LAMBDA_COUNTS
+    row_stats = stats.rows(rs) if auto.max_rows_per_partition and not per_k else []
     blocks = []
     for a, k in enumerate(ks):
         rate = auto_plan.target(k, per_partition=False)
         block = np.full(len(rs), pk[a])
         if auto.max_rows_per_partition:
-            block = np.maximum(block, _penalties(row_stats, rs, [factor * rate] * len(rs), cap,
-                                                 epsilon, ramp))
+            stat, target = (stats.rows(rs, k), factor * rate / k) if per_k else \
+                (row_stats, factor * rate)
+            block = np.maximum(block, _penalties(stat, rs, [target] * len(rs), cap, epsilon,
+                                                 ramp))
         if magnitude:
             pm = _penalties(value_stats, MAGNITUDES, [rate] * len(MAGNITUDES), cap, epsilon,
                             LAMBDA)
@@ -485,6 +515,14 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         j, m = divmod(rest, len(MAGNITUDES))
         return ks[a], rs[j], m
     return ks[a], rs[rest], None
+
+
+def _per_k_rows(auto_plan: AutoPlan, factor: float, epsilon: float) -> bool:
+    """Whether the row cap's statistic is read per k (the module docstring): where the
+    target f G s k^(a-1) (f the 1 / P rule's ``factor``; at k = 1, the largest under
+    Gaussian noise) is at least ``PER_K_MIN`` / epsilon. Public numbers only (G, the noise,
+    the shares)."""
+    return factor * auto_plan.target(1, per_partition=False) * epsilon >= PER_K_MIN
 
 
 def choose_outer(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None) -> int:
