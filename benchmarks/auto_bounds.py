@@ -8,8 +8,9 @@ at the same total epsilon, with every fixed choice of powers of two for each cap
 Errors are against the true *unbounded* answers.
 
 - fixed bounds: the expected RMSE, exactly: the bias of the bounded answer (computed here
-  with the curator's rescaling rules) and the noise's variance (Laplace, 2 b^2); the best
-  configuration is then run through the curator (``--runs`` times) to check the formula;
+  with the curator's rescaling rules) and the noise's variance (Laplace, 2 b^2; with
+  ``--rho``, zCDP's Gaussian); the best configuration is then run through the curator
+  (``--runs`` times) to check the formula;
 - auto: the curator's empirical RMSE over ``--runs`` releases (each chooses afresh); for
   COUNT(*) also with ``intervals="bounded"``, since by default it spends 10% of epsilon on
   its total intervals (``dpcurator.curator._total``).
@@ -17,6 +18,7 @@ Errors are against the true *unbounded* answers.
     .venv/bin/python benchmarks/auto_bounds.py                       # about a minute
     .venv/bin/python benchmarks/auto_bounds.py --units 200000 --runs 50 --json auto.json
     .venv/bin/python benchmarks/auto_bounds.py --categories 64 --units 20000
+    .venv/bin/python benchmarks/auto_bounds.py --categories 64 --units 20000 --rho 0.5  # zCDP
     .venv/bin/python benchmarks/auto_bounds.py --timing-only    # release times, no RMSE
 
 ``--timing`` (or ``--timing-only``) also times one release of each query, round-robin
@@ -63,29 +65,40 @@ def bounded_answers(table: pd.DataFrame, k: int, r: int, upper: float | None,
     return sums.reindex(keys, fill_value=0.0).to_numpy()
 
 
+def noise_variance(k: int, r: int, upper: float, epsilon: float, rho: float | None) -> float:
+    """The noise's variance per partition for fixed bounds: Laplace of scale k r upper /
+    epsilon (L1), or under zCDP (``rho``) the Gaussian of L2 sensitivity sqrt(k) r upper."""
+    if rho is not None:
+        return k * (r * upper) ** 2 / (2.0 * rho)
+    scale = k * r * upper / epsilon
+    return 2.0 * scale * scale
+
+
 def fixed_rmse(table: pd.DataFrame, truth: np.ndarray, epsilon: float, keys: list[str],
-               sum_query: bool) -> list[dict[str, float]]:
+               sum_query: bool, rho: float | None = None) -> list[dict[str, float]]:
     out = []
     partitions = [2**i for i in range(len(keys).bit_length()) if 2**i <= len(keys)]
     for k, r in itertools.product(partitions, ROWS):
         for upper in (UPPER if sum_query else (None,)):
             bounded = bounded_answers(table, k, r, upper, keys)
-            scale = k * r * (upper or 1.0) / epsilon  # Laplace: L1 sensitivity / epsilon
             bias2 = float(np.mean((bounded - truth) ** 2))
             out.append({"max_partitions": k, "max_rows_per_partition": r,
                         "upper": upper or 0.0,
-                        "rmse": math.sqrt(bias2 + 2.0 * scale * scale),
+                        "rmse": math.sqrt(bias2 + noise_variance(k, r, upper or 1.0, epsilon,
+                                                                 rho)),
                         "bias_rms": math.sqrt(bias2)})
     return sorted(out, key=lambda row: row["rmse"])
 
 
 def curator_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon: float,
-                 keys: list[str], runs: int, **options: object) -> tuple[float, list[dict]]:
-    curator = dp.Curator.from_pandas(table, privacy_unit="user",
-                                     budget=dp.PureDP(epsilon * runs * 2), cache=False)
+                 keys: list[str], runs: int, rho: float | None = None,
+                 **options: object) -> tuple[float, list[dict]]:
+    budget = dp.PureDP(epsilon * runs * 2) if rho is None else dp.ZCDP(rho * runs * 2)
+    request: dict[str, float] = {"epsilon": epsilon} if rho is None else {"rho": rho}
+    curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=budget, cache=False)
     errors, chosen = [], []
     for _ in range(runs):
-        release = curator.sql(sql, epsilon=epsilon, keys=keys, **options)
+        release = curator.sql(sql, keys=keys, **request, **options)  # type: ignore[arg-type]
         frame = release.to_pandas().set_index("category").reindex(keys)
         errors.append(frame["v"].to_numpy() - truth)
         if release.bounds_chosen is not None:
@@ -137,6 +150,8 @@ def main() -> None:
     parser.add_argument("--timing-only", action="store_true", help="only time the releases")
     parser.add_argument("--repeats", type=int, default=9, help="timed rounds")
     parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--rho", type=float, default=None,
+                        help="zCDP instead (Gaussian noise): the query's rho")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=str, default=None)
@@ -146,16 +161,19 @@ def main() -> None:
     if args.timing_only:
         timing(table, keys, args)
         return
-    print(f"{len(table):,} rows, {args.units:,} units, epsilon {args.epsilon}, "
-          f"{args.runs} runs", flush=True)
+    if args.rho is not None and args.timing:
+        parser.error("--timing runs pure DP; leave out --rho")
+    privacy = f"epsilon {args.epsilon}" if args.rho is None else f"zCDP rho {args.rho}"
+    print(f"{len(table):,} rows, {args.units:,} units, {privacy}, {args.runs} runs",
+          flush=True)
     report: dict[str, object] = {"rows": len(table), "units": args.units,
-                                 "epsilon": args.epsilon, "runs": args.runs}
+                                 "epsilon": args.epsilon, "rho": args.rho, "runs": args.runs}
     for name, aggregate, sum_query in (("COUNT(*)", "COUNT(*)", False),
                                        ("SUM(amount)", "SUM(amount)", True)):
         started = time.perf_counter()
         truth = (table.groupby("category").amount.sum() if sum_query else
                  table.groupby("category").size()).reindex(keys).to_numpy().astype(float)
-        grid = fixed_rmse(table, truth, args.epsilon, keys, sum_query)
+        grid = fixed_rmse(table, truth, args.epsilon, keys, sum_query, args.rho)
         best = grid[0]
         sql = f"SELECT category, {aggregate} AS v FROM data GROUP BY category"
         options: dict[str, object] = {"max_partitions": best["max_partitions"],
@@ -163,13 +181,13 @@ def main() -> None:
         if sum_query:
             options["bounds"] = {"amount": (0.0, best["upper"])}
         measured_best, _ = curator_rmse(table, sql, truth, args.epsilon, keys, args.runs,
-                                        **options)
+                                        args.rho, **options)
         auto, chosen = curator_rmse(table, sql, truth, args.epsilon, keys, args.runs,
-                                    bounds="auto")
+                                    args.rho, bounds="auto")
         ratio = auto / best["rmse"]
         # COUNT(*) with chosen caps gives total intervals by default, for 10% of epsilon;
         # without them the count keeps that share
-        plain = curator_rmse(table, sql, truth, args.epsilon, keys, args.runs,
+        plain = curator_rmse(table, sql, truth, args.epsilon, keys, args.runs, args.rho,
                              bounds="auto", intervals="bounded")[0] if not sum_query else auto
         print(f"\n{name} per category (true total {truth.sum():,.0f})")
         print(f"  best fixed in hindsight: k={best['max_partitions']} "

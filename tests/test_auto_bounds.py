@@ -424,7 +424,7 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
     plan_epsilon = captured["auto_plan"].epsilons[  # type: ignore[attr-defined]
         "max_partitions+max_rows_per_partition+magnitude:x"]
     assert auto_bounds._per_k_rows(captured["auto_plan"], auto_bounds.ROW_FACTOR_VALUES,  # type: ignore[arg-type]
-                                   plan_epsilon) == (groups == 24)
+                                   plan_epsilon, groups) == (groups == 24)
     scores: list[np.ndarray] = []
 
     def record(values: object, *args: object, **kwargs: object) -> int:
@@ -482,7 +482,8 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
 
     def spy(auto_plan: Any, plan: object, profile: object, *args: object) -> object:
         epsilon = auto_plan.epsilons["max_partitions+max_rows_per_partition"]
-        switched.append(auto_bounds._per_k_rows(auto_plan, auto_bounds.ROW_FACTOR, epsilon))
+        switched.append(auto_bounds._per_k_rows(auto_plan, auto_bounds.ROW_FACTOR, epsilon,
+                                                auto_plan.partitions))
         return real(auto_plan, plan, profile, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session, "choose_bounds", spy)
@@ -510,3 +511,30 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
     monkeypatch.setattr(auto_bounds, "PER_K_MIN", math.inf)  # the 1 / P statistic
     k, r = chosen(32)
     assert switched[-1] is False and k == 32 and r < 25
+
+
+def test_under_gaussian_noise_the_switch_reads_the_largest_partition_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under zCDP the per-k target f G s k^(-1/2) shrinks with k: the switch reads it at the
+    largest candidate (rho 0.5: off for 8 and 16 keys, on for 64; at k = 1 it would be on
+    for all three, and the benchmark's 8 groups then lost 1.13x -> 1.57x)."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+    import dpcurator.curator._session as session
+
+    switched: list[tuple[bool, bool]] = []
+    real = session.choose_bounds
+
+    def spy(auto_plan: Any, plan: object, profile: object, *args: object) -> object:
+        epsilon = auto_plan.epsilons["max_partitions+max_rows_per_partition"]
+        switched.append(tuple(auto_bounds._per_k_rows(  # type: ignore[arg-type]
+            auto_plan, auto_bounds.ROW_FACTOR, epsilon, k) for k in (auto_plan.partitions, 1)))
+        return real(auto_plan, plan, profile, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(session, "choose_bounds", spy)
+    frame = clear_frame(400)
+    for groups in (8, 16, 64):
+        curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.ZCDP(10),
+                                         source=SeededRandom(groups))
+        curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", rho=0.5,
+                    keys=[f"g{i}" for i in range(groups)], bounds="auto", intervals="bounded")
+    assert switched == [(False, True), (False, True), (True, True)]

@@ -25,22 +25,24 @@ units of the statistics below, are (``AutoPlan.target``):
 - a column's magnitude M: t = G s k^a units' worth of values beyond M (a unit's values
   weigh 1 / T below: a unit of r rows in one partition holds about r of them).
 
-With many partitions the row cap's rate is read per k (``_per_k_rows``): each pair weighs
-1 / max(P, k), the rows the cap k keeps of it (min(1, k / P)) over k, and the target is
-f G s k^a / k. This is Amin et al.'s point itself: the 1 / P statistic undercounts the
-rows that a unit in P > 1 partitions loses (up to min(P, k) times), and a tail of units
-in many partitions stays below f G s k^a at every r when G is large (on the skewed
-benchmark with 32 groups the chosen r was 3 where the best is about 100; RMSE 3.5x the best
-fixed bounds, 1.2x per k). Per k a unit adds at most min(P, k) / k <= 1 but usually less,
-so the statistic is smaller and the choice noisier: it is used only where its target
-stands clear of the choice's noise, f G s k^(a-1) epsilon >= ``PER_K_MIN`` (3.3, with
-the f above). At the default share that is from 13 groups for counts and from 10 for a
-column, where the two statistics cross over on the benchmark (30 runs each, ratios to
-the best fixed RMSE, 1 / P against per k: counts 1.24 against 1.31 with 8 groups, 1.19
-against 1.47 with 12, 1.61 against 1.15 with 16; SUM 1.11 against 1.32 with 8, 2.72
-against 1.37 with 12). Per k a column's row cap takes the counts' factor and ramp (1.5
-and ``ROW_LAMBDA_COUNTS``): with 2 and ``LAMBDA``, set for the 1 / P statistic, SUM chose
-r 13 where the best is 128 (64 groups: 1.67x the best fixed RMSE; 1.15x with the counts').
+With many partitions the row cap's rate is read per k (``_per_k_rows``): each pair weighs 1
+/ max(P, k), the rows the cap k keeps of it (min(1, k / P)) over k, and the target is f G s
+k^a / k. This is Amin et al.'s point itself: the 1 / P statistic undercounts the rows that a
+unit in P > 1 partitions loses (up to min(P, k) times), and a tail of units in many
+partitions stays below f G s k^a at every r when G is large (on the skewed benchmark with 32
+groups the chosen r was 3 where the best is about 100; RMSE 3.5x the best fixed bounds, 1.2x
+per k). Per k a unit adds at most min(P, k) / k <= 1 but usually less, so the statistic is
+smaller and the choice noisier: it is used only where its target stands clear of the
+choice's noise, f G s k^(a-1) epsilon >= ``PER_K_MIN`` (3.3, with the f above, at the
+largest k). At the default share and under Laplace noise that is from 13 groups for counts
+and from 10 for a column, where the two statistics cross over on the benchmark (30 runs
+each, ratios to the best fixed RMSE, 1 / P against per k: counts 1.24 against 1.31 with 8
+groups, 1.19 against 1.47 with 12, 1.61 against 1.15 with 16; SUM 1.11 against 1.32 with 8,
+2.72 against 1.37 with 12; under zCDP at rho 0.5 the rule reads counts per k with 64 groups,
+1.07x against 1.28x, and not with 8 or 16). Per k a column's row cap takes the counts'
+factor and ramp (1.5 and ``ROW_LAMBDA_COUNTS``): with 2 and ``LAMBDA``, set for the 1 / P
+statistic, SUM chose r 13 where the best is 128 (64 groups: 1.67x the best fixed RMSE; 1.15x
+with the counts').
 
 The statistics. ``Profile`` computes them from the engine's profile (counts only,
 ``BoundedQuery.profile``), each weighing a unit's parts so that one unit adds at most 1 to
@@ -489,7 +491,7 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     value_stats = stats.magnitudes(0) if magnitude else []
     values = any(not isinstance(agg, Count | CountUnits) for agg in plan.aggregates)
     factor = ROW_FACTOR_VALUES if values else ROW_FACTOR
-    per_k = _per_k_rows(auto_plan, factor, epsilon)
+    per_k = _per_k_rows(auto_plan, factor, epsilon, max(ks))
     # per k, a column's row cap is read as a count's (the module docstring)
     if per_k:
         factor = ROW_FACTOR
@@ -517,12 +519,14 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     return ks[a], rs[rest], None
 
 
-def _per_k_rows(auto_plan: AutoPlan, factor: float, epsilon: float) -> bool:
+def _per_k_rows(auto_plan: AutoPlan, factor: float, epsilon: float, k: int) -> bool:
     """Whether the row cap's statistic is read per k (the module docstring): where the
-    target f G s k^(a-1) (f the 1 / P rule's ``factor``; at k = 1, the largest under
-    Gaussian noise) is at least ``PER_K_MIN`` / epsilon. Public numbers only (G, the noise,
-    the shares)."""
-    return factor * auto_plan.target(1, per_partition=False) * epsilon >= PER_K_MIN
+    target f G s k^(a-1) (f the 1 / P rule's ``factor``) is at least ``PER_K_MIN`` /
+    epsilon at the largest candidate ``k`` (under Gaussian noise the smallest target, the
+    noisiest choice; under Laplace noise k does not matter). Public numbers only (G, the
+    noise, the shares, the candidates)."""
+    target = auto_plan.target(k, per_partition=False) / k
+    return factor * target * epsilon >= PER_K_MIN
 
 
 def choose_outer(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None) -> int:
