@@ -135,17 +135,26 @@ class Workspace:
     """
 
     def __init__(self) -> None:
+        # per (key, trailing shape, dtype): the buffer, and the views last handed out (a
+        # step of a fixed batch size then makes no new views: each costs microseconds)
         self._held: dict[tuple[Any, ...], tuple[Tensor, npt.NDArray[Any]]] = {}
+        self._views: dict[tuple[Any, ...], tuple[int, Tensor, npt.NDArray[Any]]] = {}
 
     def get(self, key: Any, shape: tuple[int, ...], dtype: torch.dtype
             ) -> tuple[Tensor, npt.NDArray[Any]]:
         rows, rest = shape[0], shape[1:]
-        found = self._held.get((key, rest, dtype))
+        name = (key, rest, dtype)
+        last = self._views.get(name)
+        if last is not None and last[0] == rows:
+            return last[1], last[2]
+        found = self._held.get(name)
         if found is None or found[0].shape[0] < rows:
             capacity = rows if found is None else max(rows, found[0].shape[0] * 5 // 4)
             t = torch.empty((capacity, *rest), dtype=dtype)
-            found = self._held[(key, rest, dtype)] = (t, t.numpy())
-        return found[0][:rows], found[1][:rows]
+            found = self._held[name] = (t, t.numpy())
+        views = (rows, found[0][:rows], found[1][:rows])
+        self._views[name] = views
+        return views[1], views[2]
 
 
 class PerExample:
@@ -264,9 +273,13 @@ class OuterProduct(PerExample):
         v_t, v = work.get("v", (n, n_out), torch.float64)
         _kernels.outer_factors(a, b, a2, b2, self.scale, factors, u, v)
         product_t, product = work.get("product", (width, n_out), torch.float64)
-        for start in range(0, n, ROWS):  # exact integers: at most ROWS examples at a time
+        if n <= ROWS:  # exact integers: at most ROWS examples at a time
+            torch.mm(u_t.T, v_t, out=product_t)  # sum_i u_i v_i^T
+            _kernels.add_outer(product, total, n_in)
+            return
+        for start in range(0, n, ROWS):
             rows = slice(start, start + ROWS)
-            torch.mm(u_t[rows].T, v_t[rows], out=product_t)  # sum_i u_i v_i^T
+            torch.mm(u_t[rows].T, v_t[rows], out=product_t)
             _kernels.add_outer(product, total, n_in)
 
     def gradients(self) -> list[Tensor]:
