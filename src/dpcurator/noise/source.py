@@ -50,7 +50,7 @@ class SecureRandom:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._zeros = bytes(self._CHUNK_BYTES)
+        self._zeros = memoryview(bytes(self._CHUNK_BYTES))  # sliced without copying
         self._rekey()
 
     def _rekey(self) -> None:
