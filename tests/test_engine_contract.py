@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import math
+import re
 import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -662,3 +663,32 @@ def test_public_key_text_round_trips_every_supported_type() -> None:
         key_text(datetime.timedelta(days=1), "Spark")
     with pytest.raises(UserError, match="bytes are not supported on PostgreSQL"):
         key_text(b"x", "PostgreSQL", intervals=True)
+
+
+@pytest.mark.parametrize("public", [True, False], ids=["public keys", "private keys"])
+def test_postgres_groups_the_pairs_by_a_sort_that_the_units_window_reuses(
+        postgres_url: str, public: bool) -> None:
+    """PostgreSQL's plan (``sort_pairs_input``): the pairs' input is ordered by (unit, keys),
+    so the pairs are grouped by a GroupAggregate over one sort and each unit's window reads
+    them in that order, with no second full sort of the pairs (measured 1.65x -> 1.02x the
+    two-level floor at 10^7 rows with public keys). Read from EXPLAIN on the real server."""
+    tables = PostgresTables(postgres_url)
+    try:
+        rng = np.random.default_rng(3)
+        df = pd.DataFrame({"uid": rng.integers(0, 2000, 20_000),
+                           "g": rng.integers(0, 40, 20_000)})
+        engine = tables.build(df)
+        keys = PublicKeys(tuple((i,) for i in range(40))) if public else None
+        q = bounded(SHAPES["counts"], ("rescale", "rescale"), (GroupKey("g", '"g"'),),
+                    public=keys, k=5, r=2)
+        compiled = engine.prepare(q)  # type: ignore[attr-defined]
+        with engine._with_keys(compiled):  # type: ignore[attr-defined]
+            plan = "\n".join(row[0] for row in engine._fetch(  # type: ignore[attr-defined]
+                "EXPLAIN " + compiled.statement, compiled.parameters(5) or None))
+        assert "GroupAggregate" in plan and "WindowAgg" in plan, plan
+        # one full sort, of the pairs' input; the window reads the pairs in its order (public
+        # keys) or sorts only within each unit (private keys: the keyed top-k)
+        assert len(re.findall(r"(?<!Incremental )Sort  \(cost", plan)) == 1, plan
+        assert public or "Presorted Key: pairs.__u" in plan, plan
+    finally:
+        tables.close()

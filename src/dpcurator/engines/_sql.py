@@ -243,6 +243,10 @@ class Dialect:
     # The contribution profile's counts by windows over the rows instead of grouped pairs
     # and units joined back (Spark: its rows are already distributed by unit).
     profile_by_window: ClassVar[bool] = False
+    # The pairs' input ordered by (unit, keys) behind a fence, so that the pairs are grouped
+    # by a sort whose order the unit's windows then reuse, instead of hashed and sorted again
+    # (PostgreSQL).
+    sort_pairs_input: ClassVar[bool] = False
 
     # types -------------------------------------------------------------------------------
 
@@ -1005,6 +1009,12 @@ class _Builder:
             ctes.append(("bounded", self.per_row_bounded(
                 "one row per kept row: its contribution to each measure")))
         else:
+            if self.d.sort_pairs_input and not self.sample:
+                name, last = ctes[-1]
+                ordered = last.order_by(col("__u"), *self.keys(), copy=True)
+                if ordered.args.get("offset") is None:
+                    ordered = ordered.offset(0, copy=False)
+                ctes[-1] = (name, ordered)
             ctes.append(("pairs", self.pairs()))
             if q.partitions_mode == "rescale" and not self.d.partitions_by_window:
                 ctes.append(("units", self.units()))
