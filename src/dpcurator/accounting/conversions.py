@@ -29,6 +29,7 @@ Sources, by function:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -150,6 +151,7 @@ def _zcdp_log_delta(rho: float, epsilon: float) -> float:
     return min(0.0, float(best.fun), log_delta(0.0))
 
 
+@functools.lru_cache(maxsize=256)  # pure; a root search over scipy minimisations
 def zcdp_rho_for(epsilon: float, delta: float) -> float:
     """The largest rho (to 1e-12 relative, rounded down) with zcdp_to_delta(rho, eps) <= delta."""
     if not (epsilon > 0 and 0 < delta < 1):

@@ -164,6 +164,7 @@ def gaussian_delta(epsilon: float, sigma: float, sensitivity: float) -> float:
     return _gaussian_delta_rounded_up(eps, sig, sens)
 
 
+@functools.lru_cache(maxsize=256)  # pure; a bisection of mpmath calls, ms each time
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """The smallest sigma for which the Gaussian mechanism is (epsilon, delta)-DP.
 
@@ -642,6 +643,8 @@ def discrete_gaussian_tail_upper(m: int, sigma: float) -> float:
     return min(1.0, _round_up(lattice.ctx, lattice.abs_at_least_hi(mm)))
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of two numbers; a repeated query's
+# partition selection and intervals ask again (about 20 ms a call)
 def discrete_gaussian_interval(alpha: float, sigma: float) -> int:
     """The smallest integer m >= 0 whose rigorous bound gives P[|Y| > m] <= alpha.
 
