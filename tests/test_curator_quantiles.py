@@ -13,6 +13,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dpcurator as dp
 from dpcurator.accounting.conversions import zcdp_to_delta
@@ -23,10 +25,12 @@ from dpcurator.curator._quantiles import (
     BINS,
     LEVELS,
     NODES,
+    STAGES,
     QuantileTree,
     _tails,
     node_counts,
     prefix_counts,
+    staged_ends,
 )
 from dpcurator.engines import DuckDBEngine
 from dpcurator.noise import SeededRandom
@@ -163,6 +167,39 @@ def test_interval_ends_and_edge_cases() -> None:
         assert end in edges or end == v
     low, high = release.interval("med", 1 - 1e-15)  # below the bounds' own slack
     assert np.all(low == 0.0) and np.all(high == 10.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), roughness=st.sampled_from([0.5, 3.0, 20.0]))
+def test_a_stage_end_passes_the_true_edge_only_if_that_stages_test_at_it_failed(
+        seed: int, roughness: float) -> None:
+    """The coverage proof's one step (module docstring), for any G~ and any margins: the lower
+    end reaches an edge j* only if, at some stage i, the first edge t_i of its grid at or past
+    j* was confidently below (G~(t_i) <= -m_L,i(t_i)); the upper end falls to j** only if the
+    last grid edge u_i at or below j** was confidently above. G~ is a rising walk with noise,
+    the margins random per stage, so both ends often pass the true edges."""
+    rng = np.random.default_rng(seed)
+    parts = 40
+    gap = np.cumsum(rng.normal(0.3, roughness, (parts, BINS + 1)), axis=1)
+    gap -= gap[:, rng.integers(0, BINS + 1)][:, None]
+    margins = [(rng.uniform(0, 2 * roughness, BINS + 1), rng.uniform(0, 2 * roughness, BINS + 1))
+               for _ in STAGES]
+    j_low, j_high = staged_ends(gap, margins)
+    assert np.all((j_low >= 0) & (j_low <= BINS) & (j_high >= 0) & (j_high <= BINS))
+    ups, downs = np.arange(1, BINS + 1), np.arange(0, BINS)
+    below_at_t = np.zeros((parts, BINS), dtype=bool)  # some stage's t_i was confidently below
+    above_at_u = np.zeros((parts, BINS), dtype=bool)
+    for (shift, _), (m_low, m_high) in zip(STAGES, margins, strict=True):
+        t = -(-ups >> shift) << shift  # the first grid edge >= j*
+        u = (downs >> shift) << shift  # the last grid edge <= j**
+        below_at_t |= gap[:, t] <= -m_low[t]
+        above_at_u |= gap[:, u] >= m_high[u]
+    passed_low = j_low[:, None] >= ups
+    passed_high = j_high[:, None] <= downs
+    assert not np.any(passed_low & ~below_at_t)
+    assert not np.any(passed_high & ~above_at_u)
+    passed_low, passed_high = int(passed_low.sum()), int(passed_high.sum())
+    assert passed_low + passed_high > 0  # the claim was exercised
 
 
 def _audit_tree(tree: QuantileTree, n: int, delta: float = 0.0) -> Any:
