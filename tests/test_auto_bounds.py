@@ -465,6 +465,66 @@ def test_the_penalties_ramp_above_a_clean_step_up_to_the_cap() -> None:
     assert penalties[-1] == cap
 
 
+def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> None:
+    """The same clean step with the row cap's knee: within ``ROW_KNEE`` octaves of the
+    crossing the ramp is unchanged (the crossing scores 0, below it stays far above 0), past
+    it every octave adds 2 ``ROW_FAR_LAMBDA`` / epsilon, up to the cap. And the joint choice
+    passes the knee only to the row cap read per k: a count over 32 public keys, not 8."""
+    from dpcurator.curator._auto_bounds import (
+        ROW_FAR_LAMBDA,
+        ROW_KNEE,
+        ROW_LAMBDA_COUNTS,
+        _penalties,
+    )
+
+    caps = list(ROW_CANDIDATES)
+    stats = [3000.0 if c < 5 else 0.0 for c in caps]
+    target, cap, epsilon = 10.0, 5000.0, 0.1
+    plain = _penalties(stats, caps, [target] * len(caps), cap, epsilon, ROW_LAMBDA_COUNTS)
+    kneed = _penalties(stats, caps, [target] * len(caps), cap, epsilon, ROW_LAMBDA_COUNTS,
+                       ROW_KNEE, ROW_FAR_LAMBDA)
+    five = caps.index(5)
+    octaves = np.log2(np.array(caps, dtype=float) / 5)
+    near = octaves <= ROW_KNEE
+    assert kneed[five] == 0.0 and (kneed[:five] > 2000).all()
+    assert np.array_equal(kneed[near], plain[near])
+    rise = ROW_LAMBDA_COUNTS * np.minimum(octaves, ROW_KNEE) + ROW_FAR_LAMBDA * np.maximum(
+        octaves - ROW_KNEE, 0.0)
+    expected = np.minimum(cap, target + 2 * rise / epsilon)
+    assert kneed[five + 1:] == pytest.approx(expected[five + 1:])
+    assert (kneed[~near] > plain[~near]).all()
+
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    knees: list[float | None] = []
+    real = auto_bounds._penalties
+
+    def spy(stats: Any, candidates: Any, *args: Any) -> Any:
+        if len(candidates) == len(ROW_CANDIDATES):  # the row cap's penalties
+            knees.append(args[4] if len(args) > 4 else None)
+        return real(stats, candidates, *args)
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"u": rng.integers(0, 3000, 20_000), "g": rng.integers(0, 32, 20_000)})
+    frame["g"] = "g" + frame.g.astype(str)
+    runs = []
+    for groups in (8, 32):
+        knees = []
+        runs.append(knees)
+        curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
+                                         source=SeededRandom(4))
+        auto_bounds._penalties = spy  # type: ignore[assignment]
+        try:
+            curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=1,
+                        keys=[f"g{i}" for i in range(groups)], bounds="auto",
+                        intervals="bounded")
+        finally:
+            auto_bounds._penalties = real  # type: ignore[assignment]
+    eight, thirty_two = runs
+    assert eight and set(eight) == {None}  # 8 keys: the 1 / P reading, no knee
+    assert thirty_two and set(thirty_two) == {ROW_KNEE}  # 32 keys: per k, with the knee
+
+
 def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With many public keys the row cap's statistic is read per k (each pair weighs
