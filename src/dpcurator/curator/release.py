@@ -33,10 +33,12 @@ which cover the answer *without* the caps and the clamping wherever no unit has 
   resolution*: with the n >= 1 bounded, clamped values sorted, x_(0) <= ... <= x_(n-1), and
   a = floor(q (n - 1)), b = ceil(q (n - 1)) (the order statistics between which SQL's
   QUANTILE_CONT lies), the interval contains the whole bins of x_(a) and x_(b), hence the
-  sample quantile. Each end fails with probability at most alpha / 2: failure depends on the
-  noise at one data-determined edge only (no union bound over edges), bounded by a rigorous
-  tail bound on that edge's noise (a sum of at most 11 node noises). Nothing is claimed for a
-  partition with no rows, where the quantile is undefined.
+  sample quantile. The ends are searched in three stages, coarse to fine (grids of 64, 8 and 1
+  bins, with 5%, 5% and 90% of alpha). Each end fails with probability at most alpha / 2: a
+  stage's failure depends on the noise at one data-determined edge of its grid only (no union
+  bound over edges, only over the three stages), bounded by a rigorous tail bound on that
+  edge's noise (a sum of at most 11 node noises). Nothing is claimed for a partition with no
+  rows, where the quantile is undefined.
 """
 
 from __future__ import annotations
