@@ -58,16 +58,29 @@ ROWS = tuple(2**i for i in range(11))
 UPPER = tuple(2.0**i for i in range(2, 13))
 
 
-def bounded_answers(table: pd.DataFrame, k: int, r: int, upper: float | None,
-                    keys: list[str]) -> np.ndarray:
-    """COUNT(*) (upper None) or SUM(amount clamped to [0, upper]) per key, bounded as the
-    curator does under ``bounding="rescale"``: a unit in m > k partitions weighs k / m in each,
-    a pair of n > r rows weighs r / n."""
+def _pairs(table: pd.DataFrame, upper: float | None,
+           cache: dict[float | None, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """Per (user, category): rows n, the sum of the clamped values (or of 1s), and the user's
+    partitions m; ``cache`` keeps them per upper bound (one table)."""
+    if cache is not None and upper in cache:
+        return cache[upper]
     pairs = table.assign(value=1.0 if upper is None else table.amount.clip(0.0, upper)) \
         .groupby(["user", "category"], observed=True).agg(n=("value", "size"),
                                                           total=("value", "sum")).reset_index()
-    m = pairs.groupby("user").category.transform("size").to_numpy()
-    n = pairs.n.to_numpy()
+    pairs["m"] = pairs.groupby("user").category.transform("size")
+    if cache is not None:
+        cache[upper] = pairs
+    return pairs
+
+
+def bounded_answers(table: pd.DataFrame, k: int, r: int, upper: float | None,
+                    keys: list[str],
+                    cache: dict[float | None, pd.DataFrame] | None = None) -> np.ndarray:
+    """COUNT(*) (upper None) or SUM(amount clamped to [0, upper]) per key, bounded as the
+    curator does under ``bounding="rescale"``: a unit in m > k partitions weighs k / m in each,
+    a pair of n > r rows weighs r / n."""
+    pairs = _pairs(table, upper, cache)
+    m, n = pairs.m.to_numpy(), pairs.n.to_numpy()
     part = np.minimum(1.0, k / m) * pairs.total.to_numpy() * np.minimum(1.0, r / n)
     sums = pd.Series(part).groupby(pairs.category.to_numpy()).sum()
     return sums.reindex(keys, fill_value=0.0).to_numpy()
@@ -221,11 +234,13 @@ def exact_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon:
     main = auto_plan.request
     total = far = mass = 0.0
     likeliest = []
+    cache: dict[float | None, pd.DataFrame] = {}
     for index in np.flatnonzero(probabilities > 1e-12):
         a, rest = divmod(int(index), len(rs) * magnitudes)
         j, m = divmod(rest, magnitudes)
         upper = float(_auto_bounds.MAGNITUDES[m]) if sum_query else 1.0
-        bounded = bounded_answers(table, ks[a], rs[j], upper if sum_query else None, keys)
+        bounded = bounded_answers(table, ks[a], rs[j], upper if sum_query else None, keys,
+                                  cache)
         error = float(np.mean((bounded - truth) ** 2)) + noise_variance(
             ks[a], rs[j], upper, main.epsilon or 1.0, main.rho)
         weight = float(probabilities[index])
