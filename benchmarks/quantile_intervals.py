@@ -1,8 +1,8 @@
 """Quantile intervals: coverage and width, the staged rule against one fine stage.
 
 Issue 14, part 3. The noisy dyadic tree of ``dpcurator.curator._quantiles`` is read twice per
-release: by the staged first-crossing rule (``STAGES``: grids of 64, 8 and 1 bins at 5%, 5% and
-90% of alpha) and by the single fine stage at the whole alpha that it replaced (2026-11). Each
+release: by the staged first-crossing rule (``STAGES``: grids of 64, 8 and 1 bins at 1%, 1% and
+98% of alpha) and by the single fine stage at the whole alpha that it replaced (2026-11). Each
 partition holds n values drawn afresh per run, one per privacy unit, bounds [0, 100]:
 
 - ``normal``: N(50, 10), spread out;

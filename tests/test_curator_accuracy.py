@@ -187,7 +187,7 @@ def test_quantile_interval_is_exactly_at_its_stated_miss_rate_on_the_worst_data(
     D = Z_512 + Z_128 - Z_0 / 2, at the fine stage's margin (the coarse stages' wider margins at
     the same edge only shrink the event; the upper end would need D >= 500). Its probability,
     computed here by convolving the discrete Laplace law (scale 11, epsilon = 1), is about
-    0.081 against the stated bound 0.9 * 0.2 / 2 = 0.09 at 80%. 4,000 intervals must cover
+    0.090 against the stated bound 0.98 * 0.2 / 2 = 0.098 at 80%. 4,000 intervals must cover
     within the 1e-8 binomial quantiles on both sides of the exact rate: false failure < 2e-8."""
     from dpcurator.curator._quantiles import STAGES, QuantileTree
     from dpcurator.query.bounding import HistogramSpec
@@ -223,8 +223,9 @@ def test_staged_quantile_intervals_are_narrower_on_spread_data_and_no_wider_on_d
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The same noisy trees read by the staged rule and by one fine stage at the whole alpha
     (the rule before 2026-11): on 300 normal values per partition (epsilon = 1, bounds 0-100)
-    the staged intervals' mean width is below half (measured 0.37x); on 20,000 values, where a
-    bin decides, within 1% (measured +0.4%). Seeded; the margins are wide (the widths' spread
+    the staged intervals' mean width is below 0.65x (measured 0.53x); on 20,000 values, where a
+    bin decides, no wider (measured 0.996x; 0.2% allowed, and the shares 5/5/90%, tried
+    first, measured 1.004x). Seeded; the margins are wide (the widths' spread
     over 60 partitions is a few percent)."""
     from dpcurator.curator import _quantiles
     from dpcurator.curator._quantiles import QuantileTree
@@ -235,7 +236,7 @@ def test_staged_quantile_intervals_are_narrower_on_spread_data_and_no_wider_on_d
     tree = QuantileTree.build(Quantile("x", (0.0, 100.0), "med", q=0.5),
                               HistogramSpec("med", "x", 0.0, 100.0, BINS), "laplace", 1.0,
                               k=1, r=1, source=SeededRandom(22))
-    for n, bound in ((300, 0.5), (20_000, 1.01)):
+    for n, bound in ((300, 0.65), (20_000, 1.002)):
         x = np.clip(rng.normal(50, 10, (60, n)), 0, 100)
         bins = np.minimum(BINS - 1, np.floor(x * (BINS / 100.0))).astype(np.int64)
         leaves = np.stack([np.bincount(row, minlength=BINS) for row in bins])

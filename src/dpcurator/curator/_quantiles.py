@@ -49,7 +49,7 @@ Since F(j) counts the rows before x's bin, covering is exactly F(jL) <= a and F(
 define two tests: edge j is *confidently below* the rank when G~(j) <= -m_L(j), *confidently
 above* when G~(j) >= m_U(j). The ends are found in stages, coarse to fine: stage i looks only at
 the edges on the grid of step 2^s_i (multiples of 2^s_i) with margins at alpha_i = share_i alpha
-(``STAGES``: s = 6, 3, 0 with shares 0.05, 0.05, 0.9). Starting from jL = 0 and jU = 1024:
+(``STAGES``: s = 6, 3, 0 with shares 0.01, 0.01, 0.98). Starting from jL = 0 and jU = 1024:
 
 - jL <- (first grid edge j > jL that is not confidently below) - 2^s_i, or 1024 if none;
 - jU <- (last grid edge j < jU that is not confidently above) + 2^s_i, or 0 if none;
@@ -79,8 +79,9 @@ just past the quantile, but on spread-out data its end is the first of hundreds 
 below the rank whose noise happens to clear the margin: at 300 rows, epsilon = 1, the median of
 a normal sample got an interval 67% of the range wide. The coarse grids (16 and 128 edges, whose
 prefix sums also use fewer nodes) reach the rank's neighbourhood first, and the fine stage only
-refines within one coarse cell: 25% there, for 10% of alpha; on dense data the widths change
-by under 1% (benchmarks/README.md).
+refines from there: 35% there, for 2% of alpha, and no wider than before on dense data, where
+the fine stage keeps 98% of alpha (5% and 5% for the coarse stages gave 25% there, but up to
+0.9% wider on dense data; benchmarks/README.md).
 
 **Tail bounds** (``_TailBounds``). c*(j) comes from a rigorous upper bound on
 P[S_p + beta Z_0 < c] (S_p the sum of p = popcount(j) node noises; beta = -q, or 1 - q at
@@ -126,7 +127,7 @@ NODES = 2 * BINS - 1
 GAUSSIAN_WEIGHT = 1 << 10  # lattice units per row under zCDP
 RESOLUTION = 32  # coarse blocks per unit of noise scale in the tail bounds
 # The interval's stages (module docstring): (grid shift s, share of alpha), coarse to fine.
-STAGES = ((6, 0.05), (3, 0.05), (0, 0.9))
+STAGES = ((6, 0.01), (3, 0.01), (0, 0.98))
 _MAX_COUNT = 1 << 50
 
 

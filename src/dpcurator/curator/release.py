@@ -34,7 +34,7 @@ which cover the answer *without* the caps and the clamping wherever no unit has 
   a = floor(q (n - 1)), b = ceil(q (n - 1)) (the order statistics between which SQL's
   QUANTILE_CONT lies), the interval contains the whole bins of x_(a) and x_(b), hence the
   sample quantile. The ends are searched in three stages, coarse to fine (grids of 64, 8 and 1
-  bins, with 5%, 5% and 90% of alpha). Each end fails with probability at most alpha / 2: a
+  bins, with 1%, 1% and 98% of alpha). Each end fails with probability at most alpha / 2: a
   stage's failure depends on the noise at one data-determined edge of its grid only (no union
   bound over edges, only over the three stages), bounded by a rigorous tail bound on that
   edge's noise (a sum of at most 11 node noises). Nothing is claimed for a partition with no
