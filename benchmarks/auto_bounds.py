@@ -127,6 +127,37 @@ def curator_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon: floa
     return float(np.sqrt(np.mean(np.square(errors)))), chosen
 
 
+def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str],
+                   rho: float | None) -> dict[str, Any]:
+    """One release of ``sql`` with ``bounds="auto"`` and bounded intervals, keeping what its
+    joint choice saw: ``auto_plan``, ``plan``, ``stats`` (the profile's statistics) and
+    ``scores`` (the scores and epsilon given to permute-and-flip)."""
+    from dpcurator.curator import _auto_bounds
+
+    captured: dict[str, Any] = {}
+    real_joint, real_release = _auto_bounds._choose_joint, _auto_bounds._release
+
+    def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any) -> Any:
+        captured.update(auto_plan=auto_plan, plan=plan, stats=stats)
+        return real_joint(auto_plan, plan, stats, source)
+
+    def spy_release(scores: Any, epsilon: float, source: Any, *, monotonic: bool = False
+                    ) -> int:
+        captured.setdefault("scores", (np.asarray(scores, dtype=np.float64), epsilon))
+        return real_release(scores, epsilon, source, monotonic=monotonic)
+
+    budget = dp.PureDP(1e9) if rho is None else dp.ZCDP(1e9)
+    request: dict[str, float] = {"epsilon": epsilon} if rho is None else {"rho": rho}
+    curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=budget, cache=False)
+    _auto_bounds._choose_joint = spy_joint  # type: ignore[assignment]
+    _auto_bounds._release = spy_release  # type: ignore[assignment]
+    try:
+        curator.sql(sql, keys=keys, bounds="auto", intervals="bounded", **request)  # type: ignore[arg-type]
+    finally:
+        _auto_bounds._choose_joint, _auto_bounds._release = real_joint, real_release
+    return captured
+
+
 def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon: float,
                          keys: list[str], draws: int, rho: float | None, sum_query: bool
                          ) -> tuple[float, dict[tuple[int, int, float], int]]:
@@ -138,27 +169,14 @@ def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsil
     from dpcurator.curator import _auto_bounds
     from dpcurator.noise import SeededRandom
 
-    captured: dict[str, object] = {}
-    real = _auto_bounds._choose_joint
-
-    def spy(auto_plan: object, plan: object, stats: object, source: object) -> object:
-        captured.update(auto_plan=auto_plan, plan=plan, stats=stats)
-        return real(auto_plan, plan, stats, source)  # type: ignore[arg-type]
-
-    budget = dp.PureDP(1e9) if rho is None else dp.ZCDP(1e9)
-    request: dict[str, float] = {"epsilon": epsilon} if rho is None else {"rho": rho}
-    curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=budget, cache=False)
-    _auto_bounds._choose_joint = spy  # type: ignore[assignment]
-    try:
-        curator.sql(sql, keys=keys, bounds="auto", intervals="bounded", **request)  # type: ignore[arg-type]
-    finally:
-        _auto_bounds._choose_joint = real
-    auto_plan: Any = captured["auto_plan"]
+    captured = capture_choice(table, sql, epsilon, keys, rho)
+    auto_plan = captured["auto_plan"]
     main = auto_plan.request  # what the answer itself spends, after the choice's share
     source = SeededRandom(0)
     picks: dict[tuple[int, int, float], int] = {}
     for _ in range(draws):
-        k, r, m = real(auto_plan, captured["plan"], captured["stats"], source)  # type: ignore[arg-type]
+        k, r, m = _auto_bounds._choose_joint(auto_plan, captured["plan"], captured["stats"],
+                                             source)
         upper = float(_auto_bounds.MAGNITUDES[m]) if sum_query and m is not None else 1.0
         picks[(k, r, upper)] = picks.get((k, r, upper), 0) + 1
     total = 0.0
@@ -201,27 +219,7 @@ def exact_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon:
     its mean squared error from row caps above 1024, and the likeliest choices."""
     from dpcurator.curator import _auto_bounds
 
-    captured: dict[str, Any] = {}
-    real_joint, real_release = _auto_bounds._choose_joint, _auto_bounds._release
-
-    def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any) -> Any:
-        captured.update(auto_plan=auto_plan, plan=plan)
-        return real_joint(auto_plan, plan, stats, source)
-
-    def spy_release(scores: Any, epsilon: float, source: Any, *, monotonic: bool = False
-                    ) -> int:
-        captured.setdefault("scores", (np.asarray(scores, dtype=np.float64), epsilon))
-        return real_release(scores, epsilon, source, monotonic=monotonic)
-
-    budget = dp.PureDP(1e9) if rho is None else dp.ZCDP(1e9)
-    request: dict[str, float] = {"epsilon": epsilon} if rho is None else {"rho": rho}
-    curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=budget, cache=False)
-    _auto_bounds._choose_joint = spy_joint  # type: ignore[assignment]
-    _auto_bounds._release = spy_release  # type: ignore[assignment]
-    try:
-        curator.sql(sql, keys=keys, bounds="auto", intervals="bounded", **request)  # type: ignore[arg-type]
-    finally:
-        _auto_bounds._choose_joint, _auto_bounds._release = real_joint, real_release
+    captured = capture_choice(table, sql, epsilon, keys, rho)
     scores, choice_epsilon = captured["scores"]
     probabilities = permute_and_flip_probabilities(
         np.maximum(scores, -_auto_bounds.PENALTY_CAP), choice_epsilon,

@@ -598,3 +598,31 @@ def test_under_gaussian_noise_the_switch_reads_the_largest_partition_cap(
         curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", rho=0.5,
                     keys=[f"g{i}" for i in range(groups)], bounds="auto", intervals="bounded")
     assert switched == [(False, True), (False, True), (True, True)]
+
+
+def test_the_benchmarks_exact_choice_law_is_permute_and_flips() -> None:
+    """``benchmarks/auto_bounds.py --exact`` weighs each candidate by p_j times the integral of
+    prod_(i != j) (1 - p_i u) over [0, 1]: it equals McKenna and Sheldon's definition,
+    enumerated over every visiting order (``test_exponential``), to 1e-12."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    from test_exponential import permute_and_flip_probabilities as enumerated
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    spec = importlib.util.spec_from_file_location("auto_bounds_benchmark",
+                                                  root / "auto_bounds.py")
+    assert spec is not None and spec.loader is not None
+    sys.path.insert(0, str(root))  # its own imports (skewed.py)
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(root))
+    for scores, epsilon, sensitivity in ((np.array([0.0, 1.0, 2.0, 3.0, 4.5]), 1.3, 1.0),
+                                         (np.array([0.0, 0.0, -3.0, -10.0, -0.5, -1.0]), 0.7,
+                                          2.0)):
+        law = module.permute_and_flip_probabilities(scores, epsilon, sensitivity)
+        assert np.allclose(law, enumerated(scores, epsilon / (2 * sensitivity)), atol=1e-12)
+        assert abs(law.sum() - 1.0) < 1e-12
