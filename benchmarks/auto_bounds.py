@@ -137,9 +137,10 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     captured: dict[str, Any] = {}
     real_joint, real_release = _auto_bounds._choose_joint, _auto_bounds._release
 
-    def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any) -> Any:
+    def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any,
+                  rows_for: Any = None) -> Any:
         captured.update(auto_plan=auto_plan, plan=plan, stats=stats)
-        return real_joint(auto_plan, plan, stats, source)
+        return real_joint(auto_plan, plan, stats, source, rows_for)
 
     def spy_release(scores: Any, epsilon: float, source: Any, *, monotonic: bool = False
                     ) -> int:
@@ -225,7 +226,7 @@ def exact_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon:
         np.maximum(scores, -_auto_bounds.PENALTY_CAP), choice_epsilon,
         _auto_bounds.SENSITIVITY)
     auto_plan, plan = captured["auto_plan"], captured["plan"]
-    ks = _auto_bounds._partition_candidates(plan) if auto_plan.auto.max_partitions else \
+    ks = _auto_bounds.partition_candidates(plan) if auto_plan.auto.max_partitions else \
         [plan.max_partitions or 1]
     rs = list(_auto_bounds.ROW_CANDIDATES)
     magnitudes = len(_auto_bounds.MAGNITUDES) if auto_plan.auto.columns else 1

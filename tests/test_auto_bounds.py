@@ -265,11 +265,12 @@ def test_the_cli_takes_auto(tmp_path: pytest.TempPathFactory) -> None:
     assert bad.exit_code != 0 and "--max-partitions" in bad.output
 
 
-def test_caps_too_large_for_the_epsilon_are_lowered_not_failed(
+def test_a_forced_unproven_choice_is_answered_with_its_k_frontier_not_failed(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A choice of caps whose noise this epsilon cannot calibrate on the fixed-point grid
-    (possible only on billions of rows, so the choice is forced here) is lowered, a function
-    of the DP choice alone, and the charged query is answered instead of failing."""
+    """The choice is made among candidates proven to compile before the charge
+    (``_candidates``); a choice forced outside them (a bug, forced here) is answered with the
+    compiled query at the chosen k's frontier (the largest proven row cap), post-processing
+    of the DP choice, instead of failing after the charge."""
     import dpcurator.curator._session as session
 
     real = session.choose_bounds
@@ -289,6 +290,7 @@ def test_caps_too_large_for_the_epsilon_are_lowered_not_failed(
     k, r = chosen["max_partitions"], chosen["max_rows_per_partition"]
     assert (k, r) == (release.plan.max_partitions, release.plan.max_rows_per_partition)
     assert k == 4 and r < 4096 and k * r <= 2**20 * 0.01
+    assert "could not be compiled" in chosen["note"]
     assert curator.spent.epsilon == pytest.approx(0.01)
 
 

@@ -329,7 +329,7 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
                     outer or 0.0), events
 
 
-def _with_bounds(agg: Aggregate, bounds: dict[str, Bounds]) -> Aggregate:
+def with_bounds(agg: Aggregate, bounds: dict[str, Bounds]) -> Aggregate:
     if isinstance(agg, Count | CountUnits) or agg.column not in bounds:
         return agg
     chosen = bounds[agg.column]
@@ -487,7 +487,7 @@ class Profile:
         return _down(negative), _down(positive)
 
 
-def _partition_candidates(plan: Plan) -> list[int]:
+def partition_candidates(plan: Plan) -> list[int]:
     candidates = [c for c in PARTITION_CANDIDATES if plan.keys is None or c < len(plan.keys)]
     if plan.keys is not None and len(plan.keys) <= PARTITION_CANDIDATES[-1]:
         candidates.append(len(plan.keys))
@@ -495,16 +495,25 @@ def _partition_candidates(plan: Plan) -> list[int]:
 
 
 def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
-                  source: RandomSource | None) -> tuple[int, int, int | None]:
-    """The joint choice: (k, r, the first column's magnitude index or None)."""
+                  source: RandomSource | None,
+                  rows_for: Sequence[tuple[int, int]] | None = None
+                  ) -> tuple[int, int, int | None]:
+    """The joint choice: (k, r, the first column's magnitude index or None), over the
+    candidates ``rows_for`` allows ((k, how many row candidates at k): those proven to compile
+    before the charge, ``_candidates``; all of them when None)."""
     auto = auto_plan.auto
     name = "+".join(_joint_parts(auto))
     epsilon = auto_plan.epsilons[name]
-    ks = _partition_candidates(plan) if auto.max_partitions else [plan.max_partitions or 1]
-    rs = list(ROW_CANDIDATES) if auto.max_rows_per_partition else \
+    all_ks = partition_candidates(plan) if auto.max_partitions else [plan.max_partitions or 1]
+    all_rs = list(ROW_CANDIDATES) if auto.max_rows_per_partition else \
         [plan.max_rows_per_partition or 1]
+    allowed = dict(rows_for) if rows_for is not None else {k: len(all_rs) for k in all_ks}
+    ks = [k for k in all_ks if allowed.get(k, 0) > 0]
+    if not ks:
+        raise InternalError("no proven candidate to choose from; this is a bug")
     magnitude = bool(auto.columns)
-    size = len(ks) * len(rs) * (len(MAGNITUDES) if magnitude else 1)
+    width = len(MAGNITUDES) if magnitude else 1
+    size = sum(allowed[k] for k in ks) * width
     cap = CAP * auto_plan.floor(name, size)
     pk = np.zeros(len(ks))
     if auto.max_partitions:
@@ -519,14 +528,15 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         factor = ROW_FACTOR
     ramp = LAMBDA if values and not per_k else ROW_LAMBDA_COUNTS
     knee = (ROW_KNEE, ROW_FAR_LAMBDA) if per_k else (None, 0.0)
-    row_stats = stats.rows(rs) if auto.max_rows_per_partition and not per_k else []
+    row_stats = stats.rows(all_rs) if auto.max_rows_per_partition and not per_k else []
     blocks = []
     for a, k in enumerate(ks):
+        rs = all_rs[:allowed[k]]
         rate = auto_plan.target(k, per_partition=False)
         block = np.full(len(rs), pk[a])
         if auto.max_rows_per_partition:
             stat, target = (stats.rows(rs, k), factor * rate / k) if per_k else \
-                (row_stats, factor * rate)
+                (row_stats[:len(rs)], factor * rate)
             block = np.maximum(block, _penalties(stat, rs, [target] * len(rs), cap, epsilon,
                                                  ramp, *knee))
         if magnitude:
@@ -535,11 +545,12 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
             block = np.maximum(block[:, None], pm[None, :]).ravel()
         blocks.append(block)
     index = _release(-np.concatenate(blocks), epsilon, source)
-    a, rest = divmod(index, len(blocks[0]))
-    if magnitude:
-        j, m = divmod(rest, len(MAGNITUDES))
-        return ks[a], rs[j], m
-    return ks[a], rs[rest], None
+    for a, block in enumerate(blocks):  # the block, then the row cap and magnitude in it
+        if index < block.size:
+            j, m = divmod(index, width)
+            return ks[a], all_rs[j], (m if magnitude else None)
+        index -= block.size
+    raise InternalError("the joint choice's index is out of range; this is a bug")
 
 
 def _per_k_rows(auto_plan: AutoPlan, factor: float, epsilon: float, k: int) -> bool:
@@ -591,17 +602,19 @@ def _outer_index(stats: Sequence[float], octaves: npt.NDArray[np.float64], epsil
 
 
 def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
-                  columns: Sequence[str], source: RandomSource | None
+                  columns: Sequence[str], source: RandomSource | None,
+                  rows_for: Sequence[tuple[int, int]] | None = None
                   ) -> tuple[Plan, dict[str, Any]]:
     """The plan with its bounds chosen from ``profile`` (the engine's rows for a
-    ``BoundedQuery.profile`` of ``columns``), and what the release says about them."""
+    ``BoundedQuery.profile`` of ``columns``), and what the release says about them; the caps
+    among those ``rows_for`` allows (``_choose_joint``)."""
     auto = auto_plan.auto
     stats = Profile(profile)
     eps = auto_plan.epsilons
     chosen: dict[str, Any] = {}
     if auto.choices == 0:
         return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source)
-    k, r, first = _choose_joint(auto_plan, plan, stats, source)
+    k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for)
     if auto.max_partitions:
         chosen["max_partitions"] = k
     if auto.max_rows_per_partition:
@@ -629,7 +642,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
         bounds[column] = Bounds(lo, hi)
     if bounds:
         chosen["bounds"] = {c: (b.lo, b.hi) for c, b in bounds.items()}
-    aggregates = [_with_bounds(agg, bounds) for agg in plan.aggregates]
+    aggregates = [with_bounds(agg, bounds) for agg in plan.aggregates]
     final = plan.replace(aggregates=tuple(aggregates), max_partitions=k,
                          max_rows_per_partition=r, auto=None)
     cost_name = "rho" if auto_plan.request.rho is not None else "epsilon"

@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import partial
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.accounting.events import ComposedEvent, DpEvent
@@ -66,6 +67,7 @@ from dpcurator.query.plan import (
 
 from . import _privacy, _total
 from ._auto_bounds import AutoPlan, outer_names, plan_auto
+from ._candidates import Candidates, prove_candidates
 from ._cost import check_within, stated_event
 from ._estimators import Estimator, NoisyMeasure
 from ._privacy import PrivacyRequest
@@ -241,6 +243,7 @@ class CompiledQuery:
     events: tuple[DpEvent, ...]
     threshold_measure: str | None = None
     auto: AutoPlan | None = None  # bounds still to choose: compiled with placeholders
+    candidates: Candidates | None = None  # the bounds it may choose, proven to compile
 
     @property
     def event(self) -> ComposedEvent:
@@ -356,6 +359,22 @@ def _measures_for(agg: Aggregate, index: int, kind: str, budget: float, k: int,
 def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | None,
                   postprocess: bool, source: RandomSource | None,
                   total: float | None = None) -> CompiledQuery:
+    """``_compile_query``, with a mechanism's refusal of its parameters (a noise scale it
+    cannot draw with, a ValueError) reported as the query's: a ``UserError``, before any
+    charge."""
+    try:
+        return _compile_query(plan, request, privacy_unit=privacy_unit,
+                              postprocess=postprocess, source=source, total=total)
+    except UserError:
+        raise
+    except (ValueError, OverflowError) as exc:
+        raise UserError(f"this query's noise cannot be calibrated: {exc}; raise epsilon (or "
+                        "rho), or lower its contribution bounds") from None
+
+
+def _compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | None,
+                   postprocess: bool, source: RandomSource | None,
+                   total: float | None = None) -> CompiledQuery:
     """The query compiled (``_compile_plain``); with bounds to choose (``plan.auto``), compiled
     with placeholder bounds and the rest of the request, its events preceded by the choices'
     (what it costs does not depend on the bounds chosen: ``_auto_bounds``).
@@ -380,6 +399,10 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
     main = _compile_plain(plan, auto.request, privacy_unit=privacy_unit,
                           postprocess=postprocess, source=source, total=total,
                           whole=None)
+    # every bound the choice can pick, compiled now: after the charge nothing can fail
+    candidates = prove_candidates(plan, auto, partial(
+        compile_query, request=auto.request, privacy_unit=privacy_unit,
+        postprocess=postprocess, source=source, total=total), source)
     # the bounds' choices within their share, the outer caps' (the last) within their own
     outers = len(outer_names(auto.auto)) if outer is not None else 0
     parts = [(choices[:len(choices) - outers], auto.spent)]
@@ -394,7 +417,7 @@ def compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | No
                          rho=Fraction(0))
     return CompiledQuery(plan, whole, main.bounded, main.estimators, main.selection,
                          _whole_cost(whole, main.cost), (*choices, *main.events),
-                         main.threshold_measure, auto)
+                         main.threshold_measure, auto, candidates)
 
 
 def _whole_cost(whole: PrivacyRequest, part: PureDP | ApproxDP | ZCDP
@@ -489,7 +512,9 @@ def _threshold_candidate(plan: Plan, request: PrivacyRequest) -> Aggregate | Non
     """The count whose noisy value could select private keys: COUNT(DISTINCT unit) first (its
     contribution is one per unit), else the first COUNT(*); none when weights ask for a
     separate selection."""
-    if not plan.private_keys or _privacy.SELECTION in dict(request.weights):
+    names = [a.name for a in plan.aggregates]
+    if not plan.private_keys or (_privacy.SELECTION in dict(request.weights)
+                                 and _privacy.SELECTION not in names):
         return None
     for wanted in (CountUnits, Count):
         for agg in plan.aggregates:

@@ -205,16 +205,20 @@ def allocate(request: PrivacyRequest, names: Sequence[str], private_keys: bool,
         rhos = split(request.rho, [request.weight(n) for n in names])
         return Allocation({}, dict(zip(names, rhos, strict=True)), None, ZCDP(request.rho))
     assert request.epsilon is not None
-    labels = [*names, SELECTION] if separate else list(names)
-    epsilons = split(request.epsilon, [request.weight(n) for n in labels])
-    shares = dict(zip(labels, epsilons, strict=True))
+    # the selection's share is kept by position, never by name: an aggregate may be called
+    # "partition_selection" (its weight is then the aggregate's; the selection's is 1)
+    weights = [request.weight(n) for n in names]
+    if separate:
+        weights.append(1.0 if SELECTION in names else request.weight(SELECTION))
+    epsilons = split(request.epsilon, weights)
+    shares = dict(zip(names, epsilons[:len(names)], strict=True))
     selection = None
     threshold_delta = None
     delta_left = request.delta
     if private_keys:
         selection_delta = request.delta / 2 if request.kind == "gaussian" else request.delta
         if separate:
-            selection = (shares.pop(SELECTION), selection_delta)
+            selection = (epsilons[len(names)], selection_delta)
         else:
             threshold_delta = selection_delta
         delta_left = request.delta - selection_delta

@@ -509,35 +509,18 @@ class Curator:
         return smaller, new_cost
 
     def _choose_bounds(self, compiled: CompiledQuery, key: int
-                       ) -> tuple[CompiledQuery, list[str], dict[str, Any]]:
-        """Choose the bounds a charged query left to the data (``_auto_bounds``), and compile
-        the query with them and the rest of its request."""
-        auto = compiled.auto
-        assert auto is not None
+                       ) -> tuple[CompiledQuery, dict[str, Any]]:
+        """Choose the bounds a charged query left to the data (``_auto_bounds``) among the
+        candidates proven to compile before the charge (``_candidates``), and bind them."""
+        auto, candidates = compiled.auto, compiled.candidates
+        if auto is None or candidates is None:
+            raise InternalError("bounds to choose without proven candidates; this is a bug")
         profile = self._engine.compute_exact_aggregates(_profile_query(compiled), key).profile
         if profile is None:
             raise InternalError("the engine returned no profile; this is a bug")
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
-                                     self._source)
-        # Caps so large that this epsilon cannot calibrate their noise on the fixed-point grid
-        # are lowered (the row cap first) until it can: a function of the DP choice alone
-        # (post-processing), so that no query fails after its charge.
-        for _ in range(64):
-            try:
-                final = self._compile(plan, auto.request, auto.total)
-                break
-            except UserError:
-                k, r = plan.max_partitions or 1, plan.max_rows_per_partition or 1
-                if r == 1 and k == 1:
-                    raise InternalError("no bounds can be calibrated; this is a bug") from None
-                plan = plan.replace(max_rows_per_partition=max(1, r // 2)) if r > 1 else \
-                    plan.replace(max_partitions=max(1, k // 2))
-                for name in ("max_partitions", "max_rows_per_partition"):
-                    if name in chosen:
-                        chosen[name] = getattr(plan, name)
-        else:
-            raise InternalError("no bounds can be calibrated; this is a bug")
-        return final, self._engine.validate(final.bounded), chosen
+                                     self._source, candidates.rows_for)
+        return candidates.bind(plan, chosen), chosen
 
     def _answer(self, compiled: CompiledQuery, statements: list[str], level: float,
                 privacy: PureDP | ApproxDP | ZCDP) -> Release:
@@ -545,7 +528,7 @@ class Curator:
         key = int(resolve_source(self._source).words(1)[0])  # the engine's sampling key
         chosen = None
         if compiled.auto is not None:
-            compiled, statements, chosen = self._choose_bounds(compiled, key)
+            compiled, chosen = self._choose_bounds(compiled, key)
         exact = self._engine.compute_exact_aggregates(compiled.bounded, key)
         # exact: E partitions found, each with its exact integer measures and histograms
         kept = select_partitions(compiled, exact)
@@ -559,15 +542,13 @@ class Curator:
         total = plan.intervals == "total"
         kinds = tuple((e.aggregate.name, "total" if e.total is not None or (
             total and type(e.aggregate) is Count) else "bounded") for e in compiled.estimators)
-        if compiled.selection is not None:
-            mechanisms["partition_selection"] = [describe_selection(compiled)]
-        if chosen is not None:
-            mechanisms["bounds"] = [chosen]
+        selection = describe_selection(compiled) if compiled.selection is not None else None
         return Release(
             keys=kept.keys, group_columns=tuple(k.name for k in plan.group_by),
             values=values, privacy=privacy, plan=plan,
             sql=tuple(exact.sql or statements), confidence=level, mechanisms=mechanisms,
             _intervals=Intervals(compiled.estimators, noisy), kinds=kinds,
+            selection=selection, chosen=chosen,
             secure=bool(getattr(resolve_source(self._source), "secure", False)))
 
 

@@ -91,6 +91,9 @@ class Release:
     secure: bool = True
     from_cache: bool = False
     kinds: tuple[tuple[str, str], ...] = ()  # per aggregate: "total" or "bounded"
+    # the curator's own stages, apart from the aggregates' names (``mechanisms``' keys)
+    selection: dict[str, Any] | None = None
+    chosen: dict[str, Any] | None = None
 
     # -- shape ---------------------------------------------------------------------------------
 
@@ -122,8 +125,7 @@ class Release:
         only delta), or ``{"method": "separate", ...}`` for a separate selection step (its own
         share of epsilon and delta); ``units_for_half`` is the fewest units a partition needs
         to be released with probability 1/2."""
-        described = self.mechanisms.get("partition_selection")
-        return dict(described[0]) if described else None
+        return dict(self.selection) if self.selection is not None else None
 
     @property
     def bounds_chosen(self) -> dict[str, Any] | None:
@@ -131,8 +133,7 @@ class Release:
         ``max_partitions``, ``max_rows_per_partition`` and ``bounds`` {column: (lo, hi)} where
         chosen, what choosing them cost (``epsilon``, or ``rho``, part of ``privacy``), the
         ``share`` of the query's budget and the ``method``."""
-        described = self.mechanisms.get("bounds")
-        return dict(described[0]) if described else None
+        return dict(self.chosen) if self.chosen is not None else None
 
     # -- intervals -----------------------------------------------------------------------------
 
@@ -258,7 +259,11 @@ class Release:
         lines = [f"privacy: {self.privacy}", f"plan: {self.plan}"]
         for name, mechs in self.mechanisms.items():
             for m in mechs:
-                lines.append(f"{name}: {m}")
+                lines.append(f"aggregate {name!r}: {m}")
+        if self.selection is not None:
+            lines.append(f"partition selection: {self.selection}")
+        if self.chosen is not None:
+            lines.append(f"bounds chosen: {self.chosen}")
         lines.extend(self.sql)
         return "\n".join(lines)
 

@@ -22,6 +22,7 @@ from dpcurator.mechanisms._base import (
 )
 from dpcurator.mechanisms.laplace import _as_integers
 from dpcurator.noise import RandomSource, sample_discrete_gaussian
+from dpcurator.noise.samplers import MAX_SCALE
 
 _SQRT_DENOMINATOR = 1 << 20
 
@@ -199,6 +200,9 @@ class DiscreteGaussian(_GaussianFamily):
             raise ValueError(f"sensitivity must be a positive integer, got {sensitivity!r}")
         self.sensitivity = int(sensitivity)
         self.epsilon, self.delta, self.rho = self._cal.epsilon, self._cal.delta, self._cal.rho
+        if self.rho is not None and self.noise_sigma(1) > MAX_SCALE:  # refused when built
+            raise ValueError(f"rho {self.rho:g} is too small for sensitivity "
+                             f"{self.sensitivity}: the noise's sigma must be at most 2^56")
 
     def noise_sigma(self, size: int = 1) -> Fraction:
         if self.rho is not None:

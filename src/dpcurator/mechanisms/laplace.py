@@ -20,6 +20,7 @@ from dpcurator.mechanisms._base import (
     check_positive,
 )
 from dpcurator.noise import RandomSource, sample_discrete_laplace
+from dpcurator.noise.samplers import MAX_SCALE
 
 
 def discrete_laplace_quantile(alpha: float, t: float) -> int:
@@ -129,6 +130,10 @@ class DiscreteLaplace(Mechanism):
         super().__init__(neighbouring=neighbouring, source=source)
         self.epsilon = check_positive("epsilon", epsilon)
         self.sensitivity = check_positive("sensitivity", sensitivity)
+        if self.scale > MAX_SCALE:  # refused when built, before anything is charged for it
+            raise ValueError(f"epsilon {self.epsilon:g} is too small for sensitivity "
+                             f"{self.sensitivity:g}: the noise's scale sensitivity / epsilon "
+                             "must be at most 2^56")
 
     @property
     def guarantee(self) -> PureDP:

@@ -148,11 +148,26 @@ class PartitionSelection(Mechanism):
         return hi
 
 
+#: The optimal rule's table is built one exact step per unit (about 20 us each); where it
+#: would be longer than this, ``choose_partition_selection`` takes Gaussian thresholding.
+OPTIMAL_TABLE_LIMIT = 50_000
+
+
+def optimal_table_length(epsilon: float, delta: float) -> float:
+    """About how many units the optimal rule's keep probability takes to reach 1 at the
+    per-partition (epsilon, delta): 2 ln(1 / delta) / epsilon, an overestimate (it rises
+    geometrically by e^epsilon from delta to 1/2, and falls as fast to 1)."""
+    return 2.0 * math.log(1.0 / delta) / epsilon + 2.0
+
+
 @functools.lru_cache(maxsize=128)
 def _optimal_table(epsilon: float, delta: float) -> tuple[Fraction, ...]:
     """pi(0), ..., pi(N) with pi(N) = 1, as dyadic rationals (2^-120 grid), checked exactly."""
     if delta < 2.0**-80:
         raise ValueError("delta must be at least 2^-80 for partition selection")
+    if optimal_table_length(epsilon, delta) > 20_000_000:  # refused at once, not after hours
+        raise ValueError("epsilon per partition is too small: the keep probability "
+                         "needs more than ten million units to reach 1")
     ctx = mpmath.MPContext()
     ctx.dps = _DIGITS
     eps = ctx.mpf(epsilon) * (1 - ctx.mpf(_SLACK))
@@ -302,8 +317,20 @@ def choose_partition_selection(*, epsilon: float, delta: float, max_partitions: 
     """The tighter of the optimal rule and Gaussian thresholding for these parameters.
 
     "Tighter" means fewer units needed for a partition to be kept with probability 1/2; the
-    choice depends only on (epsilon, delta, max_partitions), never on the data.
+    choice depends only on (epsilon, delta, max_partitions), never on the data. Where the
+    optimal rule's table would take more than ``OPTIMAL_TABLE_LIMIT`` units to reach 1 (a
+    small epsilon per partition), Gaussian thresholding is taken without building it, so that
+    choosing takes bounded time.
     """
+    try:  # bad parameters fall through to the constructors, which name them
+        long = optimal_table_length(epsilon / max_partitions, per_partition_delta(
+            delta, max_partitions)) > OPTIMAL_TABLE_LIMIT
+    except (ArithmeticError, TypeError, ValueError):
+        long = False
+    if long:
+        return GaussianThresholdPartitionSelection(epsilon=epsilon, delta=delta,
+                                                   max_partitions=max_partitions,
+                                                   source=source)
     optimal = OptimalPartitionSelection(epsilon=epsilon, delta=delta,
                                         max_partitions=max_partitions, source=source)
     if max_partitions == 1:

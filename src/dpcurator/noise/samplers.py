@@ -26,6 +26,7 @@ from dpcurator.noise import _exact, _kernels
 from dpcurator.noise.source import RandomSource, resolve_source
 
 __all__ = [
+    "MAX_SCALE",
     "sample_bernoulli",
     "sample_bernoulli_exp",
     "sample_discrete_gaussian",
@@ -38,7 +39,10 @@ Size = int | tuple[int, ...]
 
 _CHUNK = 1 << 18  # samples per kernel call: bounds the memory of the word pool
 _PENDING_CAPACITY = 64
-_MAX_SCALE = Fraction(2) ** 56
+#: The largest scale (discrete Laplace) or sigma (discrete Gaussian) the samplers draw with;
+#: mechanisms refuse a larger one when they are built, not when they release.
+MAX_SCALE = Fraction(2) ** 56
+_MAX_SCALE = MAX_SCALE
 
 
 def _as_fraction(name: str, value: Real) -> Fraction:
