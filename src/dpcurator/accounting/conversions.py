@@ -38,6 +38,7 @@ from scipy.optimize import brentq, minimize_scalar
 from scipy.special import erfcx, log_ndtr
 
 from dpcurator import _validation as check
+from dpcurator.accounting._orders import DEFAULT_ORDERS
 from dpcurator.accounting.guarantees import GDP, RDP, ZCDP, ApproxDP, PureDP
 
 __all__ = [
@@ -209,8 +210,6 @@ def zcdp_to_rdp(guarantee: ZCDP, orders: Sequence[float] | None = None) -> RDP:
 
 def _orders(orders: Sequence[float] | None) -> np.ndarray:
     if orders is None:
-        from dpcurator.accounting.rdp import DEFAULT_ORDERS
-
         return np.asarray(DEFAULT_ORDERS, dtype=np.float64)
     grid = np.asarray(tuple(float(a) for a in orders), dtype=np.float64)
     if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 1):

@@ -41,13 +41,13 @@ def _open(target: str) -> Any:
 
 def _shown(target: str) -> str:
     """The ledger as printed: a URL without its password."""
-    from dpcurator.ledger._open import is_postgres_url, mask_url
+    from dpcurator.ledger import is_postgres_url, mask_url
 
     return mask_url(target) if is_postgres_url(target) else target
 
 
 def _is_url(target: str) -> bool:
-    from dpcurator.ledger._open import is_postgres_url
+    from dpcurator.ledger import is_postgres_url
 
     return is_postgres_url(target)
 

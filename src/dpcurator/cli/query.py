@@ -89,7 +89,7 @@ def _budget(journal: str | None, epsilon: float, delta: float,
     stores and an existing one must already hold. ``journal`` is a file or a
     ``postgresql://`` URL."""
     import dpcurator as dp
-    from dpcurator.ledger._open import is_postgres_url
+    from dpcurator.ledger import is_postgres_url
 
     if journal is not None and budget_epsilon is None and budget_delta is None:
         if Path(journal).is_file():

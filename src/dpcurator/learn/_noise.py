@@ -42,13 +42,15 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from dpcurator.noise import RandomSource, resolve_source, sample_discrete_gaussian
-from dpcurator.noise._exact import (
+from dpcurator.noise import (
     Decision,
+    RandomSource,
     geometric_count,
     interval_bounds,
     interval_context,
+    resolve_source,
     resolve_uniform,
+    sample_discrete_gaussian,
 )
 
 __all__ = ["MIN_WIDE_SIGMA", "WideGaussian", "sample_wide_discrete_gaussian"]

@@ -47,7 +47,6 @@ from dpcurator.learn._grads import (
     GRID_BITS,
     MAX_BATCH,
     MAX_ENTRIES,
-    GradSampler,
     Ints,
     PerExample,
     Records,
@@ -55,6 +54,7 @@ from dpcurator.learn._grads import (
     clip_factors,
 )
 from dpcurator.learn._noise import WideGaussian
+from dpcurator.learn._sampler import GradSampler
 from dpcurator.noise import RandomSource
 
 __all__ = ["DPOptimizer", "grid_sigma"]

@@ -22,11 +22,11 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator import _validation as check
 from dpcurator.accounting import Neighbouring, PureDP
 from dpcurator.accounting.events import PureDPEvent
 from dpcurator.local import client
 from dpcurator.local.estimators import SurveyEstimate
-from dpcurator.mechanisms._base import check_positive
 from dpcurator.noise import RandomSource, resolve_source
 
 IntArray = npt.NDArray[np.int64]
@@ -41,7 +41,7 @@ class ReportError(ValueError):
 
 
 def check_epsilon(epsilon: Any) -> float:
-    eps = check_positive("epsilon", epsilon)
+    eps = check.positive("epsilon", epsilon, wrong_type=ValueError)
     if eps > MAX_EPSILON:
         raise ValueError(
             f"epsilon must be at most {MAX_EPSILON:g} for a local survey (larger values leave "

@@ -28,7 +28,13 @@ import numpy.typing as npt
 
 from dpcurator.accounting import Neighbouring, PureDP
 from dpcurator.mechanisms._base import Mechanism, as_finite_array, check_alpha, check_positive
-from dpcurator.noise import RandomSource, _exact, sample_uniform_int
+from dpcurator.noise import (
+    RandomSource,
+    below_exp,
+    floor_scaled_exp,
+    resolve_uniform,
+    sample_uniform_int,
+)
 
 __all__ = ["Exponential", "PermuteAndFlip", "ReportNoisyMax"]
 
@@ -61,12 +67,12 @@ def _bernoulli_exp(gamma_float: FloatArray, gamma_exact: Callable[[int], Fractio
     ambiguous = ~heads & (u < high)
     for i in np.flatnonzero(ambiguous):
         gamma = gamma_exact(int(i))
-        floor_t = _exact.floor_scaled_exp(gamma)
+        floor_t = floor_scaled_exp(gamma)
         word = int(words[i])
         if word != floor_t:
             heads[i] = word < floor_t
         else:
-            heads[i] = _exact.resolve_uniform(word, 64, _exact.below_exp(gamma), source)
+            heads[i] = resolve_uniform(word, 64, below_exp(gamma), source)
     return heads
 
 

@@ -58,8 +58,13 @@ from scipy import stats
 from dpcurator.accounting import Neighbouring, PureDP
 from dpcurator.accounting.events import DpEvent, PureDPEvent, RandomizedResponseEvent
 from dpcurator.mechanisms._base import Mechanism, check_alpha, check_positive
-from dpcurator.noise import RandomSource, sample_bernoulli, sample_uniform_int
-from dpcurator.noise._exact import interval_bounds, interval_context
+from dpcurator.noise import (
+    RandomSource,
+    interval_bounds,
+    interval_context,
+    sample_bernoulli,
+    sample_uniform_int,
+)
 
 __all__ = ["Estimate", "RandomizedResponse"]
 

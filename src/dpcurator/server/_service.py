@@ -40,11 +40,9 @@ from dpcurator.accounting.filters import Cost, FilterRule
 from dpcurator.curator import Curator, Release
 from dpcurator.curator._session import PreparedQuery, ResolvedQuery
 from dpcurator.errors import BudgetExceededError, DPCuratorError, LedgerIntegrityError
-from dpcurator.ledger import Budget, Ledger
-from dpcurator.ledger._ledger import IdempotencyConflict, fingerprint
+from dpcurator.ledger import Budget, IdempotencyConflict, Ledger, fingerprint
 from dpcurator.noise import RandomSource
-from dpcurator.query._keys import public_keys
-from dpcurator.query._plan_json import plan_from_json
+from dpcurator.query import plan_from_json, public_keys
 from dpcurator.query.plan import DEFAULT_AUTO_SHARE, Plan
 from dpcurator.query.sql import parse_sql
 
