@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dpcurator.errors import UserError
+from dpcurator.errors import InternalError, UserError
 from dpcurator.learn._device import OnDevice, device_per_example
 from dpcurator.learn._grads import (
     _MIXING_LAYERS,
@@ -207,4 +207,4 @@ def _gradient_of(parts: list[PerExample], param: nn.Parameter) -> Tensor:
         for p, grads in zip(part.params, part.gradients(), strict=True):
             if p is param:
                 return grads
-    raise AssertionError("parameter missing from its layer's gradients; this is a bug")
+    raise InternalError("parameter missing from its layer's gradients; this is a bug")

@@ -39,7 +39,12 @@ from typing import Any, TypeVar
 from dpcurator.accounting.filters import Cost, FilterRule
 from dpcurator.curator import Curator, Release
 from dpcurator.curator._session import PreparedQuery, ResolvedQuery
-from dpcurator.errors import BudgetExceededError, DPCuratorError, LedgerIntegrityError
+from dpcurator.errors import (
+    BudgetExceededError,
+    DPCuratorError,
+    InternalError,
+    LedgerIntegrityError,
+)
 from dpcurator.ledger import Budget, IdempotencyConflict, Ledger, fingerprint
 from dpcurator.noise import RandomSource
 from dpcurator.query import plan_from_json, public_keys
@@ -55,7 +60,7 @@ _MAX_SQL = 20_000
 _CACHE_SIZE = 4096
 
 
-class ServiceError(Exception):
+class ServiceError(DPCuratorError):
     """A refusal with its HTTP status and error type; the message never holds a record."""
 
     def __init__(self, status: int, kind: str, message: str) -> None:
@@ -417,8 +422,8 @@ def _user(action: Callable[[], T]) -> T:
     """Run ``action``; a dpcurator user error becomes 400 with its (record-free) message."""
     try:
         return action()
-    except ServiceError:
-        raise
+    except (ServiceError, InternalError):
+        raise  # an InternalError is a bug: the app answers 500, not the user's 400
     except DPCuratorError as exc:
         if isinstance(exc, LedgerIntegrityError):
             raise ServiceError(503, "ledger_unavailable", str(exc)) from None
