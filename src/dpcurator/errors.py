@@ -4,13 +4,14 @@
     ├── UserError (also a ValueError): the request was wrong. The message names the parameter
     │   │                              (or query part) and what was expected; nothing was charged.
     │   ├── UserTypeError (also a TypeError): a value of the wrong kind (a string for a number).
-    │   ├── ConfigError: a configuration (the service's curator.toml, a survey's configuration)
-    │   │                is wrong; the message names the key.
+    │   ├── ConfigError (also dpcurator.server's and dpcurator.local's): a configuration (the
+    │   │                service's curator.toml, a survey's configuration) is wrong; the message
+    │   │                names the key.
     │   ├── BudgetExceededError: the charge would take the budget past its total.
     │   ├── UnsupportedChargeError: the budget cannot account this kind of guarantee.
     │   ├── UnsupportedEventError: an accountant has no sound bound for this event.
-    │   ├── GridTooLargeError (dpcurator.accounting): a privacy loss distribution's grid would
-    │   │                     exceed its size limit; ask for a coarser one.
+    │   ├── GridTooLargeError (raised by dpcurator.accounting): a privacy loss distribution's grid
+    │   │                     would exceed its size limit; ask for a coarser one.
     │   ├── IdempotencyConflict (dpcurator.ledger): a request id reused for another request.
     │   ├── ReportError (dpcurator.local): a local-DP report that does not fit its survey.
     │   ├── QueryError (dpcurator.query): the query cannot be answered as written.
@@ -20,7 +21,7 @@
     ├── LedgerIntegrityError: a budget ledger was damaged or tampered with (an entry edited,
     │                         deleted or reordered); it refuses to charge until restored.
     ├── ServiceError (dpcurator.server): the service refuses a request, with its HTTP status.
-    ├── RemoteError (dpcurator.server): the service could not be reached, or failed.
+    ├── RemoteError (dpcurator.server.client): the service could not be reached, or failed.
     └── InternalError (also a RuntimeError): dpcurator broke an invariant; this is a bug.
 
 Catch ``UserError`` for every mistake a caller can fix (``except ValueError`` still works),
