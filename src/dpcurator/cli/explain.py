@@ -148,7 +148,7 @@ def _mechanism_event(
             multiplier)
         if mechanism == "dpsgd" and sampling_rate is None:
             raise UserError("dpsgd needs --sampling-rate (the Poisson rate of each step) "
-                             "and --times (the number of steps)")
+                            "and --times (the number of steps)")
     else:
         if noise is not None:
             raise UserError(f"--noise does not apply to {mechanism}; give --probability")
@@ -164,7 +164,7 @@ def _mechanism_event(
     if sampling_rate is not None:
         if mechanism == "rr":
             raise UserError("--sampling-rate: randomized response is stated for replace-one "
-                             "neighbours, which Poisson sampling does not amplify")
+                            "neighbours, which Poisson sampling does not amplify")
         if not 0 < sampling_rate <= 1:
             raise UserError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
         single = ev.PoissonSampledEvent(sampling_rate, single)

@@ -233,7 +233,7 @@ def query(
             given = [name for name, value in local.items() if value]
             if given:
                 raise UserError(f"{', '.join(given)} belong to the curator's configuration, "
-                                 "not to a query sent with --server")
+                                "not to a query sent with --server")
             if not token:
                 raise UserError("--server needs --token (or DPCURATOR_TOKEN)")
             remote = _remote_query(server, token, str(data), sql, epsilon, delta, noise,

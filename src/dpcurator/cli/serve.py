@@ -45,7 +45,7 @@ def serve(
             from dpcurator.server import create_app, load_config
         except ImportError:
             raise UserError("the service needs the server extra: pip install "
-                             "'dpcurator[server]'") from None
+                            "'dpcurator[server]'") from None
         app = create_app(load_config(config))
     uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
 

@@ -228,13 +228,13 @@ class Categories:
             pos = np.searchsorted(self._sorted, arr).clip(0, self.k - 1)
             if not np.all(self._sorted[pos] == arr):
                 raise UserError(f"{name} contains answers that are not among the survey's "
-                                 f"{self.k} categories")
+                                f"{self.k} categories")
             return np.asarray(self._order[pos], dtype=np.int64)
         out = np.fromiter((self._by_text.get(str(v), -1) for v in arr.tolist()),
                           dtype=np.int64, count=arr.size)
         if np.any(out < 0):
             raise UserError(f"{name} contains answers that are not among the survey's "
-                             f"{self.k} categories")
+                            f"{self.k} categories")
         return out
 
     def index_of(self, label: Any) -> int:

@@ -120,7 +120,7 @@ def parse_number(text: str) -> Fraction:
         raise UserError(f"a number may have at most {MAX_NUMBER_TEXT} characters")
     if not _number_shape(text):
         raise UserError("not a number (write an integer, n/d, or a decimal with an exponent "
-                         "of at most 3 digits)")
+                        "of at most 3 digits)")
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):

@@ -124,7 +124,7 @@ class NumericRandomizer(LocalRandomizer):
             raise UserError("values must be finite numbers (found NaN or infinity)")
         if v.size and (v.min() < self.low or v.max() > self.high):
             raise UserError(f"values contains answers outside the survey's range "
-                             f"[{self.low:g}, {self.high:g}]; clip them first if that is meant")
+                            f"[{self.low:g}, {self.high:g}]; clip them first if that is meant")
         if self.low == 0.0 and self.high == 1.0:
             return v
         return np.clip((v - self.low) / self._width, 0.0, 1.0)
@@ -284,7 +284,7 @@ class Piecewise(NumericRandomizer):
             m = math.ceil(Fraction(self.grid) / half)  # N/m <= E'_low <= e^(epsilon/2)
         if not 1 <= m < self.grid:
             raise UserError(f"epsilon={epsilon!r} is too large or too small for a grid of "
-                             f"2^{grid_bits} cells")
+                            f"2^{grid_bits} cells")
         self.m = m
         n_, m_ = self.grid, m
         self._a = Fraction(n_, m_ * (n_ + m_))

@@ -44,7 +44,7 @@ def sample_size(randomizer: LocalRandomizer, margin: float, confidence: float = 
     if isinstance(margin, bool) or not isinstance(margin, int | float) or not (
             math.isfinite(margin) and margin > 0):
         raise UserError(f"margin must be a positive number (the interval's half-width), "
-                         f"got {margin!r}")
+                        f"got {margin!r}")
     z = z_value(check_confidence(confidence))
     v = report_variance(randomizer, rate)
     n = math.ceil(z * z * v / (margin * margin))

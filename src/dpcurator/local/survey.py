@@ -89,7 +89,7 @@ def make_randomizer(mechanism: str, epsilon: float, *,
     if mechanism == "piecewise":
         return Piecewise(epsilon, low, high, source)
     raise UserError(f"mechanism must be one of {', '.join(MECHANISMS)} or auto, "
-                     f"got {mechanism!r}")
+                    f"got {mechanism!r}")
 
 
 def from_config(config: Any, source: RandomSource | None = None) -> LocalRandomizer:

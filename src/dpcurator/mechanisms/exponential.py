@@ -102,7 +102,7 @@ class _Selection(Mechanism):
         self._rate_float = float(self._rate)
         if not 1e-290 < self._rate_float < 1e290:
             raise UserError("epsilon / sensitivity must lie between 1e-290 and 1e290, got "
-                             f"{self.epsilon!r} / {self.sensitivity!r}")
+                            f"{self.epsilon!r} / {self.sensitivity!r}")
 
     @property
     def guarantee(self) -> PureDP:
@@ -116,12 +116,12 @@ class _Selection(Mechanism):
         arr = as_finite_array("scores", raw)
         if arr.ndim != 1:
             raise UserError(f"scores must be a 1-D array (one score per candidate), got "
-                             f"{arr.ndim} dimensions")
+                            f"{arr.ndim} dimensions")
         if arr.size == 0:
             raise UserError("scores must not be empty: there is nothing to select")
         if self.candidates is not None and arr.size != len(self.candidates):
             raise UserError(f"scores has {arr.size} entries but there are "
-                             f"{len(self.candidates)} candidates")
+                            f"{len(self.candidates)} candidates")
         return arr
 
     def _gammas(self, scores: FloatArray) -> tuple[FloatArray, Callable[[int], Fraction]]:

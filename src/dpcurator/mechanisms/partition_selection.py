@@ -172,7 +172,7 @@ def _optimal_table(epsilon: float, delta: float) -> tuple[Fraction, ...]:
         table.append(Fraction(max(min(rise, fall, grid), 0), grid))
         if len(table) > 10_000_000:
             raise UserError("epsilon per partition is too small: the keep probability "
-                             "needs more than ten million units to reach 1")
+                            "needs more than ten million units to reach 1")
     _verify_table(table, epsilon, delta)
     return tuple(table)
 
