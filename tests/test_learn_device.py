@@ -36,9 +36,10 @@ from dpcurator.learn._device import (
     fill_padded,
     padded_records,
 )
-from dpcurator.learn._grads import GRID_BITS, GradSampler, PerExample
+from dpcurator.learn._grads import GRID_BITS, PerExample
 from dpcurator.learn._kernels import ROWS
 from dpcurator.learn._optimizer import DPOptimizer
+from dpcurator.learn._sampler import GradSampler
 from dpcurator.noise import SeededRandom
 
 UNIT = 1 << GRID_BITS

@@ -27,7 +27,8 @@ from typer.testing import CliRunner
 from dpcurator.cli import app
 from dpcurator.errors import UserError
 from dpcurator.learn import DPDataLoader, DPOptimizer, PrivacyEngine
-from dpcurator.learn._grads import GRID_BITS, GradSampler
+from dpcurator.learn._grads import GRID_BITS
+from dpcurator.learn._sampler import GradSampler
 from dpcurator.learn._sampling import PoissonBatchSampler
 from dpcurator.noise import SeededRandom
 

@@ -35,7 +35,6 @@ from dpcurator.errors import UserError
 from dpcurator.learn import PrivacyEngine
 from dpcurator.learn._grads import (
     GRID_BITS,
-    GradSampler,
     Materialized,
     OuterProduct,
     PerExample,
@@ -43,6 +42,7 @@ from dpcurator.learn._grads import (
     clip_factors,
 )
 from dpcurator.learn._kernels import ROWS
+from dpcurator.learn._sampler import GradSampler
 from dpcurator.noise import SeededRandom
 
 UNIT = 1 << GRID_BITS

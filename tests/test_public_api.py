@@ -27,9 +27,10 @@ def test_subpackage_surfaces() -> None:
     assert set(audit.__all__) == {"AuditResult", "audit_epsilon", "audit_mechanism",
                                   "clopper_pearson"}
     assert set(dp.ledger.__all__) == {"AccountState", "Amount", "Budget", "Charge", "Entry",
-                                      "Ledger", "LedgerReport", "PostgresLedger",
-                                      "Reservation", "SQLiteLedger", "StoredRequest",
-                                      "migrate_journal", "open_ledger"}
+                                      "IdempotencyConflict", "Ledger", "LedgerReport",
+                                      "PostgresLedger", "Reservation", "SQLiteLedger",
+                                      "StoredRequest", "fingerprint", "is_postgres_url",
+                                      "mask_url", "migrate_journal", "open_ledger"}
     assert all(getattr(dp.ledger, name) is not None for name in dp.ledger.__all__)
     assert {"SecureRandom", "SeededRandom", "sample_discrete_laplace",
             "sample_discrete_gaussian", "sample_bernoulli_exp"} <= set(noise.__all__)

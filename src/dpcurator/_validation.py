@@ -1,9 +1,10 @@
 """Argument checks shared by the public functions and classes of dpcurator.
 
 One place for the checks, so that every public function rejects bad input the same way: a
-``TypeError`` when the value is not of the right kind (a ``ValueError`` where a caller's contract
-says so), a ``ValueError`` when it is out of range, each with a message naming the parameter and
-what was expected. Each check returns the value converted to a plain ``float`` or ``int``.
+``UserTypeError`` (a ``TypeError``) when the value is not of the right kind (a ``UserError``
+where a caller's contract says so), a ``UserError`` (a ``ValueError``) when it is out of range,
+each with a message naming the parameter and what was expected. Each check returns the value
+converted to a plain ``float`` or ``int``.
 """
 
 from __future__ import annotations
@@ -12,24 +13,26 @@ import math
 import operator
 from numbers import Integral, Real
 
+from dpcurator.errors import UserError, UserTypeError
+
 __all__ = ["integer", "nonnegative", "positive", "real", "unit_interval"]
 
 
-def real(name: str, value: object, *, wrong_type: type[Exception] = TypeError) -> float:
+def real(name: str, value: object, *, wrong_type: type[Exception] = UserTypeError) -> float:
     """A real number other than NaN (bools refused), as a float."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise wrong_type(f"{name} must be a real number, got {type(value).__name__}")
     out = float(value)
     if math.isnan(out):
-        raise ValueError(f"{name} must be a number, got NaN")
+        raise UserError(f"{name} must be a number, got NaN")
     return out
 
 
-def positive(name: str, value: object, *, wrong_type: type[Exception] = TypeError) -> float:
+def positive(name: str, value: object, *, wrong_type: type[Exception] = UserTypeError) -> float:
     """A finite number > 0, as a float."""
     out = real(name, value, wrong_type=wrong_type)
     if not (math.isfinite(out) and out > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {out!r}")
+        raise UserError(f"{name} must be a positive finite number, got {out!r}")
     return out
 
 
@@ -37,7 +40,7 @@ def nonnegative(name: str, value: object) -> float:
     """A finite number >= 0, as a float."""
     out = real(name, value)
     if not (math.isfinite(out) and out >= 0):
-        raise ValueError(f"{name} must be a non-negative finite number, got {out!r}")
+        raise UserError(f"{name} must be a non-negative finite number, got {out!r}")
     return out
 
 
@@ -48,7 +51,7 @@ def unit_interval(
     include_zero: bool = False,
     include_one: bool = False,
     hint: str = "",
-    wrong_type: type[Exception] = TypeError,
+    wrong_type: type[Exception] = UserTypeError,
 ) -> float:
     """A number in the interval from 0 to 1, each end included only if asked (open by default).
 
@@ -59,23 +62,23 @@ def unit_interval(
     high_ok = out <= 1 if include_one else out < 1
     if not (low_ok and high_ok):
         interval = ("[" if include_zero else "(") + "0, 1" + ("]" if include_one else ")")
-        raise ValueError(f"{name} must lie in {interval}{hint}, got {out!r}")
+        raise UserError(f"{name} must lie in {interval}{hint}, got {out!r}")
     return out
 
 
 def integer(
-    name: str, value: object, *, minimum: int, fractional: type[Exception] = TypeError
+    name: str, value: object, *, minimum: int, fractional: type[Exception] = UserTypeError
 ) -> int:
     """An integer >= ``minimum`` (bools refused), as an int.
 
     A non-integral real number (2.5, or 2.0) raises ``fractional``; anything else that is not an
-    integer raises ``TypeError``.
+    integer raises ``UserTypeError``.
     """
     if isinstance(value, bool) or not isinstance(value, Integral):
         if isinstance(value, Real) and not isinstance(value, bool):
             raise fractional(f"{name} must be an integer >= {minimum}, got {value!r}")
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+        raise UserTypeError(f"{name} must be an integer, got {type(value).__name__}")
     out = operator.index(value)
     if out < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {out!r}")
+        raise UserError(f"{name} must be an integer >= {minimum}, got {out!r}")
     return out

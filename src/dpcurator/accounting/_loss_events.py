@@ -53,7 +53,7 @@ from dpcurator.accounting.events import (
     ZCDPEvent,
 )
 from dpcurator.accounting.guarantees import Neighbouring
-from dpcurator.errors import UnsupportedEventError
+from dpcurator.errors import UnsupportedEventError, UserTypeError
 
 __all__ = ["Block", "LawPair", "blocks", "exact_laws", "relation_of"]
 
@@ -120,7 +120,7 @@ def _no_noise() -> AtomLaw:
 def exact_laws(event: DpEvent) -> LawPair | None:
     """The closed-form laws of the event, or None when only a grid composition has them."""
     if not isinstance(event, DpEvent):
-        raise TypeError(f"event must be a DpEvent, got {type(event).__name__}")
+        raise UserTypeError(f"event must be a DpEvent, got {type(event).__name__}")
     return None
 
 

@@ -41,7 +41,7 @@ from dpcurator.accounting._loss_events import Block, LawPair
 from dpcurator.accounting._loss_laws import ATOM_TOLERANCE, AtomLaw, FloatArray, Law
 from dpcurator.accounting.events import ComposedEvent, DpEvent, SelfComposedEvent
 from dpcurator.accounting.guarantees import Neighbouring
-from dpcurator.errors import UnsupportedEventError
+from dpcurator.errors import InternalError, UnsupportedEventError
 
 __all__ = [
     "GridBuild",
@@ -200,7 +200,7 @@ def build_upward(event: DpEvent, blocks: list[Block]) -> tuple[float, core.RawPm
             if widening == WIDENINGS:
                 raise
             h *= 2.0
-    raise AssertionError("unreachable")  # pragma: no cover
+    raise InternalError("unreachable; this is probably a bug")  # pragma: no cover
 
 
 def renyi_tail(

@@ -40,6 +40,8 @@ import numpy.typing as npt
 from scipy import fft as sp_fft
 from scipy import signal
 
+from dpcurator.errors import UserError
+
 __all__ = [
     "FLOAT_GUARD",
     "MAX_GRID_POINTS",
@@ -83,7 +85,7 @@ _SNAP_ULPS = 64.0 * np.finfo(np.float64).eps
 MAX_FINITE_LOSS = 500.0
 
 
-class GridTooLargeError(ValueError):
+class GridTooLargeError(UserError):
     """A grid or FFT window would exceed ``MAX_GRID_POINTS`` (or ``MAX_STEP_POINTS``)."""
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from scipy import special
 
 from dpcurator.accounting._pld_core import MAX_FINITE_LOSS, MAX_GRID_POINTS, FloatArray, dot
+from dpcurator.errors import UserError
 
 __all__ = [
     "Atoms",
@@ -461,7 +462,7 @@ def discrete_gaussian_atoms(sigma: float, sensitivity: int, tail_mass: float) ->
     z_max = math.ceil(sigma * math.sqrt(2.0 * math.log(1.0 / tail_mass)) + k + 2)
     n_atoms = 2 * z_max + 1
     if n_atoms > MAX_GRID_POINTS // 2:
-        raise ValueError(
+        raise UserError(
             f"discrete Gaussian with sigma={sigma:g} needs {n_atoms} atoms for an exact "
             "privacy loss distribution, more than this accountant sums; use the continuous "
             "GaussianEvent only if its guarantee is acceptable for your use"

@@ -19,6 +19,7 @@ import numpy as np
 from dpcurator.accounting import _pld_core as core
 from dpcurator.accounting import _pld_profiles as prof
 from dpcurator.accounting._pld_core import FloatArray
+from dpcurator.errors import UserError
 
 __all__ = [
     "CELLS_PER_SD",
@@ -270,7 +271,7 @@ def _grid_range(profile: prof.MixtureProfile, h: float, tail: float) -> tuple[in
     """Grid indices [lo, hi] (of the grid h) covering all but 2 * tail of the loss's mass."""
     lo, hi = profile.loss_bounds(max(tail, 1e-300))
     if not (math.isfinite(lo) and math.isfinite(hi)):  # pragma: no cover - bounds are finite
-        raise ValueError(f"the privacy loss range [{lo:g}, {hi:g}] cannot be discretized")
+        raise UserError(f"the privacy loss range [{lo:g}, {hi:g}] cannot be discretized")
     i_lo = math.floor(lo / h)
     i_hi = max(math.ceil(hi / h), i_lo + 1)
     if i_hi - i_lo + 1 > core.MAX_STEP_POINTS:

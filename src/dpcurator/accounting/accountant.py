@@ -70,7 +70,7 @@ class AccountingResult:
     def guarantee(self) -> ApproxDP:
         """The result as (epsilon, delta)-DP; ``ValueError`` when epsilon is +inf."""
         if not math.isfinite(self.epsilon):
-            raise ValueError(f"no finite epsilon at delta={self.delta!r}: {self.note}")
+            raise UserError(f"no finite epsilon at delta={self.delta!r}: {self.note}")
         return ApproxDP(self.epsilon, self.delta)
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from scipy.special import gammaln, logsumexp
 
 from dpcurator.accounting.guarantees import ApproxDP, Neighbouring, PureDP
+from dpcurator.errors import UserError, UserTypeError
 
 __all__ = [
     "Composition",
@@ -59,19 +60,19 @@ def _as_pairs(
     guarantees: Sequence[PureDP | ApproxDP],
 ) -> tuple[list[float], list[float], Neighbouring]:
     if isinstance(guarantees, PureDP | ApproxDP):
-        raise TypeError("guarantees must be a sequence of PureDP/ApproxDP, not a single one")
+        raise UserTypeError("guarantees must be a sequence of PureDP/ApproxDP, not a single one")
     items = list(guarantees)
     if not items:
-        raise ValueError("guarantees must not be empty: there is nothing to compose")
+        raise UserError("guarantees must not be empty: there is nothing to compose")
     for g in items:
         if not isinstance(g, PureDP | ApproxDP):
-            raise TypeError(
+            raise UserTypeError(
                 f"guarantees must be PureDP or ApproxDP, got {type(g).__name__}; convert zCDP/RDP "
                 "with dpcurator.accounting.conversions or use the RDP accountant"
             )
     relations = {g.neighbouring for g in items}
     if len(relations) != 1:
-        raise ValueError(
+        raise UserError(
             "guarantees hold under different neighbouring relations; compose only guarantees "
             "stated for the same relation"
         )
@@ -80,22 +81,22 @@ def _as_pairs(
 
 def _check_k(k: int) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        raise UserError(f"k must be an integer >= 1, got {k!r}")
     return k
 
 
 def _check_unit_open(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+        raise UserTypeError(f"{name} must be a real number, got {type(value).__name__}")
     v = float(value)
     if math.isnan(v) or not 0 < v < 1:
-        raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
+        raise UserError(f"{name} must lie in (0, 1), got {value!r}")
     return v
 
 
 def _approx(epsilon: float, delta: float, relation: Neighbouring) -> ApproxDP:
     if not delta < 1:
-        raise ValueError(
+        raise UserError(
             "the composed delta reaches 1: this composition gives no guarantee; use fewer "
             "mechanisms or smaller deltas"
         )
@@ -203,12 +204,12 @@ def optimal_homogeneous_delta(epsilon: float, delta: float, k: int, target_epsil
     """
     e = float(epsilon)
     if not (math.isfinite(e) and e > 0):
-        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+        raise UserError(f"epsilon must be a positive finite number, got {epsilon!r}")
     if math.isnan(delta) or not 0 <= delta < 1:
-        raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+        raise UserError(f"delta must lie in [0, 1), got {delta!r}")
     k = _check_k(k)
     if math.isnan(target_epsilon) or target_epsilon < 0:
-        raise ValueError(f"target_epsilon must be >= 0, got {target_epsilon!r}")
+        raise UserError(f"target_epsilon must be >= 0, got {target_epsilon!r}")
     log_s, err = _optimal_log_excess(e, k, float(target_epsilon))
     s = math.exp(log_s + err) if math.isfinite(log_s) else 0.0
     if s >= 1:
@@ -232,11 +233,11 @@ def compose_optimal_homogeneous(
     if e == 0:
         floor = _one_minus_product([d] * k)  # (0, delta)-DP composes to (0, 1 - (1-delta)^k)
         if floor > target:
-            raise ValueError(f"target_delta must be at least {floor:.6g} for this composition")
+            raise UserError(f"target_delta must be at least {floor:.6g} for this composition")
         return Composition(_approx(0.0, target, relation), "optimal")
     lo, hi = 0.0, k * e
     if optimal_homogeneous_delta(e, d, k, hi) > target:
-        raise ValueError(
+        raise UserError(
             f"target_delta must be at least 1 - (1 - delta)^k = "
             f"{optimal_homogeneous_delta(e, d, k, hi):.6g} for this composition"
         )
@@ -302,7 +303,7 @@ def compose(
         with contextlib.suppress(ValueError):  # target below 1 - (1 - delta)^k: not applicable
             candidates.append(compose_optimal_homogeneous(first, k, target))
     if not candidates:
-        raise ValueError(
+        raise UserError(
             f"no composition theorem reaches target_delta={target!r}: it must be at least about "
             f"the sum of the deltas ({math.fsum(deltas):.6g})"
         )

@@ -38,7 +38,9 @@ from scipy.optimize import brentq, minimize_scalar
 from scipy.special import erfcx, log_ndtr
 
 from dpcurator import _validation as check
+from dpcurator.accounting._orders import DEFAULT_ORDERS
 from dpcurator.accounting.guarantees import GDP, RDP, ZCDP, ApproxDP, PureDP
+from dpcurator.errors import UserError
 
 __all__ = [
     "gdp_mu_for",
@@ -138,7 +140,7 @@ def zcdp_to_delta(rho: float, epsilon: float) -> float:
 
 def _zcdp_log_delta(rho: float, epsilon: float) -> float:
     if rho <= 0 or epsilon < 0:
-        raise ValueError("rho must be > 0 and epsilon >= 0")
+        raise UserError("rho must be > 0 and epsilon >= 0")
 
     def log_delta(log_am1: float) -> float:
         # CKS 2020, Corollary 13, at alpha = 1 + exp(log_am1).
@@ -155,7 +157,7 @@ def _zcdp_log_delta(rho: float, epsilon: float) -> float:
 def zcdp_rho_for(epsilon: float, delta: float) -> float:
     """The largest rho (to 1e-12 relative, rounded down) with zcdp_to_delta(rho, eps) <= delta."""
     if not (epsilon > 0 and 0 < delta < 1):
-        raise ValueError("epsilon must be > 0 and delta in (0, 1)")
+        raise UserError("epsilon must be > 0 and delta in (0, 1)")
     rho = brentq(
         lambda r: _zcdp_log_delta(r, epsilon) - math.log(delta),
         1e-12,
@@ -209,14 +211,12 @@ def zcdp_to_rdp(guarantee: ZCDP, orders: Sequence[float] | None = None) -> RDP:
 
 def _orders(orders: Sequence[float] | None) -> np.ndarray:
     if orders is None:
-        from dpcurator.accounting.rdp import DEFAULT_ORDERS
-
         return np.asarray(DEFAULT_ORDERS, dtype=np.float64)
     grid = np.asarray(tuple(float(a) for a in orders), dtype=np.float64)
     if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 1):
-        raise ValueError("orders must be a non-empty sequence of finite numbers > 1")
+        raise UserError("orders must be a non-empty sequence of finite numbers > 1")
     if np.any(np.diff(grid) <= 0):
-        raise ValueError("orders must be strictly increasing")
+        raise UserError("orders must be strictly increasing")
     return grid
 
 
@@ -235,7 +235,7 @@ def rdp_epsilon_and_order(
     a = np.asarray(orders, dtype=np.float64)
     r = np.asarray(epsilons, dtype=np.float64)
     if a.shape != r.shape or a.size == 0:
-        raise ValueError("orders and epsilons must be non-empty and of the same length")
+        raise UserError("orders and epsilons must be non-empty and of the same length")
     with np.errstate(invalid="ignore", over="ignore"):
         eps = r + np.log1p(-1 / a) - (math.log(delta) + np.log(a)) / (a - 1)
     eps = np.where(np.isnan(eps), np.inf, eps)
@@ -257,7 +257,7 @@ def rdp_to_approx(guarantee: RDP, delta: float) -> ApproxDP:
     """The RDP guarantee as (epsilon, delta)-DP at the given delta; same relation."""
     eps = rdp_to_epsilon(guarantee, delta)
     if not math.isfinite(eps):
-        raise ValueError("this RDP guarantee is infinite at every order: no (epsilon, delta)-DP")
+        raise UserError("this RDP guarantee is infinite at every order: no (epsilon, delta)-DP")
     return ApproxDP(eps, delta, guarantee.neighbouring)
 
 

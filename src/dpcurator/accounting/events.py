@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from dpcurator import _validation as check
 from dpcurator.accounting.guarantees import Neighbouring
+from dpcurator.errors import UserError, UserTypeError
 
 __all__ = [
     "ApproxDPEvent",
@@ -68,7 +69,7 @@ class DiscreteLaplaceEvent(DpEvent):
     def __post_init__(self) -> None:
         check.positive("scale", self.scale)
         if not isinstance(self.sensitivity, int) or self.sensitivity < 1:
-            raise ValueError(f"sensitivity must be a positive integer, got {self.sensitivity!r}")
+            raise UserError(f"sensitivity must be a positive integer, got {self.sensitivity!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ class DiscreteGaussianEvent(DpEvent):
     def __post_init__(self) -> None:
         check.positive("sigma", self.sigma)
         if not isinstance(self.sensitivity, int) or self.sensitivity < 1:
-            raise ValueError(f"sensitivity must be a positive integer, got {self.sensitivity!r}")
+            raise UserError(f"sensitivity must be a positive integer, got {self.sensitivity!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +99,10 @@ class RandomizedResponseEvent(DpEvent):
 
     def __post_init__(self) -> None:
         if not (isinstance(self.categories, int) and self.categories >= 2):
-            raise ValueError(f"categories must be an integer >= 2, got {self.categories!r}")
+            raise UserError(f"categories must be an integer >= 2, got {self.categories!r}")
         low = 1 / self.categories
         if not (low < self.truth_probability < 1):
-            raise ValueError(
+            raise UserError(
                 f"truth_probability must lie in (1/k, 1) = ({low:g}, 1), "
                 f"got {self.truth_probability!r}"
             )
@@ -165,7 +166,7 @@ class ComposedEvent(DpEvent):
 
     def __post_init__(self) -> None:
         if not all(isinstance(e, DpEvent) for e in self.events):
-            raise TypeError("events must all be DpEvent instances")
+            raise UserTypeError("events must all be DpEvent instances")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +178,7 @@ class SelfComposedEvent(DpEvent):
 
     def __post_init__(self) -> None:
         if not isinstance(self.count, int) or self.count < 1:
-            raise ValueError(f"count must be an integer >= 1, got {self.count!r}")
+            raise UserError(f"count must be an integer >= 1, got {self.count!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +190,7 @@ class PoissonSampledEvent(DpEvent):
 
     def __post_init__(self) -> None:
         if not 0 < self.sampling_rate <= 1:
-            raise ValueError(f"sampling_rate must lie in (0, 1], got {self.sampling_rate!r}")
+            raise UserError(f"sampling_rate must lie in (0, 1], got {self.sampling_rate!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +206,7 @@ class SampledWithoutReplacementEvent(DpEvent):
 
     def __post_init__(self) -> None:
         if not (0 < self.sample_size <= self.population_size):
-            raise ValueError(
+            raise UserError(
                 "sample_size must lie in [1, population_size], got "
                 f"{self.sample_size!r} of {self.population_size!r}"
             )

@@ -48,7 +48,7 @@ from dpcurator.accounting.guarantees import (
     PureDP,
     require_post_processing_closure,
 )
-from dpcurator.errors import UnsupportedChargeError
+from dpcurator.errors import UnsupportedChargeError, UserError
 
 __all__ = ["Amount", "Composition", "Cost", "FilterRule", "decode_cost", "encode_cost"]
 
@@ -241,4 +241,4 @@ def decode_cost(data: dict[str, Any]) -> Cost:
     if kind == "RDP":
         return RDP(tuple(float(a) for a in data["orders"]),
                    tuple(float(e) for e in data["epsilons"]), relation)
-    raise ValueError(f"unknown guarantee type {kind!r}")
+    raise UserError(f"unknown guarantee type {kind!r}")

@@ -39,6 +39,7 @@ from dpcurator.accounting.events import (
     ZCDPEvent,
 )
 from dpcurator.accounting.guarantees import GDP, RDP, ZCDP, ApproxDP, PureDP
+from dpcurator.errors import UserError, UserTypeError
 
 __all__ = ["group_event", "group_privacy"]
 
@@ -55,7 +56,7 @@ def _approx_group(g: ApproxDP, k: int) -> ApproxDP:
     factor = float(k) if eps == 0 else math.expm1(k * eps) / math.expm1(eps)
     delta = _up(g.delta * factor)
     if not delta < 1:
-        raise ValueError(
+        raise UserError(
             f"for a group of k={k} units the delta bound reaches {delta:.3g} >= 1: this "
             "guarantee says nothing about such groups; use a smaller k or a guarantee with "
             "smaller epsilon and delta"
@@ -70,7 +71,7 @@ def _rdp_group(g: RDP, k: int) -> RDP:
     scale = 2**c
     kept = [(a, e) for a, e in zip(g.orders, g.epsilons, strict=True) if a >= 2 * scale]
     if not kept:
-        raise ValueError(
+        raise UserError(
             f"Mironov's group-privacy rule for k={k} needs orders >= {2 * scale}; this RDP "
             "guarantee has none. Rescale the mechanism's event with group_event instead."
         )
@@ -86,7 +87,7 @@ def group_privacy(guarantee: _G, k: int) -> _G:
     docstring for the rule and source per type). k = 1 returns an equal guarantee."""
     k = check.integer("k (the group size)", k, minimum=1)
     if not isinstance(guarantee, PureDP | ApproxDP | ZCDP | GDP | RDP):
-        raise TypeError(
+        raise UserTypeError(
             f"guarantee must be PureDP, ApproxDP, ZCDP, GDP or RDP, got {type(guarantee).__name__}"
         )
     if k == 1:
@@ -104,7 +105,7 @@ def group_privacy(guarantee: _G, k: int) -> _G:
 
 @functools.singledispatch
 def _rescale(event: DpEvent, k: int) -> DpEvent:
-    raise ValueError(
+    raise UserError(
         f"no exact group rescaling for a {type(event).__name__}: sampled events and events "
         "known only by an (epsilon, delta) guarantee or by randomized response are refused; "
         "apply group_privacy to its guarantee instead"
@@ -163,5 +164,5 @@ def group_event(event: DpEvent, k: int) -> DpEvent:
     """
     k = check.integer("k (the group size)", k, minimum=1)
     if not isinstance(event, DpEvent):
-        raise TypeError(f"event must be a DpEvent, got {type(event).__name__}")
+        raise UserTypeError(f"event must be a DpEvent, got {type(event).__name__}")
     return event if k == 1 else _rescale(event, k)

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from dpcurator import _validation as check
-from dpcurator.errors import UserError
+from dpcurator.errors import UserError, UserTypeError
 
 __all__ = [
     "ZCDP",
@@ -51,7 +51,7 @@ class Neighbouring(enum.Enum):
 
 def check_neighbouring(value: Neighbouring) -> Neighbouring:
     if not isinstance(value, Neighbouring):
-        raise TypeError(
+        raise UserTypeError(
             f"neighbouring must be a dpcurator.Neighbouring (ADD_REMOVE or REPLACE), got {value!r}"
         )
     return value
@@ -101,7 +101,7 @@ class ApproxDP:
         delta = check.unit_interval("delta", self.delta, include_zero=True)
         object.__setattr__(self, "delta", delta)
         if eps == 0.0 and self.delta == 0.0:
-            raise ValueError("epsilon and delta cannot both be 0: that mechanism releases nothing")
+            raise UserError("epsilon and delta cannot both be 0: that mechanism releases nothing")
         check_neighbouring(self.neighbouring)
 
     def __str__(self) -> str:
@@ -147,13 +147,13 @@ class RDP:
         orders = tuple(float(a) for a in self.orders)
         epsilons = tuple(float(e) for e in self.epsilons)
         if not orders or len(orders) != len(epsilons):
-            raise ValueError("orders and epsilons must be non-empty and of the same length")
+            raise UserError("orders and epsilons must be non-empty and of the same length")
         if any(not math.isfinite(a) or a <= 1 for a in orders):
-            raise ValueError("every order alpha must be a finite number > 1")
+            raise UserError("every order alpha must be a finite number > 1")
         if any(b <= a for a, b in itertools.pairwise(orders)):
-            raise ValueError("orders must be strictly increasing")
+            raise UserError("orders must be strictly increasing")
         if any(math.isnan(e) or e < 0 for e in epsilons):
-            raise ValueError("every epsilon(alpha) must be >= 0 (inf allowed)")
+            raise UserError("every epsilon(alpha) must be >= 0 (inf allowed)")
         object.__setattr__(self, "orders", orders)
         object.__setattr__(self, "epsilons", epsilons)
         check_neighbouring(self.neighbouring)
@@ -224,13 +224,13 @@ class ProbabilisticDP:
         delta = check.unit_interval("delta", self.delta, include_zero=True, include_one=True)
         object.__setattr__(self, "delta", delta)
         if eps == 0.0 and delta == 0.0:
-            raise ValueError("epsilon and delta cannot both be 0: that mechanism releases nothing")
+            raise UserError("epsilon and delta cannot both be 0: that mechanism releases nothing")
         check_neighbouring(self.neighbouring)
 
     def to_approx_dp(self) -> ApproxDP:
         """(epsilon, delta)-approximate DP, the same parameters (pDP implies aDP)."""
         if self.delta >= 1.0:
-            raise ValueError(
+            raise UserError(
                 "delta = 1 states nothing; ApproxDP needs delta < 1 (every mechanism is "
                 "(0, 1)-DP)"
             )
@@ -246,13 +246,13 @@ class ProbabilisticDP:
         epsilon, delta = self.epsilon, self.delta
         for other in others:
             if not isinstance(other, ProbabilisticDP | PureDP):
-                raise TypeError(
+                raise UserTypeError(
                     "ProbabilisticDP composes with ProbabilisticDP or PureDP guarantees, got "
                     f"{type(other).__name__}; convert the pDP guarantee with to_approx_dp() "
                     "to compose it with approximate DP"
                 )
             if other.neighbouring is not self.neighbouring:
-                raise ValueError(
+                raise UserError(
                     f"cannot compose guarantees stated under different neighbouring relations "
                     f"({self.neighbouring} and {other.neighbouring})"
                 )

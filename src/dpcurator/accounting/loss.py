@@ -60,7 +60,7 @@ from dpcurator.accounting.conversions import gdp_to_epsilon
 from dpcurator.accounting.events import DpEvent
 from dpcurator.accounting.guarantees import Neighbouring
 from dpcurator.accounting.pld import PLD, pld_epsilon, pld_from_event
-from dpcurator.errors import UnsupportedEventError
+from dpcurator.errors import UnsupportedEventError, UserError, UserTypeError
 
 __all__ = [
     "Direction",
@@ -83,22 +83,22 @@ _ROUND_UP = 1e-12
 def _epsilons(value: object) -> tuple[FloatArray, bool]:
     """The epsilons as a float array, and whether a scalar was given; each finite and >= 0."""
     if isinstance(value, bool):
-        raise TypeError("epsilon must be a real number or an array of them, got bool")
+        raise UserTypeError("epsilon must be a real number or an array of them, got bool")
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise TypeError("epsilon must be a real number or an array of them") from None
+        raise UserTypeError("epsilon must be a real number or an array of them") from None
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise ValueError("epsilon must be finite and >= 0 (every entry)")
+        raise UserError("epsilon must be finite and >= 0 (every entry)")
     return arr, arr.ndim == 0
 
 
 def _target_delta(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
-        raise TypeError(f"delta must be a real number, got {type(value).__name__}")
+        raise UserTypeError(f"delta must be a real number, got {type(value).__name__}")
     delta = float(value)
     if math.isnan(delta) or not 0.0 <= delta < 1.0:
-        raise ValueError(f"delta must lie in [0, 1), got {value!r}")
+        raise UserError(f"delta must lie in [0, 1), got {value!r}")
     return delta
 
 
@@ -166,9 +166,9 @@ class PrivacyLossProfile:
 
     def __init__(self, event: DpEvent, *, neighbouring: Neighbouring | None = None) -> None:
         if not isinstance(event, DpEvent):
-            raise TypeError(f"event must be a DpEvent, got {type(event).__name__}")
+            raise UserTypeError(f"event must be a DpEvent, got {type(event).__name__}")
         if neighbouring is not None and not isinstance(neighbouring, Neighbouring):
-            raise TypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
+            raise UserTypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
         self._event = event
         self._pld: PLD | None = None
         self._renyi: tuple[FloatArray, FloatArray, float] | None = None
@@ -389,14 +389,14 @@ def pair_deltas(
     """
     eps, scalar = _epsilons(epsilon)
     if not scalar:
-        raise TypeError("epsilon must be one number here")
+        raise UserTypeError("epsilon must be one number here")
     p = np.asarray(first, dtype=np.float64).reshape(-1)
     q = np.asarray(second, dtype=np.float64).reshape(-1)
     if p.shape != q.shape or p.size == 0:
-        raise ValueError("first and second must be probabilities over the same outputs")
+        raise UserError("first and second must be probabilities over the same outputs")
     for name, dist in (("first", p), ("second", q)):
         if not np.all(np.isfinite(dist)) or np.any(dist < 0) or abs(dist.sum() - 1.0) > 1e-9:
-            raise ValueError(f"{name} must be a probability distribution (>= 0, summing to 1)")
+            raise UserError(f"{name} must be a probability distribution (>= 0, summing to 1)")
     e = float(eps)
     beyond = math.exp(e + ATOM_TOLERANCE * max(1.0, e))
     orders = ((p, q), (q, p))

@@ -34,6 +34,7 @@ import numpy as np
 from dpcurator import _validation as check
 from dpcurator.accounting._loss_laws import FloatArray, Law
 from dpcurator.accounting.loss import Direction, PrivacyLossProfile
+from dpcurator.errors import UserError, UserTypeError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -123,7 +124,7 @@ def loss_panel(
     """The data of one panel: ``reading`` "pDP" or "aDP" at ``epsilon``."""
     eps = check.nonnegative("epsilon", epsilon)
     if reading not in ("pDP", "aDP"):
-        raise ValueError(f"reading must be 'pDP' or 'aDP', got {reading!r}")
+        raise UserError(f"reading must be 'pDP' or 'aDP', got {reading!r}")
     pdp = reading == "pDP"
     direction = max(profile.directions, key=lambda d: _one(profile, d, eps, pdp))
     law = profile.pdp_law(direction) if pdp else profile.adp_law(direction)
@@ -194,15 +195,15 @@ def plot_privacy_loss(
     Writes ``path`` (``.png`` or ``.svg``) when given. Returns the data drawn and the figure.
     """
     if not isinstance(profile, PrivacyLossProfile):
-        raise TypeError(f"profile must be a PrivacyLossProfile, got {type(profile).__name__}")
+        raise UserTypeError(f"profile must be a PrivacyLossProfile, got {type(profile).__name__}")
     eps = check.nonnegative("epsilon", epsilon)
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 8:
-        raise ValueError(f"bins must be an integer >= 8, got {bins!r}")
+        raise UserError(f"bins must be an integer >= 8, got {bins!r}")
     out: Path | None = None
     if path is not None:
         out = Path(path)
         if out.suffix.lower() not in (".png", ".svg"):
-            raise ValueError(f"path must end in .png or .svg, got {str(path)!r}")
+            raise UserError(f"path must end in .png or .svg, got {str(path)!r}")
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

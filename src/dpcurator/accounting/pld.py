@@ -55,7 +55,7 @@ from dpcurator.accounting.events import (
     ZCDPEvent,
 )
 from dpcurator.accounting.guarantees import ApproxDP, Neighbouring
-from dpcurator.errors import UnsupportedEventError
+from dpcurator.errors import UnsupportedEventError, UserError, UserTypeError
 
 __all__ = [
     "DEFAULT_TAIL_MASS_TRUNCATION",
@@ -79,7 +79,7 @@ DEFAULT_TAIL_MASS_TRUNCATION = 1e-15
 def _check_tail(value: object) -> float:
     out = check.real("tail_mass_truncation", value)
     if not 0.0 <= out < 0.01:
-        raise ValueError(f"tail_mass_truncation must lie in [0, 0.01), got {out!r}")
+        raise UserError(f"tail_mass_truncation must lie in [0, 0.01), got {out!r}")
     return out
 
 
@@ -89,7 +89,7 @@ def _check_interval(value: object) -> float:
 
 def _check_sensitivity_int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"sensitivity must be a positive integer, got {value!r}")
+        raise UserError(f"sensitivity must be a positive integer, got {value!r}")
     return int(value)
 
 
@@ -129,19 +129,19 @@ class PrivacyLossPmf:
     ) -> None:
         self._interval = check.positive("interval", interval)
         if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
-            raise TypeError(f"offset must be an integer, got {type(offset).__name__}")
+            raise UserTypeError(f"offset must be an integer, got {type(offset).__name__}")
         self._offset = int(offset)
         arr = np.array(probs, dtype=np.float64, copy=True).reshape(-1)
         if arr.size == 0:
             arr = np.zeros(1)
         if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            raise ValueError("probs must be finite and non-negative")
+            raise UserError("probs must be finite and non-negative")
         inf_mass = check.real("infinity_mass", infinity_mass)
         if not 0.0 <= inf_mass <= 1.0 + 1e-9:
-            raise ValueError(f"infinity_mass must lie in [0, 1], got {inf_mass!r}")
+            raise UserError(f"infinity_mass must lie in [0, 1], got {inf_mass!r}")
         total = float(arr.sum()) + inf_mass
         if total > 1.0 + 1e-6:
-            raise ValueError(f"probabilities sum to {total!r} > 1")
+            raise UserError(f"probabilities sum to {total!r} > 1")
         arr.setflags(write=False)
         self._probs = arr
         self._infinity_mass = inf_mass
@@ -218,7 +218,7 @@ class PrivacyLossPmf:
         """
         eps = np.asarray(epsilon, dtype=np.float64)
         if np.any(np.isnan(eps)):
-            raise ValueError("epsilon must not be NaN")
+            raise UserError("epsilon must not be NaN")
         finite = core.delta_at(
             self._finite_raw(), self._interval, self._tail_sums(), eps.reshape(-1)
         )
@@ -286,7 +286,7 @@ class PrivacyLossPmf:
         If the grids differ, the finer PLD is moved to the coarser grid first.
         """
         if not isinstance(other, PrivacyLossPmf):
-            raise TypeError(f"other must be a PrivacyLossPmf, got {type(other).__name__}")
+            raise UserTypeError(f"other must be a PrivacyLossPmf, got {type(other).__name__}")
         tail = _check_tail(tail_mass_truncation)
         a, b = self, other
         if not math.isclose(a.interval, b.interval, rel_tol=1e-12):
@@ -349,11 +349,11 @@ class PLD:
         neighbouring: Neighbouring = Neighbouring.ADD_REMOVE,
     ) -> None:
         if not isinstance(remove, PrivacyLossPmf):
-            raise TypeError(f"remove must be a PrivacyLossPmf, got {type(remove).__name__}")
+            raise UserTypeError(f"remove must be a PrivacyLossPmf, got {type(remove).__name__}")
         if add is not None and not isinstance(add, PrivacyLossPmf):
-            raise TypeError(f"add must be a PrivacyLossPmf or None, got {type(add).__name__}")
+            raise UserTypeError(f"add must be a PrivacyLossPmf or None, got {type(add).__name__}")
         if not isinstance(neighbouring, Neighbouring):
-            raise TypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
+            raise UserTypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
         self._remove = remove
         self._add = remove if add is None else add
         self._neighbouring = neighbouring
@@ -409,19 +409,19 @@ class PLD:
         delta = check.unit_interval("delta", delta, include_zero=True)
         eps = self.epsilon(delta)
         if not math.isfinite(eps):
-            raise ValueError(
+            raise UserError(
                 f"no finite epsilon at delta={delta!r}: the probability of an infinite privacy "
                 f"loss is {max(d.infinity_mass for d in self._directions())!r}; use a larger delta"
             )
         if eps == 0.0 and delta == 0.0:
-            raise ValueError("epsilon and delta are both 0: nothing to state")
+            raise UserError("epsilon and delta are both 0: nothing to state")
         return ApproxDP(eps, delta, self._neighbouring)
 
     def _check_same_relation(self, other: PLD) -> None:
         if not isinstance(other, PLD):
-            raise TypeError(f"other must be a PLD, got {type(other).__name__}")
+            raise UserTypeError(f"other must be a PLD, got {type(other).__name__}")
         if other.neighbouring is not self._neighbouring:
-            raise ValueError(
+            raise UserError(
                 f"cannot compose PLDs under different neighbouring relations "
                 f"({self._neighbouring} and {other.neighbouring})"
             )
@@ -475,7 +475,7 @@ class PLD:
         """
         q = check.unit_interval("sampling_rate", sampling_rate, include_one=True)
         if self._neighbouring is not Neighbouring.ADD_REMOVE:
-            raise ValueError(
+            raise UserError(
                 "Poisson subsampling amplifies under add/remove neighbouring; this PLD is "
                 f"stated under {self._neighbouring}"
             )
@@ -641,10 +641,10 @@ class PLD:
         that epsilon, so compositions are exact (binomial / multinomial).
         """
         if isinstance(categories, bool) or not isinstance(categories, int) or categories < 2:
-            raise ValueError(f"categories must be an integer >= 2, got {categories!r}")
+            raise UserError(f"categories must be an integer >= 2, got {categories!r}")
         p = check.real("truth_probability", truth_probability)
         if not 1.0 / categories < p < 1.0:
-            raise ValueError(
+            raise UserError(
                 f"truth_probability must lie in (1/k, 1) = ({1 / categories:g}, 1), got {p!r}"
             )
         atoms = prof.randomized_response_atoms(p, categories)
@@ -686,7 +686,7 @@ class PLD:
         eps = check.nonnegative("epsilon", epsilon)
         d = check.unit_interval("delta", delta, include_zero=True)
         if eps == 0.0 and d == 0.0:
-            raise ValueError("epsilon and delta cannot both be 0")
+            raise UserError("epsilon and delta cannot both be 0")
         return _build_source(
             srcs.AtomSource(prof.approx_dp_atoms(eps, d)),
             neighbouring,
@@ -697,9 +697,9 @@ class PLD:
 
 def _check_poisson_relation(q: float, neighbouring: Neighbouring) -> None:
     if not isinstance(neighbouring, Neighbouring):
-        raise TypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
+        raise UserTypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
     if q < 1.0 and neighbouring is not Neighbouring.ADD_REMOVE:
-        raise ValueError(
+        raise UserError(
             "Poisson sampling_rate < 1 is supported under add/remove neighbouring only; for "
             "replace-one use sampling without replacement (from_gaussian_without_replacement)"
         )
@@ -708,11 +708,11 @@ def _check_poisson_relation(q: float, neighbouring: Neighbouring) -> None:
 def _sampling_fraction(sample_size: object, population_size: object) -> float:
     for name, value in (("sample_size", sample_size), ("population_size", population_size)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise UserError(f"{name} must be a positive integer, got {value!r}")
     assert isinstance(sample_size, int | np.integer)
     assert isinstance(population_size, int | np.integer)
     if sample_size > population_size:
-        raise ValueError(
+        raise UserError(
             f"sample_size must be <= population_size, got {sample_size} of {population_size}"
         )
     return float(sample_size) / float(population_size)
@@ -728,7 +728,7 @@ def _build_source(
     tail_mass_truncation: float,
 ) -> PLD:
     if not isinstance(neighbouring, Neighbouring):
-        raise TypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
+        raise UserTypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
     tail = _check_tail(tail_mass_truncation)
     if value_discretization_interval is None:
         h, _ = srcs.auto_interval([source.scale(tail)])
@@ -1034,12 +1034,12 @@ def _prepare(
     event: DpEvent, neighbouring: Neighbouring | None
 ) -> tuple[Neighbouring, list[srcs.Scale], dict[DpEvent, srcs.Source]]:
     if not isinstance(event, DpEvent):
-        raise TypeError(f"event must be a DpEvent, got {type(event).__name__}")
+        raise UserTypeError(f"event must be a DpEvent, got {type(event).__name__}")
     cache: dict[DpEvent, srcs.Source] = {}
     relation, scales = _analyse(event, 1, cache)
     if neighbouring is not None:
         if not isinstance(neighbouring, Neighbouring):
-            raise TypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
+            raise UserTypeError(f"neighbouring must be a Neighbouring, got {neighbouring!r}")
         if relation is not None and relation is not neighbouring:
             raise UnsupportedEventError(f"the event is stated under {relation}, not {neighbouring}")
         relation = neighbouring

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dpcurator.accounting.guarantees import ApproxDP, PureDP
+from dpcurator.errors import UserError, UserTypeError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -76,10 +77,10 @@ class PosteriorBounds:
 
 def _check_prior(prior: float) -> float:
     if isinstance(prior, bool) or not isinstance(prior, int | float):
-        raise TypeError(f"prior must be a real number in [0, 1], got {type(prior).__name__}")
+        raise UserTypeError(f"prior must be a real number in [0, 1], got {type(prior).__name__}")
     p = float(prior)
     if math.isnan(p) or not 0 <= p <= 1:
-        raise ValueError(f"prior must lie in [0, 1] (a probability), got {prior!r}")
+        raise UserError(f"prior must lie in [0, 1] (a probability), got {prior!r}")
     return p
 
 
@@ -116,7 +117,7 @@ def _epsilon_and_failure(
 ) -> tuple[float, float]:
     if isinstance(guarantee, PureDP) or guarantee.delta == 0:
         if failure_probability not in (None, 0, 0.0):
-            raise ValueError(
+            raise UserError(
                 "failure_probability applies only to (epsilon, delta)-DP with delta > 0"
             )
         return guarantee.epsilon, 0.0
@@ -124,7 +125,7 @@ def _epsilon_and_failure(
     if failure_probability is None:
         beta = 10 * delta
         if beta >= 1:
-            raise ValueError(
+            raise UserError(
                 f"delta={delta!r} is too large for the default failure_probability (10 delta); "
                 "give failure_probability in (delta, 1) explicitly"
             )
@@ -132,10 +133,10 @@ def _epsilon_and_failure(
         if isinstance(failure_probability, bool) or not isinstance(
             failure_probability, int | float
         ):
-            raise TypeError("failure_probability must be a real number")
+            raise UserTypeError("failure_probability must be a real number")
         beta = float(failure_probability)
         if math.isnan(beta) or not delta < beta < 1:
-            raise ValueError(
+            raise UserError(
                 f"failure_probability must lie in (delta, 1) = ({delta!r}, 1), "
                 f"got {failure_probability!r}"
             )
@@ -161,7 +162,7 @@ def posterior_bounds(
     """
     p = _check_prior(prior)
     if not isinstance(guarantee, PureDP | ApproxDP):
-        raise TypeError(
+        raise UserTypeError(
             f"guarantee must be PureDP or ApproxDP, got {type(guarantee).__name__}; convert it "
             "first (dpcurator.accounting.conversions, e.g. zcdp_to_approx)"
         )
@@ -201,7 +202,7 @@ def posterior_figure(
     """
     eps_list = [float(e) for e in epsilons]
     if not eps_list or any(not (math.isfinite(e) and e > 0) for e in eps_list):
-        raise ValueError(
+        raise UserError(
             f"epsilons must be a non-empty sequence of positive numbers, got {epsilons!r}"
         )
     asked: PosteriorBounds | None = None
@@ -276,7 +277,7 @@ def plot_posterior(
     out = Path(path)
     fmt = out.suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
-        raise ValueError(f"path must end in .png or .svg, got {str(path)!r}")
+        raise UserError(f"path must end in .png or .svg, got {str(path)!r}")
     fig = posterior_figure(epsilons, guarantee=guarantee, prior=prior,
                            failure_probability=failure_probability)
     out.parent.mkdir(parents=True, exist_ok=True)

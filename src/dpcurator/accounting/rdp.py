@@ -44,6 +44,7 @@ from typing import TypeVar
 import numpy as np
 from scipy.special import gammaln, gammasgn, log_ndtr, logsumexp
 
+from dpcurator.accounting._orders import DEFAULT_ORDERS
 from dpcurator.accounting.conversions import (
     pure_rdp_curve,
     rdp_epsilon_and_order,
@@ -65,7 +66,7 @@ from dpcurator.accounting.events import (
     ZCDPEvent,
 )
 from dpcurator.accounting.guarantees import RDP, ApproxDP, Neighbouring, check_neighbouring
-from dpcurator.errors import UnsupportedEventError
+from dpcurator.errors import UnsupportedEventError, UserError, UserTypeError
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -74,20 +75,6 @@ __all__ = [
     "event_rdp",
 ]
 
-
-def _default_orders() -> tuple[float, ...]:
-    fine = [1 + x / 20 for x in range(1, 20)]  # 1.05 .. 1.95
-    quarter = [2 + x / 4 for x in range(24)]  # 2 .. 7.75
-    half = [8 + x / 2 for x in range(16)]  # 8 .. 15.5
-    integers = [float(a) for a in range(16, 64)]
-    large = [64.0 + 8 * x for x in range(8)] + [128.0 + 16 * x for x in range(8)]
-    huge = [256.0, 320.0, 384.0, 448.0, 512.0, 640.0, 768.0, 1024.0, 1536.0, 2048.0, 4096.0]
-    return tuple(fine + quarter + half + integers + large + huge)
-
-
-DEFAULT_ORDERS: tuple[float, ...] = _default_orders()
-"""The default Renyi orders: fine steps near 1, quarter and half steps to 16, every integer to
-64, then sparser up to 4096 (large orders matter for tiny delta and for near-pure mechanisms)."""
 
 _REL_SLACK = 1e-9  # relative rounding margin on every per-event bound (see module docstring)
 
@@ -406,7 +393,7 @@ def sgm_log_a_frac(q: float, sigma: float, alpha: float) -> float:
     lo, chunk = 0, 64
     start_tail = max(alpha, z0, alpha - z0) + 1
     if start_tail > _MAX_SERIES_TERMS:
-        raise ValueError(
+        raise UserError(
             f"the series at order {alpha:g} needs over {_MAX_SERIES_TERMS} terms (sigma={sigma:g}, "
             f"q={q:g}): use an integer order (sampled_gaussian_rdp does)"
         )
@@ -584,9 +571,9 @@ def _check_orders(orders: Sequence[float] | None) -> tuple[float, ...]:
         return DEFAULT_ORDERS
     grid = tuple(float(a) for a in orders)
     if not grid or any(not math.isfinite(a) or a <= 1 for a in grid):
-        raise ValueError("orders must be a non-empty sequence of finite numbers > 1")
+        raise UserError("orders must be a non-empty sequence of finite numbers > 1")
     if any(b <= a for a, b in itertools.pairwise(grid)):
-        raise ValueError("orders must be strictly increasing")
+        raise UserError("orders must be strictly increasing")
     return grid
 
 
@@ -600,7 +587,7 @@ def event_rdp(
     Raises ``UnsupportedEventError`` (a ``UserError``) if no sound bound is known here.
     """
     if not isinstance(event, DpEvent):
-        raise TypeError(f"event must be a DpEvent, got {type(event).__name__}")
+        raise UserTypeError(f"event must be a DpEvent, got {type(event).__name__}")
     ctx = _Ctx(_check_orders(orders), check_neighbouring(neighbouring))
     curve = _cached_curve(event, ctx)
     return RDP(ctx.orders, tuple(float(e) for e in curve.eps), ctx.neighbouring)
@@ -651,9 +638,9 @@ class RDPAccountant:
         """Add ``count`` runs of ``event``. The event is fully checked first; on error nothing
         changes. Returns self, so calls chain."""
         if not isinstance(event, DpEvent):
-            raise TypeError(f"event must be a DpEvent, got {type(event).__name__}")
+            raise UserTypeError(f"event must be a DpEvent, got {type(event).__name__}")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"count must be an integer >= 1, got {count!r}")
+            raise UserError(f"count must be an integer >= 1, got {count!r}")
         curve = _cached_curve(event, self._ctx)
         self._eps = self._eps + count * curve.eps
         pure = self._pure + count * curve.pure
@@ -673,9 +660,9 @@ class RDPAccountant:
     def get_epsilon_and_order(self, delta: float) -> tuple[float, float]:
         """(epsilon, the order that gave it); order is inf when the pure-DP sum was smaller."""
         if isinstance(delta, bool) or not isinstance(delta, int | float):
-            raise TypeError(f"delta must be a real number, got {type(delta).__name__}")
+            raise UserTypeError(f"delta must be a real number, got {type(delta).__name__}")
         if math.isnan(delta) or not 0 <= delta < 1:
-            raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+            raise UserError(f"delta must lie in [0, 1), got {delta!r}")
         if not np.any(self._eps):
             return (0.0, math.inf) if self._pure == 0 else (self._pure, math.inf)
         if delta == 0:
@@ -695,9 +682,9 @@ class RDPAccountant:
     def get_delta(self, epsilon: float) -> float:
         """The smallest delta found such that the composition is (epsilon, delta)-DP."""
         if isinstance(epsilon, bool) or not isinstance(epsilon, int | float):
-            raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
+            raise UserTypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
         if math.isnan(epsilon) or math.isinf(epsilon) or epsilon < 0:
-            raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
+            raise UserError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
         if epsilon >= self._pure or not np.any(self._eps):
             return 0.0
         log_d = rdp_log_delta(self._ctx.orders, self._eps, float(epsilon))
@@ -708,11 +695,11 @@ class RDPAccountant:
         """The composition as an ``ApproxDP`` guarantee at the given delta."""
         eps = self.get_epsilon(delta)
         if not math.isfinite(eps):
-            raise ValueError(
+            raise UserError(
                 "no finite epsilon at this delta: give delta > 0 for Gaussian-type events"
             )
         if eps == 0 and delta == 0:
-            raise ValueError("nothing has been composed: there is no privacy loss to report")
+            raise UserError("nothing has been composed: there is no privacy loss to report")
         return ApproxDP(eps, delta, self._ctx.neighbouring)
 
     def __repr__(self) -> str:

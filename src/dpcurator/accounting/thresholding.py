@@ -42,6 +42,7 @@ from dpcurator import _validation as check
 from dpcurator.accounting import _pld_profiles as prof
 from dpcurator.accounting._loss_laws import ATOM_TOLERANCE, AtomLaw, FloatArray, MixtureLaw
 from dpcurator.accounting.loss import _epsilons
+from dpcurator.errors import UserError
 
 __all__ = ["KeepRule", "ThresholdedHistogram"]
 
@@ -98,7 +99,7 @@ class ThresholdedHistogram:
         object.__setattr__(self, "scale", check.positive("scale", self.scale))
         tau = check.real("threshold", self.threshold)
         if not math.isfinite(tau):
-            raise ValueError(f"threshold must be a finite number, got {tau!r}")
+            raise UserError(f"threshold must be a finite number, got {tau!r}")
         object.__setattr__(self, "threshold", tau)
 
     @classmethod
@@ -108,7 +109,7 @@ class ThresholdedHistogram:
         eps = check.positive("epsilon", epsilon)
         d = check.unit_interval("delta", delta)
         if d > 0.5:
-            raise ValueError(f"delta must be at most 1/2 here, got {d!r}")
+            raise UserError(f"delta must be at most 1/2 here, got {d!r}")
         return cls(1.0 / eps, 1.0 + math.log(1.0 / (2.0 * d)) / eps)
 
     @property
@@ -184,11 +185,11 @@ class KeepRule:
     def __init__(self, keep_probabilities: Sequence[float] | npt.ArrayLike) -> None:
         pi = np.asarray([float(p) for p in np.asarray(keep_probabilities).reshape(-1)])
         if pi.size < 2:
-            raise ValueError("keep_probabilities must hold pi(0), pi(1), ... (two at least)")
+            raise UserError("keep_probabilities must hold pi(0), pi(1), ... (two at least)")
         if np.any(~np.isfinite(pi)) or np.any(pi < 0) or np.any(pi > 1):
-            raise ValueError("keep_probabilities must lie in [0, 1]")
+            raise UserError("keep_probabilities must lie in [0, 1]")
         if np.any(np.diff(pi) < 0):
-            raise ValueError("keep_probabilities must be non-decreasing in n")
+            raise UserError("keep_probabilities must be non-decreasing in n")
         self.keep_probabilities = pi
         before, after = pi[:-1], pi[1:]
         # (P, Q) of each outcome, one row per pair n - 1 -> n: remove draws with n units

@@ -42,6 +42,7 @@ from dpcurator.audit._events import (
     choose_interval,
     choose_outcome_set,
 )
+from dpcurator.errors import UserError, UserTypeError
 
 __all__ = ["AuditResult", "EventFamily", "Releasing", "audit_epsilon", "audit_mechanism"]
 
@@ -143,9 +144,9 @@ def audit_epsilon(
     family = _check_family(events)
     batch = _check_batch_size(batch_size, draws)
     if not callable(sample_d1) or not callable(sample_d2):
-        raise TypeError("sample_d1 and sample_d2 must be callables: sample(k) -> k draws")
+        raise UserTypeError("sample_d1 and sample_d2 must be callables: sample(k) -> k draws")
     if statistic is not None and not callable(statistic):
-        raise TypeError("statistic must be a callable mapping a batch of draws to scalars")
+        raise UserTypeError("statistic must be a callable mapping a batch of draws to scalars")
 
     # Each: shape (n,), one scalar or hashable outcome per draw.
     outputs_1 = _draw(sample_d1, "sample_d1", draws, batch, statistic)
@@ -199,11 +200,11 @@ def audit_mechanism(
     input_1 = np.asarray(x1)
     input_2 = np.asarray(x2)
     if input_1.shape != input_2.shape:
-        raise ValueError(
+        raise UserError(
             f"x1 and x2 must have the same shape, got {input_1.shape} and {input_2.shape}"
         )
     if not callable(getattr(mechanism, "release", None)):
-        raise TypeError("mechanism must have a release(x) method")
+        raise UserTypeError("mechanism must have a release(x) method")
     return audit_epsilon(
         _mechanism_sampler(mechanism, input_1),
         _mechanism_sampler(mechanism, input_2),
@@ -224,7 +225,7 @@ def _mechanism_sampler(mechanism: Releasing, answer: npt.NDArray[Any]) -> Sample
         inputs = np.broadcast_to(answer, (size, *answer.shape)).copy()
         released = np.asarray(mechanism.release(inputs))
         if released.shape != inputs.shape:
-            raise ValueError(
+            raise UserError(
                 f"mechanism.release returned shape {released.shape} for input shape "
                 f"{inputs.shape}; release must return the shape it was given"
             )
@@ -238,15 +239,15 @@ def _mechanism_sampler(mechanism: Releasing, answer: npt.NDArray[Any]) -> Sample
 
 def _check_draw_count(n: int) -> int:
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"n must be an integer, got {type(n).__name__}")
+        raise UserTypeError(f"n must be an integer, got {type(n).__name__}")
     if n < 2:
-        raise ValueError(f"n must be at least 2 (half select, half test), got {n}")
+        raise UserError(f"n must be at least 2 (half select, half test), got {n}")
     return int(n)
 
 
 def _check_family(value: str) -> str:
     if value not in _FAMILIES:
-        raise ValueError(f"events must be one of {', '.join(_FAMILIES)}; got {value!r}")
+        raise UserError(f"events must be one of {', '.join(_FAMILIES)}; got {value!r}")
     return value
 
 
@@ -254,9 +255,9 @@ def _check_batch_size(value: int | None, draws: int) -> int:
     if value is None:
         return draws
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"batch_size must be an integer or None, got {type(value).__name__}")
+        raise UserTypeError(f"batch_size must be an integer or None, got {type(value).__name__}")
     if value < 1:
-        raise ValueError(f"batch_size must be at least 1, got {value}")
+        raise UserError(f"batch_size must be at least 1, got {value}")
     return int(value)
 
 
@@ -273,19 +274,19 @@ def _draw(
         size = min(batch, remaining)
         raw = np.asarray(sampler(size))
         if raw.ndim == 0 or raw.shape[0] != size:
-            raise ValueError(
+            raise UserError(
                 f"{label}({size}) returned an array of shape {raw.shape}; "
                 f"expected {size} draws along the first axis"
             )
         if statistic is not None:
             values = np.asarray(statistic(raw))
             if values.shape != (size,):
-                raise ValueError(
+                raise UserError(
                     f"statistic returned shape {values.shape} for a batch of {size} draws; it "
                     f"must return one scalar per draw, shape ({size},), e.g. rows[:, 0]"
                 )
         elif raw.ndim != 1:
-            raise ValueError(
+            raise UserError(
                 f"{label} returns draws of shape {raw.shape[1:]}, not scalars; pass statistic= "
                 "to map each draw to a scalar, e.g. statistic=lambda rows: rows[:, 0]"
             )
@@ -295,7 +296,7 @@ def _draw(
         remaining -= size
     outputs = np.concatenate(parts)
     if outputs.dtype.kind == "f" and bool(np.isnan(outputs).any()):
-        raise ValueError(
+        raise UserError(
             f"{label} produced NaN outputs; map them to a comparable value with statistic="
         )
     return outputs
@@ -332,7 +333,7 @@ def _families_for(family: str, kind: str) -> tuple[str, ...]:
             return ("set",)
     elif kind in _NUMERIC_KINDS:
         return (family,)
-    raise TypeError(
+    raise UserTypeError(
         f"events={family!r} cannot be used on outputs of numpy dtype kind {kind!r}; scalar "
         "events need real numbers and set events need bool, integer, string or hashable outputs"
     )

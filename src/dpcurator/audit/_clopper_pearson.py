@@ -24,6 +24,7 @@ import numpy.typing as npt
 from scipy import stats
 
 from dpcurator import _validation as check
+from dpcurator.errors import UserError, UserTypeError
 
 __all__ = ["clopper_pearson"]
 
@@ -34,7 +35,7 @@ _OUTWARD = 1e-12
 
 def _check_count(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+        raise UserTypeError(f"{name} must be an integer, got {type(value).__name__}")
     return int(value)
 
 
@@ -60,9 +61,9 @@ def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, f
     n = _check_count("trials", trials)
     a = check.unit_interval("alpha", alpha)
     if n < 1:
-        raise ValueError(f"trials must be at least 1, got {n}")
+        raise UserError(f"trials must be at least 1, got {n}")
     if not 0 <= k <= n:
-        raise ValueError(f"successes must lie in [0, trials] = [0, {n}], got {k}")
+        raise UserError(f"successes must lie in [0, trials] = [0, {n}], got {k}")
     counts = np.array([k], dtype=np.int64)
     return float(_lower_bounds(counts, n, a)[0]), float(_upper_bounds(counts, n, a)[0])
 

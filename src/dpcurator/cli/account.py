@@ -11,6 +11,7 @@ import typer
 
 from dpcurator.accounting.guarantees import ZCDP, PureDP
 from dpcurator.cli._common import emit, fail, user_errors
+from dpcurator.errors import UserError
 
 if TYPE_CHECKING:
     from dpcurator.accounting.events import DpEvent
@@ -89,7 +90,7 @@ def compose(
     with user_errors():
         event = _single_event(mechanism, noise, sensitivity, epsilon)
         if isinstance(times, bool) or times < 1:
-            raise ValueError(f"times must be an integer >= 1, got {times!r}")
+            raise UserError(f"times must be an integer >= 1, got {times!r}")
         res = account(SelfComposedEvent(event, times) if times > 1 else event, delta=delta)
     result: dict[str, Any] = {"epsilon": res.epsilon, "delta": res.delta, "method": res.method,
                               "times": times, "candidates": res.candidates}
@@ -104,21 +105,21 @@ def _single_event(mechanism: str, noise: float | None, sensitivity: float,
 
     if mechanism == "randomized-response":
         if epsilon is None:
-            raise ValueError("randomized-response needs --epsilon (its per-answer epsilon)")
+            raise UserError("randomized-response needs --epsilon (its per-answer epsilon)")
         if not (epsilon > 0 and math.isfinite(epsilon)):
-            raise ValueError(f"epsilon must be a positive number, got {epsilon!r}")
+            raise UserError(f"epsilon must be a positive number, got {epsilon!r}")
         # Binary randomized response reporting the truth w.p. e^eps / (1 + e^eps).
         return RandomizedResponseEvent(1 / (1 + math.exp(-epsilon)), 2)
     if mechanism not in ("gaussian", "laplace"):
-        raise ValueError(
+        raise UserError(
             f"mechanism must be gaussian, laplace or randomized-response, got {mechanism!r}"
         )
     if noise is None:
-        raise ValueError(f"{mechanism} needs --noise (the noise scale)")
+        raise UserError(f"{mechanism} needs --noise (the noise scale)")
     if not (noise > 0 and math.isfinite(noise)):
-        raise ValueError(f"noise must be a positive number, got {noise!r}")
+        raise UserError(f"noise must be a positive number, got {noise!r}")
     if not (sensitivity > 0 and math.isfinite(sensitivity)):
-        raise ValueError(f"sensitivity must be a positive number, got {sensitivity!r}")
+        raise UserError(f"sensitivity must be a positive number, got {sensitivity!r}")
     multiplier = noise / sensitivity
     return GaussianEvent(multiplier) if mechanism == "gaussian" else LaplaceEvent(multiplier)
 
@@ -139,18 +140,18 @@ def convert(
         result: dict[str, Any]
         if source == "pure":
             if epsilon is None:
-                raise ValueError("--from pure needs --epsilon")
+                raise UserError("--from pure needs --epsilon")
             z = pure_to_zcdp(PureDP(epsilon))
             result = {"epsilon": epsilon, "delta": 0.0, "rho": z.rho}
         elif source == "zcdp":
             if rho is None:
-                raise ValueError("--from zcdp needs --rho")
+                raise UserError("--from zcdp needs --rho")
             result = {"epsilon": zcdp_to_epsilon(ZCDP(rho).rho, delta), "delta": delta,
                       "rho": rho}
         elif source == "gdp":
             if mu is None:
-                raise ValueError("--from gdp needs --mu")
+                raise UserError("--from gdp needs --mu")
             result = {"epsilon": gdp_to_epsilon(mu, delta), "delta": delta, "mu": mu}
         else:
-            raise ValueError(f"--from must be pure, zcdp or gdp, got {source!r}")
+            raise UserError(f"--from must be pure, zcdp or gdp, got {source!r}")
     emit(result, as_json, _render)

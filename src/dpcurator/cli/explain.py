@@ -20,6 +20,7 @@ import typer
 
 from dpcurator.accounting.guarantees import ApproxDP, PureDP
 from dpcurator.cli._common import emit, guarded, user_errors
+from dpcurator.errors import UserError
 
 if TYPE_CHECKING:
     from dpcurator.accounting.events import DpEvent
@@ -60,13 +61,13 @@ def explain(
         for name, value in (("--noise", noise), ("--probability", probability),
                             ("--sampling-rate", sampling_rate)):
             if value is not None:
-                raise ValueError(f"{name} describes a mechanism: give --mechanism as well")
+                raise UserError(f"{name} describes a mechanism: give --mechanism as well")
         if times != 1:
-            raise ValueError("--times describes a mechanism: give --mechanism as well")
+            raise UserError("--times describes a mechanism: give --mechanism as well")
         _explain_posterior(epsilon, 0.5 if prior is None else prior, delta, plot, as_json)
         return
     if prior is not None:
-        raise ValueError("--prior is for the posterior bounds, without --mechanism")
+        raise UserError("--prior is for the posterior bounds, without --mechanism")
     event, described = _mechanism_event(mechanism, noise, probability, categories, sensitivity,
                                         times, sampling_rate)
     _explain_mechanism(event, described, epsilon, delta, plot, as_json)
@@ -116,9 +117,9 @@ def _explain_posterior(epsilon: float, prior: float, delta: float, plot: Path | 
 
 def _positive(name: str, value: float | None, why: str) -> float:
     if value is None:
-        raise ValueError(f"{why} needs {name}")
+        raise UserError(f"{why} needs {name}")
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+        raise UserError(f"{name} must be a positive number, got {value!r}")
     return value
 
 
@@ -130,15 +131,15 @@ def _mechanism_event(
     from dpcurator.accounting import events as ev
 
     if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+        raise UserError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
     if isinstance(times, bool) or times < 1:
-        raise ValueError(f"times must be an integer >= 1, got {times!r}")
+        raise UserError(f"times must be an integer >= 1, got {times!r}")
     described: dict[str, Any] = {"mechanism": mechanism, "times": times,
                                  "sampling_rate": sampling_rate}
     single: DpEvent
     if mechanism in ("gaussian", "laplace", "dpsgd"):
         if probability is not None:
-            raise ValueError(f"--probability does not apply to {mechanism}; give --noise")
+            raise UserError(f"--probability does not apply to {mechanism}; give --noise")
         scale = _positive("--noise", noise, mechanism)
         sens = _positive("--sensitivity", sensitivity, mechanism)
         described.update(noise=scale, sensitivity=sens)
@@ -146,14 +147,14 @@ def _mechanism_event(
         single = ev.LaplaceEvent(multiplier) if mechanism == "laplace" else ev.GaussianEvent(
             multiplier)
         if mechanism == "dpsgd" and sampling_rate is None:
-            raise ValueError("dpsgd needs --sampling-rate (the Poisson rate of each step) "
-                             "and --times (the number of steps)")
+            raise UserError("dpsgd needs --sampling-rate (the Poisson rate of each step) "
+                            "and --times (the number of steps)")
     else:
         if noise is not None:
-            raise ValueError(f"--noise does not apply to {mechanism}; give --probability")
+            raise UserError(f"--noise does not apply to {mechanism}; give --probability")
         p = _positive("--probability", probability, mechanism)
         if not p < 1:
-            raise ValueError(f"--probability must lie in (0, 1), got {p!r}")
+            raise UserError(f"--probability must lie in (0, 1), got {p!r}")
         described["probability"] = p
         if mechanism == "rr":
             described["categories"] = categories
@@ -162,10 +163,10 @@ def _mechanism_event(
             single = ev.NameAndShameEvent(p)
     if sampling_rate is not None:
         if mechanism == "rr":
-            raise ValueError("--sampling-rate: randomized response is stated for replace-one "
-                             "neighbours, which Poisson sampling does not amplify")
+            raise UserError("--sampling-rate: randomized response is stated for replace-one "
+                            "neighbours, which Poisson sampling does not amplify")
         if not 0 < sampling_rate <= 1:
-            raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
+            raise UserError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
         single = ev.PoissonSampledEvent(sampling_rate, single)
     return (ev.SelfComposedEvent(single, times) if times > 1 else single), described
 
@@ -176,9 +177,9 @@ def _explain_mechanism(event: DpEvent, described: dict[str, Any], epsilon: float
 
     with user_errors():
         if not (math.isfinite(epsilon) and epsilon >= 0):
-            raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
+            raise UserError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
         if not (math.isfinite(delta) and 0 <= delta < 1):
-            raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+            raise UserError(f"delta must lie in [0, 1), got {delta!r}")
         profile = loss_profile(event)
         result: dict[str, Any] = {
             "epsilon": epsilon,

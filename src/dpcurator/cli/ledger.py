@@ -25,6 +25,7 @@ from typing import Any
 import typer
 
 from dpcurator.cli._common import emit, user_errors
+from dpcurator.errors import UserError
 
 ledger_app = typer.Typer(no_args_is_help=True, help="The owner's view of a budget ledger.")
 
@@ -41,13 +42,13 @@ def _open(target: str) -> Any:
 
 def _shown(target: str) -> str:
     """The ledger as printed: a URL without its password."""
-    from dpcurator.ledger._open import is_postgres_url, mask_url
+    from dpcurator.ledger import is_postgres_url, mask_url
 
     return mask_url(target) if is_postgres_url(target) else target
 
 
 def _is_url(target: str) -> bool:
-    from dpcurator.ledger._open import is_postgres_url
+    from dpcurator.ledger import is_postgres_url
 
     return is_postgres_url(target)
 
@@ -83,7 +84,7 @@ def verify(
 
     with user_errors(as_json):
         if not _is_url(path) and not Path(path).is_file():
-            raise ValueError(f"no ledger at {path}")
+            raise UserError(f"no ledger at {path}")
         try:
             ledger = _open(path)
             report = ledger.verify()
@@ -185,10 +186,10 @@ def _total(current: Any, epsilon: float | None, delta: float | None,
     relation = current.neighbouring
     if rho is not None:
         if epsilon is not None or delta is not None:
-            raise ValueError("give --rho, or --epsilon [--delta], not both")
+            raise UserError("give --rho, or --epsilon [--delta], not both")
         return ZCDP(rho, relation)
     if epsilon is None and delta is None:
-        raise ValueError("give the new total: --epsilon [--delta], or --rho")
+        raise UserError("give the new total: --epsilon [--delta], or --rho")
     old_delta = getattr(current, "delta", 0.0) if not isinstance(current, ZCDP) else 0.0
     new_epsilon = epsilon if epsilon is not None else getattr(current, "epsilon", math.nan)
     new_delta = delta if delta is not None else old_delta
@@ -212,7 +213,7 @@ def raise_(
         ledger = _open(path)
         state = ledger.account(account)
         if state is None:
-            raise ValueError(f"ledger {_shown(path)} has no account {account!r}")
+            raise UserError(f"ledger {_shown(path)} has no account {account!r}")
         total = _total(state.rule.total, epsilon, delta, rho)
         entry = ledger.raise_total(account, total, label or "raised with dpcurator ledger raise")
         state = ledger.account(account)
@@ -240,7 +241,7 @@ def migrate(
 
     with user_errors(as_json):
         if (epsilon is None) == (rho is None):
-            raise ValueError("give the budget's total: --epsilon [--delta], or --rho")
+            raise UserError("give the budget's total: --epsilon [--delta], or --rho")
         total = (ZCDP(rho) if rho is not None else
                  ApproxDP(epsilon, delta) if delta > 0 else PureDP(epsilon))  # type: ignore[arg-type]
         target = migrate_journal(journal, total, to=to)

@@ -89,7 +89,7 @@ def _budget(journal: str | None, epsilon: float, delta: float,
     stores and an existing one must already hold. ``journal`` is a file or a
     ``postgresql://`` URL."""
     import dpcurator as dp
-    from dpcurator.ledger._open import is_postgres_url
+    from dpcurator.ledger import is_postgres_url
 
     if journal is not None and budget_epsilon is None and budget_delta is None:
         if Path(journal).is_file():
@@ -232,10 +232,10 @@ def query(
         with user_errors(as_json):
             given = [name for name, value in local.items() if value]
             if given:
-                raise ValueError(f"{', '.join(given)} belong to the curator's configuration, "
-                                 "not to a query sent with --server")
+                raise UserError(f"{', '.join(given)} belong to the curator's configuration, "
+                                "not to a query sent with --server")
             if not token:
-                raise ValueError("--server needs --token (or DPCURATOR_TOKEN)")
+                raise UserError("--server needs --token (or DPCURATOR_TOKEN)")
             remote = _remote_query(server, token, str(data), sql, epsilon, delta, noise,
                                    confidence, keys, interval_kind, total_share)
         _show_remote(remote, as_json)

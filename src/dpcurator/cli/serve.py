@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from dpcurator.cli._common import emit, fail, user_errors
+from dpcurator.errors import UserError
 
 __all__ = ["serve_app"]
 
@@ -43,8 +44,8 @@ def serve(
 
             from dpcurator.server import create_app, load_config
         except ImportError:
-            raise ValueError("the service needs the server extra: pip install "
-                             "'dpcurator[server]'") from None
+            raise UserError("the service needs the server extra: pip install "
+                            "'dpcurator[server]'") from None
         app = create_app(load_config(config))
     uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from dpcurator.cli._common import JsonErrorsGroup, emit, fail, guarded
-from dpcurator.errors import DPCuratorError
+from dpcurator.errors import DPCuratorError, UserError
 
 # The respondent's client is standard library only: its list of mechanisms (the same as
 # dpcurator.local.survey.MECHANISMS) and ConfigError are all that the help text and the
@@ -57,7 +57,7 @@ survey_app = typer.Typer(
 _MECH_HELP = f"Mechanism: {', '.join(MECHANISMS)}, or auto (the lowest-variance one)."
 
 
-class _Refused(Exception):
+class _Refused(UserError):
     """A user error to report (as JSON with --json) and exit 2."""
 
 

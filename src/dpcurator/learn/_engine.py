@@ -26,8 +26,8 @@ from torch import nn
 from torch.optim import Optimizer
 
 from dpcurator.errors import UserError
-from dpcurator.learn._grads import GradSampler
 from dpcurator.learn._optimizer import DPOptimizer
+from dpcurator.learn._sampler import GradSampler
 from dpcurator.learn._sampling import DPDataLoader, check_loader, steps_for
 from dpcurator.noise import RandomSource, resolve_source
 

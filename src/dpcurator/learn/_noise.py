@@ -42,13 +42,16 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from dpcurator.noise import RandomSource, resolve_source, sample_discrete_gaussian
-from dpcurator.noise._exact import (
+from dpcurator.errors import InternalError, UserError, UserTypeError
+from dpcurator.noise import (
     Decision,
+    RandomSource,
     geometric_count,
     interval_bounds,
     interval_context,
+    resolve_source,
     resolve_uniform,
+    sample_discrete_gaussian,
 )
 
 __all__ = ["MIN_WIDE_SIGMA", "WideGaussian", "sample_wide_discrete_gaussian"]
@@ -112,7 +115,7 @@ def _table(s: Fraction) -> _Table:
     n_bins = math.ceil(_CUT * s / width)
     n_outcomes = n_bins + 2  # the bins, the tail, the reject outcome
     if n_outcomes > 1 << _COLUMN_BITS:
-        raise AssertionError("alias table too small; this is a bug in dpcurator")
+        raise InternalError("alias table too small; this is a bug in dpcurator")
     iv = interval_context(160)
     two_s2 = _iv(iv, 2 * s * s)
     densities = [iv.exp(-(iv.mpf(k * width) ** 2) / two_s2) for k in range(n_bins)]
@@ -130,7 +133,7 @@ def _table(s: Fraction) -> _Table:
     weights.append(_upper_int(iv.mpf(scale) * tail))
     reject = (1 << 64) - sum(weights)
     if reject < 0:
-        raise AssertionError("alias weights exceed 2^64; this is a bug in dpcurator")
+        raise InternalError("alias weights exceed 2^64; this is a bug in dpcurator")
     prob, alias = _alias_table([*weights, reject], _COLUMN_BITS)
     # Fast acceptance: V's top b bits v with v + 1 <= fast[k] accept outright (b = 63 - m).
     b = 63 - m
@@ -157,7 +160,7 @@ def _alias_table(
     n = 1 << column_bits
     capacity = 1 << (64 - column_bits)
     if sum(weights) != 1 << 64 or len(weights) > n:
-        raise AssertionError("alias weights must sum to 2^64; this is a bug in dpcurator")
+        raise InternalError("alias weights must sum to 2^64; this is a bug in dpcurator")
     left = [*weights, *([0] * (n - len(weights)))]
     prob = [capacity] * n
     alias = list(range(n))
@@ -170,7 +173,7 @@ def _alias_table(
         (small if left[big] < capacity else large).append(big)
     for j in small + large:  # exact arithmetic: what is left holds exactly one column each
         if left[j] != capacity:
-            raise AssertionError("alias table does not balance; this is a bug in dpcurator")
+            raise InternalError("alias table does not balance; this is a bug in dpcurator")
     return np.array(prob, dtype=np.uint64), np.array(alias, dtype=np.int64)
 
 
@@ -296,12 +299,12 @@ def _settle(tab: _Table, words: tuple[int, int, int], src: RandomSource) -> int 
 
 def _check_sigma(sigma: int | float | Fraction) -> Fraction:
     if isinstance(sigma, bool) or not isinstance(sigma, int | float | Fraction):
-        raise TypeError(f"sigma must be a real number, got {type(sigma).__name__}")
+        raise UserTypeError(f"sigma must be a real number, got {type(sigma).__name__}")
     if isinstance(sigma, float) and not math.isfinite(sigma):
-        raise ValueError(f"sigma must be finite, got {sigma!r}")
+        raise UserError(f"sigma must be finite, got {sigma!r}")
     s = Fraction(sigma)
     if not 0 < s <= _MAX_SIGMA:
-        raise ValueError(f"sigma must lie in (0, 2^56], got {sigma!r}")
+        raise UserError(f"sigma must lie in (0, 2^56], got {sigma!r}")
     return s
 
 
@@ -355,5 +358,5 @@ def sample_wide_discrete_gaussian(
     secure default source unless a test passes ``source``.
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise ValueError(f"size must be a non-negative int, got {size!r}")
+        raise UserError(f"size must be a non-negative int, got {size!r}")
     return WideGaussian(sigma, source).sample(size)

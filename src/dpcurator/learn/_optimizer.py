@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch.optim import Optimizer
 
-from dpcurator.errors import UserError
+from dpcurator.errors import InternalError, UserError
 from dpcurator.learn import _kernels
 from dpcurator.learn._device import ClippingGraphs, DevicePart, Scale
 from dpcurator.learn._device import clip_factors as device_clip_factors
@@ -47,7 +47,6 @@ from dpcurator.learn._grads import (
     GRID_BITS,
     MAX_BATCH,
     MAX_ENTRIES,
-    GradSampler,
     Ints,
     PerExample,
     Records,
@@ -55,6 +54,7 @@ from dpcurator.learn._grads import (
     clip_factors,
 )
 from dpcurator.learn._noise import WideGaussian
+from dpcurator.learn._sampler import GradSampler
 from dpcurator.noise import RandomSource
 
 __all__ = ["DPOptimizer", "grid_sigma"]
@@ -244,8 +244,8 @@ class DPOptimizer(Optimizer):
         covered = [p for pe in per_example for p in pe.params]
         if len(covered) != len(self.params) or any(
                 a is not b for a, b in zip(covered, self.params, strict=True)):
-            raise AssertionError("per-example gradients do not cover the parameters; "
-                                 "this is a bug in dpcurator")
+            raise InternalError("per-example gradients do not cover the parameters; "
+                                "this is a bug in dpcurator")
 
     def _accumulate_on_device(self, batch: int, records: Records, released_next: bool
                               ) -> None:
@@ -288,7 +288,7 @@ class DPOptimizer(Optimizer):
         self._check_coverage(per_example)
         parts = [pe for pe in per_example if isinstance(pe, DevicePart)]
         if len(parts) != len(per_example):
-            raise AssertionError("a layer's gradients are not on the device; this is a bug")
+            raise InternalError("a layer's gradients are not on the device; this is a bug")
         delta = torch.zeros(self._size, dtype=torch.int64, device=parts[0].device)
         unit = float(1 << GRID_BITS) / self.max_grad_norm
         if self.bounds is None:

@@ -8,6 +8,10 @@
   it in a SQLite file (the default) or in memory; ``PostgresLedger`` in a schema of a
   PostgreSQL database (``pip install 'dpcurator[postgres]'``).
 - ``open_ledger(target)``: the ledger a ``postgresql://`` URL or a file path names.
+- ``is_postgres_url``, ``mask_url``: whether a target is a PostgreSQL URL; the URL with its
+  password as ``***``.
+- ``IdempotencyConflict``, ``fingerprint``: a request id reused for another request; a
+  request's identity.
 - ``migrate_journal``: turn a JSONL journal of dpcurator 0.1 into a ledger.
 
 The owner's view is ``dpcurator ledger verify|show|export|raise|migrate LEDGER``.
@@ -19,9 +23,17 @@ from dpcurator.accounting.filters import Amount
 
 from ._chain import AccountState, Entry
 from ._journal import migrate_journal
-from ._ledger import Ledger, LedgerReport, Reservation, StoredRequest
+from ._ledger import (
+    IdempotencyConflict,
+    Ledger,
+    LedgerReport,
+    Reservation,
+    StoredRequest,
+    fingerprint,
+)
 from ._open import open_ledger
 from ._sqlite import SQLiteLedger
+from ._urls import is_postgres_url, mask_url
 from .budget import Budget, Charge
 
 if TYPE_CHECKING:
@@ -33,12 +45,16 @@ __all__ = [
     "Budget",
     "Charge",
     "Entry",
+    "IdempotencyConflict",
     "Ledger",
     "LedgerReport",
     "PostgresLedger",
     "Reservation",
     "SQLiteLedger",
     "StoredRequest",
+    "fingerprint",
+    "is_postgres_url",
+    "mask_url",
     "migrate_journal",
     "open_ledger",
 ]

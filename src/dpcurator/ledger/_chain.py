@@ -28,7 +28,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpcurator.accounting.filters import Cost, FilterRule, decode_cost, encode_cost
-from dpcurator.errors import LedgerIntegrityError
+from dpcurator.errors import LedgerIntegrityError, UserError, UserTypeError
 
 __all__ = ["AccountState", "Entry", "Replay", "copy_state", "entry_hash", "genesis",
            "make_body"]
@@ -154,9 +154,9 @@ class Replay:
         try:
             data = json.loads(body)
             if not isinstance(data, dict):
-                raise TypeError("not an object")
+                raise UserTypeError("not an object")
             if data.get("v") != VERSION:
-                raise ValueError(f"unknown entry version {data.get('v')!r}")
+                raise UserError(f"unknown entry version {data.get('v')!r}")
             ok = (data["seq"] == seq and data["account"] == account and data["kind"] == kind
                   and kind in KINDS)
             prev = str(data["prev"])

@@ -293,7 +293,7 @@ class Ledger(ABC):
         its charge or its release.
         """
         if release is None and not debits:
-            raise ValueError("a request without debits must come with its release")
+            raise UserError("a request without debits must come with its release")
         with self._transaction(write=True) as db:
             if idempotency_key is not None:
                 found = _one_request(db, "analyst = ? AND dataset = ? AND idempotency_key = ?",

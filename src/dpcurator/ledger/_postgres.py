@@ -51,7 +51,7 @@ from dpcurator.errors import LedgerIntegrityError, UserError
 
 from ._chain import FORMAT, VERSION
 from ._ledger import Cursor, Ledger
-from ._open import is_postgres_url, mask_url, url_secrets
+from ._urls import is_postgres_url, mask_url, url_secrets
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresLedger"]
 

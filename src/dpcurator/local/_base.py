@@ -22,11 +22,12 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator import _validation as check
 from dpcurator.accounting import Neighbouring, PureDP
 from dpcurator.accounting.events import PureDPEvent
+from dpcurator.errors import UserError
 from dpcurator.local import client
 from dpcurator.local.estimators import SurveyEstimate
-from dpcurator.mechanisms._base import check_positive
 from dpcurator.noise import RandomSource, resolve_source
 
 IntArray = npt.NDArray[np.int64]
@@ -36,14 +37,14 @@ Row = tuple[Any, ...]  # one parsed report: ints (a bytes object for unary encod
 MAX_EPSILON = 50.0  # beyond this a local report is practically the raw answer
 
 
-class ReportError(ValueError):
+class ReportError(UserError):
     """A report that cannot be parsed or does not fit the survey. Never quotes the report."""
 
 
 def check_epsilon(epsilon: Any) -> float:
-    eps = check_positive("epsilon", epsilon)
+    eps = check.positive("epsilon", epsilon, wrong_type=UserError)
     if eps > MAX_EPSILON:
-        raise ValueError(
+        raise UserError(
             f"epsilon must be at most {MAX_EPSILON:g} for a local survey (larger values leave "
             f"no privacy), got {epsilon!r}")
     return eps
@@ -125,7 +126,7 @@ class LocalRandomizer(ABC):
     def _verify(self) -> None:
         """Refuse parameters whose exact privacy ratio exceeds e^epsilon (explicit ones)."""
         if not client.at_most_exp(self.privacy_ratio(), self._epsilon):
-            raise ValueError(f"these parameters do not give epsilon={self._epsilon!r}-LDP")
+            raise UserError(f"these parameters do not give epsilon={self._epsilon!r}-LDP")
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -188,20 +189,20 @@ class Categories:
     def __init__(self, labels: Sequence[Any] | int) -> None:
         if isinstance(labels, int) and not isinstance(labels, bool):
             if labels < 2:
-                raise ValueError(f"k (the number of categories) must be at least 2, got {labels}")
+                raise UserError(f"k (the number of categories) must be at least 2, got {labels}")
             labels = list(range(labels))
         if isinstance(labels, str | bytes) or not isinstance(labels, Sequence | np.ndarray):
-            raise ValueError("categories must be a sequence of at least 2 distinct labels")
+            raise UserError("categories must be a sequence of at least 2 distinct labels")
         values = tuple(labels.tolist() if isinstance(labels, np.ndarray) else labels)
         if len(values) < 2:
-            raise ValueError("categories must hold at least 2 distinct labels")
+            raise UserError("categories must hold at least 2 distinct labels")
         for v in values:
             if isinstance(v, bool) or not isinstance(v, str | int | np.integer):
-                raise ValueError("categories must be strings or integers")
+                raise UserError("categories must be strings or integers")
         values = tuple(int(v) if isinstance(v, np.integer) else v for v in values)
         text = [str(v) for v in values]
         if len(set(text)) != len(values):
-            raise ValueError("categories must be distinct, also when written as text")
+            raise UserError("categories must be distinct, also when written as text")
         self.labels: tuple[Any, ...] = values
         self.k = len(values)
         self._by_text = {t: i for i, t in enumerate(text)}
@@ -219,21 +220,21 @@ class Categories:
             arr = arr.reshape(-1)
         if self._identity and arr.dtype.kind in "iu":
             if arr.size and (arr.min() < 0 or arr.max() >= self.k):
-                raise ValueError(
+                raise UserError(
                     f"{name} contains answers that are not among the survey's {self.k} "
                     f"categories (0..{self.k - 1})")
             return arr.astype(np.int64, copy=False)
         if self._sorted is not None and arr.dtype.kind == self._sorted.dtype.kind:
             pos = np.searchsorted(self._sorted, arr).clip(0, self.k - 1)
             if not np.all(self._sorted[pos] == arr):
-                raise ValueError(f"{name} contains answers that are not among the survey's "
-                                 f"{self.k} categories")
+                raise UserError(f"{name} contains answers that are not among the survey's "
+                                f"{self.k} categories")
             return np.asarray(self._order[pos], dtype=np.int64)
         out = np.fromiter((self._by_text.get(str(v), -1) for v in arr.tolist()),
                           dtype=np.int64, count=arr.size)
         if np.any(out < 0):
-            raise ValueError(f"{name} contains answers that are not among the survey's "
-                             f"{self.k} categories")
+            raise UserError(f"{name} contains answers that are not among the survey's "
+                            f"{self.k} categories")
         return out
 
     def index_of(self, label: Any) -> int:
@@ -248,14 +249,14 @@ class Categories:
 
 def check_confidence(confidence: Any) -> float:
     if isinstance(confidence, bool) or not isinstance(confidence, int | float):
-        raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
+        raise UserError(f"confidence must be a number in (0, 1), got {confidence!r}")
     c = float(confidence)
     if not (math.isfinite(c) and 0 < c < 1):
-        raise ValueError(f"confidence must be a number in (0, 1) such as 0.95, got {confidence!r}")
+        raise UserError(f"confidence must be a number in (0, 1) such as 0.95, got {confidence!r}")
     return c
 
 
 def check_method(method: Any) -> str:
     if method not in ("normal", "exact"):
-        raise ValueError(f"method must be 'normal' or 'exact' (Clopper-Pearson), got {method!r}")
+        raise UserError(f"method must be 'normal' or 'exact' (Clopper-Pearson), got {method!r}")
     return str(method)

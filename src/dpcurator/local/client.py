@@ -69,8 +69,15 @@ RandBelow = Callable[[int], int]
 MECHANISMS = ("rr", "two-coin", "grr", "sue", "oue", "olh", "hadamard", "duchi", "piecewise")
 
 
-class ConfigError(ValueError):
-    """The survey configuration is malformed or does not give the epsilon it promises."""
+try:  # inside dpcurator: the error tree's classes (dpcurator.errors)
+    from dpcurator.errors import ConfigError, UserError
+except ImportError:  # pragma: no cover - this file copied alone onto a device
+
+    class UserError(ValueError):  # type: ignore[no-redef]
+        """The request was wrong (as dpcurator.errors.UserError)."""
+
+    class ConfigError(UserError):  # type: ignore[no-redef]
+        """The survey configuration is malformed or does not give the epsilon it promises."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,14 +117,14 @@ def parse_number(text: str) -> Fraction:
     ``MAX_NUMBER_TEXT`` characters, with an exponent beyond 3 digits, or not a number."""
     text = text.strip()
     if len(text) > MAX_NUMBER_TEXT:
-        raise ValueError(f"a number may have at most {MAX_NUMBER_TEXT} characters")
+        raise UserError(f"a number may have at most {MAX_NUMBER_TEXT} characters")
     if not _number_shape(text):
-        raise ValueError("not a number (write an integer, n/d, or a decimal with an exponent "
-                         "of at most 3 digits)")
+        raise UserError("not a number (write an integer, n/d, or a decimal with an exponent "
+                        "of at most 3 digits)")
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):
-        raise ValueError("not a valid number (a zero denominator?)") from None
+        raise UserError("not a valid number (a zero denominator?)") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,9 +143,9 @@ def exp_bounds(x: Fraction | float | int, bits: int = 128) -> tuple[Fraction, Fr
     """
     x = Fraction(x)
     if x < 0:
-        raise ValueError("exp_bounds needs x >= 0")
+        raise UserError("exp_bounds needs x >= 0")
     if isinstance(bits, bool) or not isinstance(bits, int) or bits < 8:
-        raise ValueError("bits must be an integer >= 8")
+        raise UserError("bits must be an integer >= 8")
     num, den = x.numerator, x.denominator
     guard = 16 + max(1, int(x) + 1).bit_length() * 2
     scale = 1 << (bits + guard)
@@ -357,7 +364,7 @@ def _category_index(config: dict[str, Any], value: Any) -> int:
     try:
         return labels.index(str(value))
     except ValueError:
-        raise ValueError("the answer is not one of the survey's categories") from None
+        raise UserError("the answer is not one of the survey's categories") from None
 
 
 def _binary_answer(value: Any) -> int:
@@ -366,7 +373,7 @@ def _binary_answer(value: Any) -> int:
         return 1
     if text in ("0", "false", "no", "n"):
         return 0
-    raise ValueError("a yes/no answer must be one of yes/no, true/false, 1/0")
+    raise UserError("a yes/no answer must be one of yes/no, true/false, 1/0")
 
 
 def _unit_position(config: dict[str, Any], value: Any) -> Fraction:
@@ -375,9 +382,9 @@ def _unit_position(config: dict[str, Any], value: Any) -> Fraction:
     try:
         v = parse_number(str(value)) if not isinstance(value, int | float) else Fraction(value)
     except (ValueError, OverflowError):
-        raise ValueError("a numeric answer must be a finite number") from None
+        raise UserError("a numeric answer must be a finite number") from None
     if not low <= v <= high:
-        raise ValueError("the answer lies outside the survey's range [low, high]")
+        raise UserError("the answer lies outside the survey's range [low, high]")
     return (v - low) / (high - low)
 
 

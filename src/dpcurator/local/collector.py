@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dpcurator.errors import UserError
 from dpcurator.local._base import Accumulator, LocalRandomizer, ReportError, Reports, Row
 from dpcurator.local.estimators import SurveyEstimate
 
@@ -48,7 +49,7 @@ class Collector:
     def __init__(self, randomizer: LocalRandomizer, *, chunk_size: int = 1 << 15,
                  max_errors: int = 20) -> None:
         if chunk_size < 1 or max_errors < 0:
-            raise ValueError("chunk_size must be >= 1 and max_errors >= 0")
+            raise UserError("chunk_size must be >= 1 and max_errors >= 0")
         self.randomizer = randomizer
         self._acc: Accumulator = randomizer.accumulator()
         self._buffer: list[Row] = []
@@ -170,7 +171,7 @@ class Collector:
         """The randomizer's estimate from every good report seen so far."""
         self._flush()
         if self._acc.n == 0:
-            raise ValueError(f"no valid report to estimate from ({self.bad_count} bad reports)")
+            raise UserError(f"no valid report to estimate from ({self.bad_count} bad reports)")
         return self.randomizer.estimate(self._acc, confidence=confidence, method=method,
                                         project=project)
 

@@ -47,6 +47,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
+from dpcurator.errors import UserError
+
 __all__ = [
     "FrequencyEstimate",
     "MeanEstimate",
@@ -86,7 +88,7 @@ def support_variance(frequencies: npt.ArrayLike, n: int, p_star: npt.ArrayLike,
                      q_star: npt.ArrayLike, model: str = "sampled") -> FloatArray:
     """Exact variance of f_hat_v for true shares ``frequencies`` (see the module docstring)."""
     if model not in ("sampled", "fixed"):
-        raise ValueError(f"model must be 'sampled' or 'fixed', got {model!r}")
+        raise UserError(f"model must be 'sampled' or 'fixed', got {model!r}")
     f = np.asarray(frequencies, dtype=np.float64)
     p = np.asarray(p_star, dtype=np.float64)
     q = np.asarray(q_star, dtype=np.float64)
@@ -199,7 +201,7 @@ def frequency_arrays(counts: npt.ArrayLike, n: int, p_star: list[Fraction],
                      method: str) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """(unbiased estimates, standard errors, interval lows, interval highs) from support counts."""
     if n < 1:
-        raise ValueError("at least one report is needed to estimate anything")
+        raise UserError("at least one report is needed to estimate anything")
     c = np.asarray(counts, dtype=np.float64)
     p = np.array([float(x) for x in p_star])
     q = np.array([float(x) for x in q_star])

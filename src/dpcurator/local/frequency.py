@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator.errors import UserError
 from dpcurator.local import _sampling, client
 from dpcurator.local._base import (
     Accumulator,
@@ -235,7 +236,7 @@ class BinaryResponse(SupportOracle):
     def __init__(self, epsilon: float, protocol: str = "rr", source: RandomSource | None = None,
                  *, truth_probability: Fraction | None = None) -> None:
         if protocol not in self._PROTOCOLS:
-            raise ValueError(f"protocol must be 'rr' or 'two-coin', got {protocol!r}")
+            raise UserError(f"protocol must be 'rr' or 'two-coin', got {protocol!r}")
         super().__init__(epsilon, source)
         self.mechanism = protocol
         if truth_probability is None:
@@ -422,7 +423,7 @@ class _UnaryEncoding(FrequencyOracle):
 
     def report_distribution(self, value: Any) -> dict[Row, Fraction]:
         if self.k > 16:
-            raise ValueError("report_distribution enumerates 2^k reports: only for k <= 16")
+            raise UserError("report_distribution enumerates 2^k reports: only for k <= 16")
         x = self._value_index(value)
         out: dict[Row, Fraction] = {}
         for bits in itertools.product((0, 1), repeat=self.k):
@@ -643,11 +644,11 @@ class OptimizedLocalHashing(FrequencyOracle):
         if g is None:
             g = self._best_prime(e)
         if not client.is_prime(g) or g > self._MAX_G:
-            raise ValueError(f"g must be a prime <= 2^31, got {g}")
+            raise UserError(f"g must be a prime <= 2^31, got {g}")
         self.g = g
         self.digits = client.olh_digits(self.k, g)
         if g ** (self.digits + 1) > 2**62:
-            raise ValueError("this epsilon and k need more hash seeds than 2^62; use oue or grr")
+            raise UserError("this epsilon and k need more hash seeds than 2^62; use oue or grr")
         self._p = Fraction(p) if p is not None else e / (e + g - 1)
         self._digits_table = _digit_matrix(self.k, g, self.digits)
         self._verify()
@@ -656,7 +657,7 @@ class OptimizedLocalHashing(FrequencyOracle):
     def _best_prime(cls, e: Fraction) -> int:
         target = float(e) + 1.0  # the real-valued optimum g = e^epsilon + 1
         if target > cls._MAX_G:
-            raise ValueError("epsilon is too large for olh (g would exceed 2^31); use grr")
+            raise UserError("epsilon is too large for olh (g would exceed 2^31); use grr")
         below = max(2, math.floor(target))
         while below > 2 and not client.is_prime(below):
             below -= 1
@@ -726,7 +727,7 @@ class OptimizedLocalHashing(FrequencyOracle):
     def report_distribution(self, value: Any) -> dict[Row, Fraction]:
         seeds = self.g ** (self.digits + 1)
         if seeds * self.g > 1 << 16:
-            raise ValueError("report_distribution enumerates every (seed, y): small g and k only")
+            raise UserError("report_distribution enumerates every (seed, y): small g and k only")
         x = self._value_index(value)
         other = (1 - self._p) / (self.g - 1)
         out: dict[Row, Fraction] = {}
@@ -806,7 +807,7 @@ class HadamardResponse(FrequencyOracle):
         super().__init__(epsilon, categories, source)
         self.columns = 1 << self.k.bit_length()  # smallest power of two > k
         if self.columns > 2**32:
-            raise ValueError("hadamard response supports at most 2^32 - 1 categories")
+            raise UserError("hadamard response supports at most 2^32 - 1 categories")
         if p is None:
             e = client.exp_lower(self.epsilon)
             p = e / (e + 1)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator.errors import UserError
 from dpcurator.local import _sampling, client
 from dpcurator.local._base import (
     Accumulator,
@@ -58,10 +59,10 @@ FloatArray = npt.NDArray[np.float64]
 
 def _check_bound(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise UserError(f"{name} must be a finite number, got {value!r}")
     v = float(value)
     if not math.isfinite(v):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise UserError(f"{name} must be a finite number, got {value!r}")
     return v
 
 
@@ -104,7 +105,7 @@ class NumericRandomizer(LocalRandomizer):
         self.low = _check_bound("low", low)
         self.high = _check_bound("high", high)
         if not self.low < self.high:
-            raise ValueError(f"low must be smaller than high, got [{low!r}, {high!r}]")
+            raise UserError(f"low must be smaller than high, got [{low!r}, {high!r}]")
         self._width = self.high - self.low
 
     def _config_body(self) -> dict[str, Any]:
@@ -118,12 +119,12 @@ class NumericRandomizer(LocalRandomizer):
         try:
             v = np.asarray(values, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError):
-            raise ValueError("values must be numbers") from None
+            raise UserError("values must be numbers") from None
         if not np.all(np.isfinite(v)):
-            raise ValueError("values must be finite numbers (found NaN or infinity)")
+            raise UserError("values must be finite numbers (found NaN or infinity)")
         if v.size and (v.min() < self.low or v.max() > self.high):
-            raise ValueError(f"values contains answers outside the survey's range "
-                             f"[{self.low:g}, {self.high:g}]; clip them first if that is meant")
+            raise UserError(f"values contains answers outside the survey's range "
+                            f"[{self.low:g}, {self.high:g}]; clip them first if that is meant")
         if self.low == 0.0 and self.high == 1.0:
             return v
         return np.clip((v - self.low) / self._width, 0.0, 1.0)
@@ -131,7 +132,7 @@ class NumericRandomizer(LocalRandomizer):
     def _exact_position(self, value: Any) -> Fraction:
         v = Fraction(value)
         if not self.low <= v <= self.high:
-            raise ValueError("value lies outside [low, high]")
+            raise UserError("value lies outside [low, high]")
         return (v - Fraction(self.low)) / (Fraction(self.high) - Fraction(self.low))
 
     def to_values(self, x: FloatArray | float) -> Any:
@@ -223,7 +224,7 @@ class Duchi(NumericRandomizer):
         assert isinstance(acc, MomentAccumulator)
         n = acc.n
         if n < 1:
-            raise ValueError("at least one report is needed to estimate anything")
+            raise UserError("at least one report is needed to estimate anything")
         c = self.bound
         x_bar = float(Fraction(acc.total, n) / self._rho)
         interval = None
@@ -276,14 +277,14 @@ class Piecewise(NumericRandomizer):
         if grid_bits is None:
             grid_bits = min(40, max(31, math.ceil(21 + self.epsilon / (2 * math.log(2)))))
         if not 1 <= grid_bits <= 40:
-            raise ValueError(f"grid_bits must be in [1, 40], got {grid_bits!r}")
+            raise UserError(f"grid_bits must be in [1, 40], got {grid_bits!r}")
         self.grid = 1 << grid_bits
         if m is None:
             half = client.exp_lower(Fraction(self.epsilon) / 2)
             m = math.ceil(Fraction(self.grid) / half)  # N/m <= E'_low <= e^(epsilon/2)
         if not 1 <= m < self.grid:
-            raise ValueError(f"epsilon={epsilon!r} is too large or too small for a grid of "
-                             f"2^{grid_bits} cells")
+            raise UserError(f"epsilon={epsilon!r} is too large or too small for a grid of "
+                            f"2^{grid_bits} cells")
         self.m = m
         n_, m_ = self.grid, m
         self._a = Fraction(n_, m_ * (n_ + m_))
@@ -319,7 +320,7 @@ class Piecewise(NumericRandomizer):
 
     def report_distribution(self, value: Any) -> dict[Row, Fraction]:
         if self.grid > 1 << 12:
-            raise ValueError("report_distribution enumerates every cell: grid_bits <= 12 only")
+            raise UserError("report_distribution enumerates every cell: grid_bits <= 12 only")
         pos = self._exact_position(value) * self.grid
         i0 = math.floor(pos)
         frac = pos - i0
@@ -348,7 +349,7 @@ class Piecewise(NumericRandomizer):
         assert isinstance(acc, MomentAccumulator)
         n = acc.n
         if n < 1:
-            raise ValueError("at least one report is needed to estimate anything")
+            raise UserError("at least one report is needed to estimate anything")
         scale = self.grid - self.m
         x_bar = float(Fraction(acc.total, n * scale))
         if n > 1:  # the sample variance of the reports' values z / scale, exactly

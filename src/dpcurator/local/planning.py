@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dpcurator.errors import UserError, UserTypeError
 from dpcurator.local._base import LocalRandomizer, check_confidence
 from dpcurator.local.estimators import z_value
 from dpcurator.local.frequency import SupportOracle
@@ -31,10 +32,10 @@ def report_variance(randomizer: LocalRandomizer, rate: float | None = None) -> f
     """One report's variance contribution V (n times the estimate's variance), worst case over
     the unknown rate (or mean, for numeric mechanisms, in units) unless ``rate`` is given."""
     if rate is not None and isinstance(randomizer, SupportOracle) and not 0 <= rate <= 1:
-        raise ValueError(f"rate must lie in [0, 1], got {rate!r}")
+        raise UserError(f"rate must lie in [0, 1], got {rate!r}")
     if isinstance(randomizer, SupportOracle | NumericRandomizer):
         return randomizer.report_variance(rate)
-    raise TypeError(f"cannot plan for {type(randomizer).__name__}")
+    raise UserTypeError(f"cannot plan for {type(randomizer).__name__}")
 
 
 def sample_size(randomizer: LocalRandomizer, margin: float, confidence: float = 0.95,
@@ -42,8 +43,8 @@ def sample_size(randomizer: LocalRandomizer, margin: float, confidence: float = 
     """The smallest n whose normal interval has half-width <= ``margin`` (see the module)."""
     if isinstance(margin, bool) or not isinstance(margin, int | float) or not (
             math.isfinite(margin) and margin > 0):
-        raise ValueError(f"margin must be a positive number (the interval's half-width), "
-                         f"got {margin!r}")
+        raise UserError(f"margin must be a positive number (the interval's half-width), "
+                        f"got {margin!r}")
     z = z_value(check_confidence(confidence))
     v = report_variance(randomizer, rate)
     n = math.ceil(z * z * v / (margin * margin))
@@ -57,7 +58,7 @@ def interval_half_width(randomizer: LocalRandomizer, n: int, confidence: float =
                         rate: float | None = None) -> float:
     """The normal interval's half-width z sqrt(V / n) at n reports."""
     if n < 1:
-        raise ValueError(f"n must be a positive number of reports, got {n!r}")
+        raise UserError(f"n must be a positive number of reports, got {n!r}")
     return z_value(check_confidence(confidence)) * math.sqrt(report_variance(randomizer, rate) / n)
 
 
@@ -78,7 +79,7 @@ def plot_interval_widths(path: str | Path, *, mechanism: str = "rr",
 
     out = Path(path)
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise ValueError(f"the figure's path must end in .png, .svg or .pdf, got {str(path)!r}")
+        raise UserError(f"the figure's path must end in .png, .svg or .pdf, got {str(path)!r}")
     sizes = np.asarray(sample_sizes if sample_sizes is not None
                        else np.unique(np.logspace(2, 6, 60).astype(np.int64)), dtype=np.float64)
     z = z_value(check_confidence(confidence))

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
+from dpcurator.errors import UserError
 from dpcurator.local import client
 from dpcurator.local._base import LocalRandomizer, check_epsilon
 from dpcurator.local.frequency import (
@@ -48,10 +49,10 @@ def choose_mechanism(k: int, epsilon: float,
     """
     eps = check_epsilon(epsilon)
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-        raise ValueError(f"k must be an integer >= 2, got {k!r}")
+        raise UserError(f"k must be an integer >= 2, got {k!r}")
     unknown = [c for c in candidates if c not in _ORACLES]
     if unknown or not candidates:
-        raise ValueError(f"candidates must be among {', '.join(CATEGORICAL)}")
+        raise UserError(f"candidates must be among {', '.join(CATEGORICAL)}")
     best, best_var = "", float("inf")
     for name in candidates:
         try:
@@ -81,14 +82,14 @@ def make_randomizer(mechanism: str, epsilon: float, *,
         return BinaryResponse(epsilon, mechanism, source)
     if mechanism in _ORACLES:
         if categories is None:
-            raise ValueError(f"mechanism {mechanism!r} needs categories (labels, or k)")
+            raise UserError(f"mechanism {mechanism!r} needs categories (labels, or k)")
         return _ORACLES[mechanism](epsilon, categories, source)
     if mechanism == "duchi":
         return Duchi(epsilon, low, high, source)
     if mechanism == "piecewise":
         return Piecewise(epsilon, low, high, source)
-    raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)} or auto, "
-                     f"got {mechanism!r}")
+    raise UserError(f"mechanism must be one of {', '.join(MECHANISMS)} or auto, "
+                    f"got {mechanism!r}")
 
 
 def from_config(config: Any, source: RandomSource | None = None) -> LocalRandomizer:

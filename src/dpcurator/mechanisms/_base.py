@@ -11,6 +11,7 @@ import numpy.typing as npt
 from dpcurator import _validation as check
 from dpcurator.accounting import ZCDP, ApproxDP, Guarantee, Neighbouring, PureDP
 from dpcurator.accounting.events import ApproxDPEvent, DpEvent, PureDPEvent, ZCDPEvent
+from dpcurator.errors import UserError
 from dpcurator.noise import RandomSource, resolve_source
 
 ArrayLike = float | int | npt.ArrayLike
@@ -18,18 +19,18 @@ ArrayLike = float | int | npt.ArrayLike
 
 def check_positive(name: str, value: Any) -> float:
     """A finite number > 0, or a ValueError naming ``name``."""
-    return check.positive(name, value, wrong_type=ValueError)
+    return check.positive(name, value, wrong_type=UserError)
 
 
 def check_delta(value: Any) -> float:
     """A number in (0, 1), or a ValueError naming delta."""
-    return check.unit_interval("delta", value, wrong_type=ValueError)
+    return check.unit_interval("delta", value, wrong_type=UserError)
 
 
 def check_alpha(value: Any) -> float:
     """A confidence-interval miss probability in (0, 1): 0.05 for a 95% interval."""
     return check.unit_interval(
-        "alpha", value, hint=" (0.05 for a 95% interval)", wrong_type=ValueError
+        "alpha", value, hint=" (0.05 for a 95% interval)", wrong_type=UserError
     )
 
 
@@ -38,9 +39,9 @@ def as_finite_array(name: str, x: ArrayLike, dtype: Any = np.float64) -> npt.NDA
     try:
         arr = np.asarray(x, dtype=dtype)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric (a number or an array of numbers)") from None
+        raise UserError(f"{name} must be numeric (a number or an array of numbers)") from None
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite: it contains NaN or infinite entries")
+        raise UserError(f"{name} must be finite: it contains NaN or infinite entries")
     return arr
 
 
@@ -62,7 +63,7 @@ class Mechanism(ABC):
         source: RandomSource | None = None,
     ) -> None:
         if not isinstance(neighbouring, Neighbouring):
-            raise ValueError(
+            raise UserError(
                 f"neighbouring must be Neighbouring.ADD_REMOVE or Neighbouring.REPLACE, "
                 f"got {neighbouring!r}"
             )

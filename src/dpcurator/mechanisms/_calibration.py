@@ -38,6 +38,7 @@ import numpy as np
 from scipy import special
 
 from dpcurator import _validation as check
+from dpcurator.errors import InternalError, UserError
 
 __all__ = [
     "analytic_gaussian_sigma",
@@ -226,7 +227,7 @@ def gaussian_epsilon(delta: float, sigma: float, sensitivity: float) -> float:
     while not private_enough(hi):
         lo, hi = hi, 2.0 * hi
         if hi > 1e6:  # delta(epsilon) -> 0, so this only happens for absurd inputs
-            raise ValueError(
+            raise UserError(
                 f"delta={target!r} needs epsilon above 1e6 at sigma={sig!r}; increase sigma"
             )
     while hi - lo > _ANALYTIC_RTOL * hi:
@@ -316,7 +317,7 @@ def _geometric_bisection(
             step *= 2.0
             hi = lo * (1.0 + step)
             if not math.isfinite(hi):
-                raise ValueError(f"no finite {name} meets the target; loosen epsilon or delta")
+                raise UserError(f"no finite {name} meets the target; loosen epsilon or delta")
     while hi > lo * (1.0 + rtol):
         mid = math.sqrt(lo) * math.sqrt(hi)
         if not lo < mid < hi:
@@ -372,7 +373,7 @@ class _LatticeGaussian:
     def tail(self, n: int) -> tuple[Any, Any]:
         """Enclosure of T(n) = sum_{k >= n} w(k) for an integer n >= 0."""
         if n < 0:
-            raise ValueError(f"internal error: tail start must be >= 0, got {n}; this is a bug")
+            raise InternalError(f"tail start must be >= 0, got {n}; this is probably a bug")
         steep = 2 * n > self.sigma_float * self.sigma_float  # w(n+1)/w(n) < exp(-1/2)
         if self.sigma_float < _DIRECT_SIGMA or steep:
             return self._direct_tail(n)
@@ -394,7 +395,7 @@ class _LatticeGaussian:
             if term <= total * self.stop:
                 break
         else:  # pragma: no cover - the loop needs at most ~20 sigma + 300 terms here
-            raise RuntimeError("internal error: lattice sum did not converge; this is a bug")
+            raise InternalError("the lattice sum did not converge; this is probably a bug")
         rest = self.integral_from(self.ctx.mpf(k))
         return self._widen(total + rest, total + self.weight(k) + rest)
 
@@ -525,7 +526,7 @@ def discrete_gaussian_delta_upper(epsilon: float, sigma: float, sensitivity: int
     """
     eps = check.nonnegative("epsilon", epsilon)
     sig = check.positive("sigma", sigma)
-    sens = check.integer("sensitivity", sensitivity, minimum=1, fractional=ValueError)
+    sens = check.integer("sensitivity", sensitivity, minimum=1, fractional=UserError)
     lattice = _LatticeGaussian(sig)
     return min(1.0, _round_up(lattice.ctx, lattice.delta_hi(eps, sens)))
 
@@ -553,11 +554,11 @@ def discrete_gaussian_delta_exact(epsilon: float, sigma: float, sensitivity: int
     eps = check.nonnegative("epsilon", epsilon)
     sig = check.positive("sigma", sigma)
     if sig > _EXACT_MAX_SIGMA:
-        raise ValueError(
+        raise UserError(
             f"sigma must be <= {_EXACT_MAX_SIGMA:g} for direct summation, got {sig!r}; "
             "use discrete_gaussian_delta_upper for larger sigma"
         )
-    sens = check.integer("sensitivity", sensitivity, minimum=1, fractional=ValueError)
+    sens = check.integer("sensitivity", sensitivity, minimum=1, fractional=UserError)
     ctx = _context(40)
     stop = ctx.mpf(10) ** -45
     two_var = 2 * ctx.mpf(sig) ** 2
@@ -615,7 +616,7 @@ def discrete_gaussian_sigma(epsilon: float, delta: float, sensitivity: int) -> f
     """
     eps = check.nonnegative("epsilon", epsilon)
     target = check.unit_interval("delta", delta)
-    sens = check.integer("sensitivity", sensitivity, minimum=1, fractional=ValueError)
+    sens = check.integer("sensitivity", sensitivity, minimum=1, fractional=UserError)
 
     def private_enough(sigma: float) -> bool:
         lattice = _LatticeGaussian(sigma)
@@ -637,7 +638,7 @@ def discrete_gaussian_tail_upper(m: int, sigma: float) -> float:
         m: integer m >= 0.
         sigma: scale, > 0.
     """
-    mm = check.integer("m", m, minimum=0, fractional=ValueError)
+    mm = check.integer("m", m, minimum=0, fractional=UserError)
     sig = check.positive("sigma", sigma)
     lattice = _LatticeGaussian(sig)
     return min(1.0, _round_up(lattice.ctx, lattice.abs_at_least_hi(mm)))
@@ -735,7 +736,7 @@ def discrete_laplace_tail(m: int, t: float) -> float:
         m: integer m >= 0.
         t: scale t > 0 (the discrete Laplace mechanism uses t = Delta / epsilon).
     """
-    mm = check.integer("m", m, minimum=0, fractional=ValueError)
+    mm = check.integer("m", m, minimum=0, fractional=UserError)
     scale = check.positive("t", t)
     if mm == 0:
         return 1.0

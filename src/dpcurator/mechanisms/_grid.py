@@ -23,6 +23,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator.errors import UserError
 from dpcurator.noise import RandomSource, sample_discrete_gaussian, sample_discrete_laplace
 
 GRID_BITS = 40
@@ -32,7 +33,7 @@ def granularity_for(sensitivity: float, scale: float) -> float:
     """The grid step: a power of two about 2^-40 of min(sensitivity, scale), and >= scale/2^52."""
     for name, value in (("sensitivity", sensitivity), ("scale", scale)):
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+            raise UserError(f"{name} must be a positive finite number, got {value!r}")
     g = math.ldexp(1.0, math.frexp(min(sensitivity, scale))[1] - 1 - GRID_BITS)
     while scale / g > 2.0**52:
         g *= 2

@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
+from dpcurator.errors import UserError
 from dpcurator.mechanisms._calibration import (
     discrete_gaussian_tail_upper,
     discrete_laplace_tail,
@@ -76,7 +77,7 @@ def _tail_upper(kind: str, scale: float, m: int) -> float:
 def upper_tail_point(mechanism: DiscreteLaplace | DiscreteGaussian, tail: float) -> int:
     """The smallest integer m >= 1 with P[Z >= m] <= ``tail``, by rigorous upper bounds."""
     if not 0.0 < tail < 0.5:
-        raise ValueError(f"tail must lie in (0, 1/2), got {tail!r}")
+        raise UserError(f"tail must lie in (0, 1/2), got {tail!r}")
     if isinstance(mechanism, DiscreteLaplace):
         return _tail_point("laplace", float(mechanism.scale), tail)
     return _tail_point("gaussian", float(mechanism.noise_sigma(1)), tail)

@@ -27,8 +27,15 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.accounting import Neighbouring, PureDP
+from dpcurator.errors import UserError
 from dpcurator.mechanisms._base import Mechanism, as_finite_array, check_alpha, check_positive
-from dpcurator.noise import RandomSource, _exact, sample_uniform_int
+from dpcurator.noise import (
+    RandomSource,
+    below_exp,
+    floor_scaled_exp,
+    resolve_uniform,
+    sample_uniform_int,
+)
 
 __all__ = ["Exponential", "PermuteAndFlip", "ReportNoisyMax"]
 
@@ -61,12 +68,12 @@ def _bernoulli_exp(gamma_float: FloatArray, gamma_exact: Callable[[int], Fractio
     ambiguous = ~heads & (u < high)
     for i in np.flatnonzero(ambiguous):
         gamma = gamma_exact(int(i))
-        floor_t = _exact.floor_scaled_exp(gamma)
+        floor_t = floor_scaled_exp(gamma)
         word = int(words[i])
         if word != floor_t:
             heads[i] = word < floor_t
         else:
-            heads[i] = _exact.resolve_uniform(word, 64, _exact.below_exp(gamma), source)
+            heads[i] = resolve_uniform(word, 64, below_exp(gamma), source)
     return heads
 
 
@@ -81,11 +88,11 @@ class _Selection(Mechanism):
         self.epsilon = check_positive("epsilon", epsilon)
         self.sensitivity = check_positive("sensitivity", sensitivity)
         if not isinstance(monotonic, bool):
-            raise ValueError(f"monotonic must be True or False, got {monotonic!r}")
+            raise UserError(f"monotonic must be True or False, got {monotonic!r}")
         self.monotonic = monotonic
         if candidates is not None:
             if isinstance(candidates, str | bytes) or len(candidates) < 1:
-                raise ValueError("candidates must be a non-empty sequence of labels")
+                raise UserError("candidates must be a non-empty sequence of labels")
             candidates = tuple(candidates)
         self.candidates: tuple[Any, ...] | None = candidates
         # gamma = rate * (max - score): rate = epsilon / (2 Delta), or epsilon / Delta when
@@ -94,8 +101,8 @@ class _Selection(Mechanism):
         self._rate = Fraction(self.epsilon) / divisor
         self._rate_float = float(self._rate)
         if not 1e-290 < self._rate_float < 1e290:
-            raise ValueError("epsilon / sensitivity must lie between 1e-290 and 1e290, got "
-                             f"{self.epsilon!r} / {self.sensitivity!r}")
+            raise UserError("epsilon / sensitivity must lie between 1e-290 and 1e290, got "
+                            f"{self.epsilon!r} / {self.sensitivity!r}")
 
     @property
     def guarantee(self) -> PureDP:
@@ -105,16 +112,16 @@ class _Selection(Mechanism):
     def _scores(self, scores: Any) -> FloatArray:
         raw = np.asarray(scores)
         if raw.dtype.kind in "iu" and raw.size and max(-int(raw.min()), int(raw.max())) > 2**53:
-            raise ValueError("integer scores must be at most 2^53 in magnitude (exact in float64)")
+            raise UserError("integer scores must be at most 2^53 in magnitude (exact in float64)")
         arr = as_finite_array("scores", raw)
         if arr.ndim != 1:
-            raise ValueError(f"scores must be a 1-D array (one score per candidate), got "
-                             f"{arr.ndim} dimensions")
+            raise UserError(f"scores must be a 1-D array (one score per candidate), got "
+                            f"{arr.ndim} dimensions")
         if arr.size == 0:
-            raise ValueError("scores must not be empty: there is nothing to select")
+            raise UserError("scores must not be empty: there is nothing to select")
         if self.candidates is not None and arr.size != len(self.candidates):
-            raise ValueError(f"scores has {arr.size} entries but there are "
-                             f"{len(self.candidates)} candidates")
+            raise UserError(f"scores has {arr.size} entries but there are "
+                            f"{len(self.candidates)} candidates")
         return arr
 
     def _gammas(self, scores: FloatArray) -> tuple[FloatArray, Callable[[int], Fraction]]:
@@ -151,7 +158,7 @@ class _Selection(Mechanism):
         alpha = check_alpha(alpha)
         if isinstance(n_candidates, bool) or not isinstance(n_candidates, int | np.integer) \
                 or n_candidates < 1:
-            raise ValueError(f"n_candidates must be a positive integer, got {n_candidates!r}")
+            raise UserError(f"n_candidates must be a positive integer, got {n_candidates!r}")
         return math.log(int(n_candidates) / alpha) / self._rate_float
 
     def confidence_interval(self, alpha: float, n_candidates: int) -> tuple[float, float]:
@@ -262,7 +269,7 @@ class ReportNoisyMax(Mechanism):
         kinds: dict[str, type[_Selection]] = {"gumbel": Exponential,
                                               "exponential": PermuteAndFlip}
         if noise not in kinds:
-            raise ValueError(f"noise must be 'gumbel' or 'exponential', got {noise!r}")
+            raise UserError(f"noise must be 'gumbel' or 'exponential', got {noise!r}")
         self.noise = noise
         self.equivalent: _Selection = kinds[noise](
             epsilon=epsilon, sensitivity=sensitivity, candidates=candidates,

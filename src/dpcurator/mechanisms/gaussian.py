@@ -11,6 +11,7 @@ import numpy as np
 from dpcurator.accounting import ZCDP, ApproxDP, Neighbouring
 from dpcurator.accounting.conversions import zcdp_rho_for
 from dpcurator.accounting.events import DiscreteGaussianEvent, DpEvent
+from dpcurator.errors import UserError
 from dpcurator.mechanisms import _calibration, _grid
 from dpcurator.mechanisms._base import (
     ArrayLike,
@@ -43,13 +44,13 @@ class _GaussianCalibration:
     def __init__(self, epsilon: float | None, delta: float | None, rho: float | None) -> None:
         if rho is not None:
             if epsilon is not None or delta is not None:
-                raise ValueError("give either rho (zCDP) or epsilon and delta, not both")
+                raise UserError("give either rho (zCDP) or epsilon and delta, not both")
             self.rho: float | None = check_positive("rho", rho)
             self.epsilon: float | None = None
             self.delta: float | None = None
         else:
             if epsilon is None or delta is None:
-                raise ValueError("give epsilon and delta (approximate DP) or rho (zCDP)")
+                raise UserError("give epsilon and delta (approximate DP) or rho (zCDP)")
             self.rho = None
             self.epsilon = check_positive("epsilon", epsilon)
             self.delta = check_delta(delta)
@@ -197,11 +198,11 @@ class DiscreteGaussian(_GaussianFamily):
             or not isinstance(sensitivity, int | np.integer)
             or sensitivity < 1
         ):
-            raise ValueError(f"sensitivity must be a positive integer, got {sensitivity!r}")
+            raise UserError(f"sensitivity must be a positive integer, got {sensitivity!r}")
         self.sensitivity = int(sensitivity)
         self.epsilon, self.delta, self.rho = self._cal.epsilon, self._cal.delta, self._cal.rho
         if self.rho is not None and self.noise_sigma(1) > MAX_SCALE:  # refused when built
-            raise ValueError(f"rho {self.rho:g} is too small for sensitivity "
+            raise UserError(f"rho {self.rho:g} is too small for sensitivity "
                              f"{self.sensitivity}: the noise's sigma must be at most 2^56")
 
     def noise_sigma(self, size: int = 1) -> Fraction:

@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from dpcurator.accounting import Neighbouring, PureDP
 from dpcurator.accounting.events import DiscreteLaplaceEvent, DpEvent
+from dpcurator.errors import UserError
 from dpcurator.mechanisms import _grid
 from dpcurator.mechanisms._base import (
     ArrayLike,
@@ -131,7 +132,7 @@ class DiscreteLaplace(Mechanism):
         self.epsilon = check_positive("epsilon", epsilon)
         self.sensitivity = check_positive("sensitivity", sensitivity)
         if self.scale > MAX_SCALE:  # refused when built, before anything is charged for it
-            raise ValueError(f"epsilon {self.epsilon:g} is too small for sensitivity "
+            raise UserError(f"epsilon {self.epsilon:g} is too small for sensitivity "
                              f"{self.sensitivity:g}: the noise's scale sensitivity / epsilon "
                              "must be at most 2^56")
 
@@ -177,9 +178,9 @@ def _as_integers(x: ArrayLike) -> npt.NDArray[np.int64]:
         return arr.astype(np.int64)
     if arr.dtype.kind == "f":
         if not np.all(arr == np.round(arr)) or np.any(np.abs(arr) >= 2.0**62):
-            raise ValueError(
+            raise UserError(
                 "x must hold integers for an integer mechanism "
                 "(use Laplace or Gaussian for real values)"
             )
         return arr.astype(np.int64)
-    raise ValueError("x must be numeric (integers for an integer mechanism)")
+    raise UserError("x must be numeric (integers for an integer mechanism)")

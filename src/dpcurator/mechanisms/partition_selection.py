@@ -58,7 +58,7 @@ import numpy.typing as npt
 from dpcurator.accounting import ApproxDP, Neighbouring
 from dpcurator.accounting.conversions import zcdp_to_epsilon
 from dpcurator.accounting.events import ApproxDPEvent, DpEvent, PureDPEvent, ZCDPEvent
-from dpcurator.errors import InternalError
+from dpcurator.errors import InternalError, UserError
 from dpcurator.mechanisms import _grid
 from dpcurator.mechanisms._base import Mechanism, as_finite_array, check_delta, check_positive
 from dpcurator.mechanisms._tails import NoiseTails, upper_tail_point
@@ -86,16 +86,16 @@ _GRID_BITS = 120
 
 def _check_max_partitions(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"max_partitions must be a positive integer, got {value!r}")
+        raise UserError(f"max_partitions must be a positive integer, got {value!r}")
     return int(value)
 
 
 def _unit_counts(counts: Any) -> npt.NDArray[np.int64]:
     arr = as_finite_array("unit_counts", counts)
     if arr.ndim != 1:
-        raise ValueError("unit_counts must be a 1-D array (one count per partition)")
+        raise UserError("unit_counts must be a 1-D array (one count per partition)")
     if arr.size and (np.any(arr < 0) or np.any(arr != np.round(arr))):
-        raise ValueError("unit_counts must hold non-negative integers (units per partition)")
+        raise UserError("unit_counts must hold non-negative integers (units per partition)")
     return arr.astype(np.int64)
 
 
@@ -113,7 +113,7 @@ class PartitionSelection(Mechanism):
                  source: RandomSource | None = None) -> None:
         super().__init__(neighbouring=neighbouring, source=source)
         if neighbouring is not Neighbouring.ADD_REMOVE:
-            raise ValueError("partition selection is stated for add/remove neighbouring only")
+            raise UserError("partition selection is stated for add/remove neighbouring only")
         self.epsilon = check_positive("epsilon", epsilon)
         self.delta = check_delta(delta)
         self.max_partitions = _check_max_partitions(max_partitions)
@@ -164,10 +164,10 @@ def optimal_table_length(epsilon: float, delta: float) -> float:
 def _optimal_table(epsilon: float, delta: float) -> tuple[Fraction, ...]:
     """pi(0), ..., pi(N) with pi(N) = 1, as dyadic rationals (2^-120 grid), checked exactly."""
     if delta < 2.0**-80:
-        raise ValueError("delta must be at least 2^-80 for partition selection")
+        raise UserError("delta must be at least 2^-80 for partition selection")
     if optimal_table_length(epsilon, delta) > 20_000_000:  # refused at once, not after hours
-        raise ValueError("epsilon per partition is too small: the keep probability "
-                         "needs more than ten million units to reach 1")
+        raise UserError("epsilon per partition is too small: the keep probability "
+                        "needs more than ten million units to reach 1")
     ctx = mpmath.MPContext()
     ctx.dps = _DIGITS
     eps = ctx.mpf(epsilon) * (1 - ctx.mpf(_SLACK))
@@ -186,8 +186,8 @@ def _optimal_table(epsilon: float, delta: float) -> tuple[Fraction, ...]:
                 else grid)
         table.append(Fraction(max(min(rise, fall, grid), 0), grid))
         if len(table) > 10_000_000:
-            raise ValueError("epsilon per partition is too small: the keep probability "
-                             "needs more than ten million units to reach 1")
+            raise UserError("epsilon per partition is too small: the keep probability "
+                            "needs more than ten million units to reach 1")
     _verify_table(table, epsilon, delta)
     return tuple(table)
 
@@ -245,7 +245,7 @@ class OptimalPartitionSelection(PartitionSelection):
 
     def keep_probability(self, n: int) -> float:
         if n < 0:
-            raise ValueError("n must be >= 0")
+            raise UserError("n must be >= 0")
         return float(self.table[n]) if n < len(self.table) else 1.0
 
     def keep(self, unit_counts: npt.NDArray[np.int64]) -> BoolArray:
@@ -399,14 +399,14 @@ class CountThreshold(Mechanism):
                  source: RandomSource | None = None) -> None:
         super().__init__(neighbouring=Neighbouring.ADD_REMOVE, source=source)
         if not isinstance(noise, DiscreteLaplace | DiscreteGaussian):
-            raise ValueError("noise must be a DiscreteLaplace or a DiscreteGaussian mechanism")
+            raise UserError("noise must be a DiscreteLaplace or a DiscreteGaussian mechanism")
         if noise.neighbouring is not Neighbouring.ADD_REMOVE:
-            raise ValueError("count thresholding is stated for add/remove neighbouring only")
+            raise UserError("count thresholding is stated for add/remove neighbouring only")
         if isinstance(noise, DiscreteGaussian) and noise.rho is None:
-            raise ValueError("a Gaussian count threshold needs the noise calibrated by rho")
+            raise UserError("a Gaussian count threshold needs the noise calibrated by rho")
         for name, value in (("contribution", contribution), ("unit_weight", unit_weight)):
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise UserError(f"{name} must be a positive integer, got {value!r}")
         self.noise = noise
         self.contribution = int(contribution)
         self.unit_weight = int(unit_weight)
@@ -414,7 +414,7 @@ class CountThreshold(Mechanism):
         self.max_partitions = _check_max_partitions(max_partitions)
         self.partition_delta = per_partition_delta(self.delta, self.max_partitions)
         if not self.partition_delta < 0.5:
-            raise ValueError("delta is too large for count thresholding")
+            raise UserError("delta is too large for count thresholding")
         self.threshold = self.contribution + upper_tail_point(noise, self.partition_delta)
 
     @property
@@ -454,7 +454,7 @@ class CountThreshold(Mechanism):
     def keep_probability(self, n: int) -> float:
         """P[a partition of n units, one row each, is released] = P[Z >= tau - n W]."""
         if n < 0:
-            raise ValueError("n must be >= 0")
+            raise UserError("n must be >= 0")
         if n == 0:
             return 0.0
         tails = NoiseTails.of(self.noise)

@@ -57,9 +57,15 @@ from scipy import stats
 
 from dpcurator.accounting import Neighbouring, PureDP
 from dpcurator.accounting.events import DpEvent, PureDPEvent, RandomizedResponseEvent
+from dpcurator.errors import UserError
 from dpcurator.mechanisms._base import Mechanism, check_alpha, check_positive
-from dpcurator.noise import RandomSource, sample_bernoulli, sample_uniform_int
-from dpcurator.noise._exact import interval_bounds, interval_context
+from dpcurator.noise import (
+    RandomSource,
+    interval_bounds,
+    interval_context,
+    sample_bernoulli,
+    sample_uniform_int,
+)
 
 __all__ = ["Estimate", "RandomizedResponse"]
 
@@ -161,7 +167,7 @@ class _TwoCoin(_Protocol):
 
     def check_categories(self, k: int) -> None:
         if k != 2:
-            raise ValueError(
+            raise UserError(
                 "protocol 'two-coin' is for yes/no questions; with more categories use "
                 "protocol='generalized' or 'truth-or-coin'")
 
@@ -278,11 +284,11 @@ class _BinaryEncoding(_Encoding):
             return arr.astype(np.int64).ravel(), arr.shape
         if arr.dtype.kind in "iuf":
             if not np.all((arr == 0) | (arr == 1)):
-                raise ValueError(
+                raise UserError(
                     f"{name} must contain only booleans or 0/1: it contains values outside "
                     "{0, 1}")
             return arr.astype(np.int64).ravel(), arr.shape
-        raise ValueError(f"{name} must contain only booleans or 0/1 (numbers or bools)")
+        raise UserError(f"{name} must contain only booleans or 0/1 (numbers or bools)")
 
     def decode(self, idx: IntArray, shape: tuple[int, ...]) -> Any:
         out = idx.astype(np.bool_).reshape(shape)
@@ -292,21 +298,21 @@ class _BinaryEncoding(_Encoding):
 class _LabelEncoding(_Encoding):
     def __init__(self, categories: Sequence[Any]) -> None:
         if isinstance(categories, str | bytes) or not isinstance(categories, Sequence | np.ndarray):
-            raise ValueError("categories must be a sequence of at least 2 distinct labels")
+            raise UserError("categories must be a sequence of at least 2 distinct labels")
         values = tuple(categories.tolist() if isinstance(categories, np.ndarray) else categories)
         if len(values) < 2:
-            raise ValueError("categories must hold at least 2 distinct labels")
+            raise UserError("categories must hold at least 2 distinct labels")
         for v in values:
             if isinstance(v, float) and math.isnan(v):
-                raise ValueError("categories must not contain NaN")
+                raise UserError("categories must not contain NaN")
             if isinstance(v, list | tuple | dict | set | np.ndarray):
-                raise ValueError("categories must be scalar labels (strings, numbers, ...)")
+                raise UserError("categories must be scalar labels (strings, numbers, ...)")
         try:
             self._lookup = {v: i for i, v in enumerate(values)}
         except TypeError:
-            raise ValueError("categories must be hashable labels") from None
+            raise UserError("categories must be hashable labels") from None
         if len(self._lookup) != len(values):
-            raise ValueError("categories must be distinct (note that 1, 1.0 and True are equal)")
+            raise UserError("categories must be distinct (note that 1, 1.0 and True are equal)")
         self.values = values
         self.k = len(values)
         self._objects = np.empty(self.k, dtype=object)
@@ -332,7 +338,7 @@ class _LabelEncoding(_Encoding):
         flat = arr.ravel()
         pos = np.minimum(np.searchsorted(self._sorted, flat), self.k - 1)
         if not np.all(self._sorted[pos] == flat):
-            raise ValueError("the input contains values that are not among the categories")
+            raise UserError("the input contains values that are not among the categories")
         return self._order[pos].astype(np.int64)
 
     def encode(self, name: str, x: Any) -> tuple[IntArray, tuple[int, ...]]:
@@ -341,7 +347,7 @@ class _LabelEncoding(_Encoding):
             try:
                 idx = self._encode_fast(arr)
             except ValueError:
-                raise ValueError(f"{name} contains values that are not among the categories") \
+                raise UserError(f"{name} contains values that are not among the categories") \
                     from None
             if idx is not None:
                 return idx, arr.shape
@@ -352,7 +358,7 @@ class _LabelEncoding(_Encoding):
         except TypeError:
             idx = np.full(1, -1, dtype=np.int64)
         if np.any(idx < 0):
-            raise ValueError(f"{name} contains values that are not among the categories")
+            raise UserError(f"{name} contains values that are not among the categories")
         return idx, objects.shape
 
     def decode(self, idx: IntArray, shape: tuple[int, ...]) -> Any:
@@ -435,7 +441,7 @@ class RandomizedResponse(Mechanism):
                  neighbouring: Neighbouring = Neighbouring.REPLACE,
                  source: RandomSource | None = None) -> None:
         if neighbouring is Neighbouring.ADD_REMOVE:
-            raise ValueError(
+            raise UserError(
                 "randomized response protects the content of one person's answer, not whether "
                 "they answered: its guarantee holds under Neighbouring.REPLACE (the default)")
         super().__init__(neighbouring=neighbouring, source=source)
@@ -444,13 +450,13 @@ class RandomizedResponse(Mechanism):
         if protocol is None:
             protocol = "two-coin" if categories is None else "generalized"
         if protocol not in _PROTOCOLS:
-            raise ValueError(
+            raise UserError(
                 f"protocol must be one of {sorted(_PROTOCOLS)}, got {protocol!r}")
         self._protocol = _PROTOCOLS[protocol]
         k = self._encoding.k
         self._protocol.check_categories(k)
         if (epsilon is None) == (truth_probability is None):
-            raise ValueError("give exactly one of epsilon= or truth_probability=")
+            raise UserError("give exactly one of epsilon= or truth_probability=")
         if epsilon is not None:
             self._p, self._epsilon = self._from_epsilon(check_positive("epsilon", epsilon))
         else:
@@ -463,11 +469,11 @@ class RandomizedResponse(Mechanism):
     def _from_epsilon(self, epsilon: float) -> tuple[Fraction, float]:
         proto, k = self._protocol, self._encoding.k
         if epsilon > _MAX_EPSILON:
-            raise ValueError(
+            raise UserError(
                 f"epsilon must be at most {_MAX_EPSILON:g} (a larger value leaves no privacy), "
                 f"got {epsilon!r}")
         if epsilon <= proto.minimum_epsilon:
-            raise ValueError(
+            raise UserError(
                 f"epsilon must exceed the {proto.name} protocol's minimum "
                 f"ln 2 ~ {proto.minimum_epsilon:.3f}, got {epsilon!r}; use "
                 "protocol='truth-or-coin' or 'generalized' for smaller epsilon")
@@ -478,7 +484,7 @@ class RandomizedResponse(Mechanism):
                                     min(high for _, high in p_bounds),
                                     max(interval_bounds(q_star)[1] for _, q_star in candidates))
         if p <= proto.minimum_p(k):
-            raise ValueError(
+            raise UserError(
                 f"epsilon={epsilon!r} is too close to the {proto.name} protocol's minimum "
                 f"{proto.minimum_epsilon:.6g} to be represented; use a larger epsilon")
         achieved = _ln_upper(proto.loss_ratio(p, k))
@@ -487,12 +493,12 @@ class RandomizedResponse(Mechanism):
     def _check_truth_probability(self, value: Real) -> Fraction:
         low = self._protocol.minimum_p(self._encoding.k)
         if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
-            raise ValueError(f"truth_probability must be a number in ({low}, 1), got {value!r}")
+            raise UserError(f"truth_probability must be a number in ({low}, 1), got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"truth_probability must be a number in ({low}, 1), got {value!r}")
+            raise UserError(f"truth_probability must be a number in ({low}, 1), got {value!r}")
         p = Fraction(value)
         if not low < p < 1:
-            raise ValueError(
+            raise UserError(
                 f"truth_probability must lie strictly between {low} and 1 for protocol "
                 f"{self._protocol.name!r}, got {value!r}")
         return p
@@ -576,7 +582,7 @@ class RandomizedResponse(Mechanism):
     def _counts(self, reports: Any) -> tuple[FloatArray, int]:
         idx, _ = self._encoding.encode("reports", reports)
         if idx.size == 0:
-            raise ValueError("reports must hold at least one report")
+            raise UserError("reports must hold at least one report")
         return np.bincount(idx, minlength=self._encoding.k).astype(np.float64), int(idx.size)
 
     def estimate(self, reports: Any, alpha: float = 0.05) -> Estimate:
@@ -641,7 +647,7 @@ class RandomizedResponse(Mechanism):
         """
         alpha = check_alpha(alpha)
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-            raise ValueError(f"n must be a positive integer (the number of reports), got {n!r}")
+            raise UserError(f"n must be a positive integer (the number of reports), got {n!r}")
         a, b = self._affine()
         lam = min(max(0.5, a), a + b)
         z = float(stats.norm.ppf(1 - alpha / 2))

@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.accounting import Neighbouring, PureDP
+from dpcurator.errors import UserError
 from dpcurator.mechanisms._base import Mechanism, as_finite_array, check_alpha, check_positive
 from dpcurator.mechanisms._grid import granularity_for
 from dpcurator.noise import RandomSource, sample_discrete_laplace
@@ -96,16 +97,16 @@ class SparseVector(Mechanism):
         if isinstance(threshold, bool) or not isinstance(threshold, int | float | np.integer
                                                          | np.floating) \
                 or not math.isfinite(threshold):
-            raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+            raise UserError(f"threshold must be a finite number, got {threshold!r}")
         self.threshold = float(threshold)
         if isinstance(max_positives, bool) or not isinstance(max_positives, int | np.integer) \
                 or max_positives < 1:
-            raise ValueError(
+            raise UserError(
                 f"max_positives must be a positive integer (c, the number of 'above' answers "
                 f"before stopping), got {max_positives!r}")
         self.max_positives = int(max_positives)
         if not isinstance(monotonic, bool):
-            raise ValueError(f"monotonic must be True or False, got {monotonic!r}")
+            raise UserError(f"monotonic must be True or False, got {monotonic!r}")
         self.monotonic = monotonic
 
         c = self.max_positives
@@ -117,7 +118,7 @@ class SparseVector(Mechanism):
         else:
             eps1 = Fraction(check_positive("threshold_epsilon", threshold_epsilon))
         if not 0 < eps1 < eps:
-            raise ValueError(
+            raise UserError(
                 f"threshold_epsilon must lie strictly between 0 and epsilon={self.epsilon!r}, "
                 f"got {float(eps1)!r}")
         eps2 = eps - eps1  # exact: eps1 + eps2 == epsilon
@@ -135,7 +136,7 @@ class SparseVector(Mechanism):
         self._threshold_scale = inflated / eps1
         self._query_scale = query_factor * inflated / eps2
         if not 0 < self._threshold_scale / g <= 2**56 or not 0 < self._query_scale / g <= 2**56:
-            raise ValueError("epsilon and sensitivity give a noise scale out of range")
+            raise UserError("epsilon and sensitivity give a noise scale out of range")
 
     # -- description --------------------------------------------------------------------------
 
@@ -175,7 +176,7 @@ class SparseVector(Mechanism):
         """Indices of the queries answered "above", at most ``max_positives`` (see the class)."""
         answers = as_finite_array("query_answers", query_answers)
         if answers.ndim != 1:
-            raise ValueError(
+            raise UserError(
                 f"query_answers must be a 1-D array (one answer per query), got "
                 f"{answers.ndim} dimensions")
         g, src = self._g, self.source
@@ -212,7 +213,7 @@ class SparseVector(Mechanism):
         alpha = check_alpha(alpha)
         if isinstance(n_queries, bool) or not isinstance(n_queries, int | np.integer) \
                 or n_queries < 1:
-            raise ValueError(f"n_queries must be a positive integer, got {n_queries!r}")
+            raise UserError(f"n_queries must be a positive integer, got {n_queries!r}")
         margin = (float(self._threshold_scale) * math.log(4 / alpha)
                   + float(self._query_scale) * math.log(4 * int(n_queries) / alpha)
                   + float(self._g))

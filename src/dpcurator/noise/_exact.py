@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from mpmath.ctx_iv import MPIntervalContext
 
+from dpcurator.errors import InternalError
 from dpcurator.noise.source import RandomSource
 
 T = TypeVar("T")
@@ -53,7 +54,7 @@ def _iv_rational(iv: Any, value: Fraction) -> Any:
 def _raw_to_fraction(raw: tuple[int, int, int, int]) -> Fraction:
     sign, mantissa, exponent, _ = raw
     if mantissa == 0 and exponent != 0:
-        raise ArithmeticError("interval endpoint is infinite or NaN; this is a bug in dpcurator")
+        raise InternalError("interval endpoint is infinite or NaN; this is a bug in dpcurator")
     value = Fraction(mantissa) * (Fraction(2) ** exponent)
     return -value if sign else value
 

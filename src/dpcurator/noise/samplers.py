@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator.errors import UserError, UserTypeError
 from dpcurator.noise import _exact, _kernels
 from dpcurator.noise.source import RandomSource, resolve_source
 
@@ -47,16 +48,16 @@ _MAX_SCALE = MAX_SCALE
 
 def _as_fraction(name: str, value: Real) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+        raise UserTypeError(f"{name} must be a real number, got {type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise UserError(f"{name} must be finite, got {value!r}")
     return Fraction(value)
 
 
 def _count(size: Size) -> tuple[int, tuple[int, ...]]:
     shape = (size,) if isinstance(size, int) else tuple(size)
     if any((not isinstance(d, int)) or d < 0 for d in shape):
-        raise ValueError(f"size must be a non-negative int or tuple of them, got {size!r}")
+        raise UserError(f"size must be a non-negative int or tuple of them, got {size!r}")
     return math.prod(shape), shape
 
 
@@ -70,7 +71,7 @@ def sample_bernoulli(
     """Exact Bernoulli(p) draws for rational p in [0, 1]."""
     prob = _as_fraction("p", p)
     if not 0 <= prob <= 1:
-        raise ValueError(f"p must lie in [0, 1], got {p!r}")
+        raise UserError(f"p must lie in [0, 1], got {p!r}")
     return _threshold_draws(
         _exact.floor_scaled_rational(prob), _exact.below_rational(prob), size, source
     )
@@ -82,7 +83,7 @@ def sample_bernoulli_exp(
     """Exact Bernoulli(exp(-gamma)) draws for rational gamma >= 0."""
     g = _as_fraction("gamma", gamma)
     if g < 0:
-        raise ValueError(f"gamma must be >= 0, got {gamma!r}")
+        raise UserError(f"gamma must be >= 0, got {gamma!r}")
     return _threshold_draws(_bernoulli_exp_threshold(g), _exact.below_exp(g), size, source)
 
 
@@ -111,7 +112,7 @@ def sample_uniform_int(
 ) -> npt.NDArray[np.int64]:
     """Exact uniform draws from {0, ..., high - 1}, 1 <= high <= 2^63 (rejection sampling)."""
     if isinstance(high, bool) or not isinstance(high, int | np.integer) or not 1 <= high <= 2**63:
-        raise ValueError(f"high must be an integer in [1, 2^63], got {high!r}")
+        raise UserError(f"high must be an integer in [1, 2^63], got {high!r}")
     n, shape = _count(size)
     src = resolve_source(source)
     if high & (high - 1) == 0:  # a power of two: the top bits of a word are exactly uniform
@@ -206,9 +207,9 @@ def _exact_laplace_trial(
 def _check_scale(name: str, value: Real) -> Fraction:
     scale = _as_fraction(name, value)
     if scale <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+        raise UserError(f"{name} must be > 0, got {value!r}")
     if scale > _MAX_SCALE:
-        raise ValueError(f"{name} must be at most 2^56, got {value!r}")
+        raise UserError(f"{name} must be at most 2^56, got {value!r}")
     return scale
 
 

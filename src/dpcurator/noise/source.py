@@ -21,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from dpcurator.errors import UserError, UserTypeError
+
 __all__ = ["RandomSource", "SecureRandom", "SeededRandom", "default_source", "resolve_source"]
 
 U64Array = npt.NDArray[np.uint64]
@@ -62,7 +64,7 @@ class SecureRandom:
 
     def words(self, n: int) -> U64Array:
         if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+            raise UserError(f"n must be >= 0, got {n}")
         out = np.empty(n, dtype=np.uint64)
         view = memoryview(out).cast("B")  # type: ignore[arg-type]
         total = 8 * n
@@ -99,7 +101,7 @@ class SeededRandom:
 
     def words(self, n: int) -> U64Array:
         if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+            raise UserError(f"n must be >= 0, got {n}")
         with self._lock:
             return self._bitgen.random_raw(n).astype(np.uint64, copy=False)
 
@@ -126,7 +128,7 @@ def resolve_source(source: RandomSource | None) -> RandomSource:
     if source is None:
         return default_source()
     if not isinstance(source, RandomSource):
-        raise TypeError(
+        raise UserTypeError(
             "source must be a dpcurator.noise.RandomSource (SecureRandom, or SeededRandom in "
             f"tests), got {type(source).__name__}"
         )

@@ -6,6 +6,7 @@
     True
 """
 
+from dpcurator.query._keys import public_keys
 from dpcurator.query._plan_json import plan_from_json, plan_to_json
 from dpcurator.query.bounding import BoundedQuery, HistogramSpec, MeasureSpec, ValueSpec
 from dpcurator.query.builder import Query, bins, column_key, expression_key, width_bucket
@@ -57,5 +58,6 @@ __all__ = [
     "parse_sql",
     "plan_from_json",
     "plan_to_json",
+    "public_keys",
     "width_bucket",
 ]

@@ -66,17 +66,11 @@ def _check_name(name: Any, what: str) -> str:
 
 def _check_number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        try:
-            import numpy as np
+        import numpy as np
 
-            if isinstance(value, np.integer | np.floating):
-                value = float(value)
-            else:
-                raise TypeError
-        except TypeError:
-            raise BoundsError(
-                f"{name} must be a number, got a {type(value).__name__}"
-            ) from None
+        if not isinstance(value, np.integer | np.floating):
+            raise BoundsError(f"{name} must be a number, got a {type(value).__name__}")
+        value = float(value)
     number = float(value)
     if math.isnan(number) or math.isinf(number):
         raise BoundsError(f"{name} must be a finite number, got {number!r}")

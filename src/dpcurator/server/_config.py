@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dpcurator.accounting.guarantees import ZCDP, ApproxDP, PureDP
-from dpcurator.errors import UserError
+from dpcurator.errors import ConfigError
 
 __all__ = ["AnalystConfig", "ConfigError", "DatasetConfig", "Limits", "ServiceConfig",
            "load_config"]
@@ -38,10 +38,6 @@ __all__ = ["AnalystConfig", "ConfigError", "DatasetConfig", "Limits", "ServiceCo
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 Total = PureDP | ApproxDP | ZCDP
-
-
-class ConfigError(UserError):
-    """The service's configuration is wrong; the message names the key."""
 
 
 @dataclass(frozen=True)

@@ -39,12 +39,15 @@ from typing import Any, TypeVar
 from dpcurator.accounting.filters import Cost, FilterRule
 from dpcurator.curator import Curator, Release
 from dpcurator.curator._session import PreparedQuery, ResolvedQuery
-from dpcurator.errors import BudgetExceededError, DPCuratorError, LedgerIntegrityError
-from dpcurator.ledger import Budget, Ledger
-from dpcurator.ledger._ledger import IdempotencyConflict, fingerprint
+from dpcurator.errors import (
+    BudgetExceededError,
+    DPCuratorError,
+    InternalError,
+    LedgerIntegrityError,
+)
+from dpcurator.ledger import Budget, IdempotencyConflict, Ledger, fingerprint
 from dpcurator.noise import RandomSource
-from dpcurator.query._keys import public_keys
-from dpcurator.query._plan_json import plan_from_json
+from dpcurator.query import plan_from_json, public_keys
 from dpcurator.query.plan import DEFAULT_AUTO_SHARE, Plan
 from dpcurator.query.sql import parse_sql
 
@@ -57,7 +60,7 @@ _MAX_SQL = 20_000
 _CACHE_SIZE = 4096
 
 
-class ServiceError(Exception):
+class ServiceError(DPCuratorError):
     """A refusal with its HTTP status and error type; the message never holds a record."""
 
     def __init__(self, status: int, kind: str, message: str) -> None:
@@ -419,8 +422,8 @@ def _user(action: Callable[[], T]) -> T:
     """Run ``action``; a dpcurator user error becomes 400 with its (record-free) message."""
     try:
         return action()
-    except ServiceError:
-        raise
+    except (ServiceError, InternalError):
+        raise  # an InternalError is a bug: the app answers 500, not the user's 400
     except DPCuratorError as exc:
         if isinstance(exc, LedgerIntegrityError):
             raise ServiceError(503, "ledger_unavailable", str(exc)) from None

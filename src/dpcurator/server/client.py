@@ -19,7 +19,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from dpcurator.errors import BudgetExceededError, DPCuratorError, UserError
+from dpcurator.errors import BudgetExceededError, DPCuratorError, InternalError, UserError
 
 __all__ = ["RemoteCurator", "RemoteError", "connect"]
 
@@ -143,7 +143,7 @@ class RemoteCurator:
                 if attempt == retries:
                     raise RemoteError(f"cannot reach the curator at {self.url}: "
                                       f"{getattr(exc, 'reason', exc)}") from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise InternalError("unreachable; this is probably a bug")  # pragma: no cover
 
     def __repr__(self) -> str:
         return f"RemoteCurator({self.url!r}, dataset={self.dataset!r})"
