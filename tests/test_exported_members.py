@@ -60,7 +60,8 @@ EXPORTED: dict[str, list[str]] = {
         "ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "PostgresTable",
         "SourceKind", "column_kind", "open_engine", "register_source",
     ],
-    "dpcurator.curator": ["Curator", "CuratorQuery", "PrivacyRequest", "Release"],
+    "dpcurator.curator": ["Curator", "CuratorQuery", "PreparedQuery", "PrivacyRequest", "Release",
+                          "ResolvedQuery"],
     "dpcurator.local": [
         "Accumulator", "BadReport", "BinaryResponse", "Collector", "ConfigError", "Duchi",
         "FrequencyEstimate", "FrequencyOracle", "GeneralizedRR", "HadamardResponse",

@@ -281,3 +281,36 @@ def sample_queries(count: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
 
     gather()
     return found[:count]
+
+
+@pytest.mark.parametrize("options", [
+    {"epsilon": 1.0, "bounds": GIVEN, "max_partitions": 1, "max_rows_per_partition": 2,
+     "keys": ["s0", "s1"]},
+    {"epsilon": 1.0, "delta": 1e-6},  # private keys, bounds chosen from the data
+    {"rho": 0.5, "keys": ["s0", "s1"], "bounds": "auto"},
+])
+def test_a_query_is_priced_once(monkeypatch: pytest.MonkeyPatch,
+                                options: dict[str, Any]) -> None:
+    """Its price is computed when it is prepared and read from there by the charge, the
+    release and the service's ``cost_in`` (it was computed three times)."""
+    import dpcurator.curator._session as session
+
+    calls: list[object] = []
+    real = session.query_cost
+
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(session, "query_cost", counted)
+    budget = dp.ZCDP(10) if "rho" in options else dp.ApproxDP(10, 1e-5)
+    curator = Curator(frame(), privacy_unit="uid", budget=budget, source=SeededRandom(8),
+                      cache=False)
+    release = curator.sql("SELECT s, COUNT(*) AS n, SUM(x) AS t FROM data GROUP BY s",
+                          **options)
+    assert len(calls) == 1
+    assert curator.ledger[-1].cost == release.privacy
+    prepared = curator.prepare(curator.resolve(release.plan.replace(auto=None), **{
+        k: v for k, v in options.items() if k in ("epsilon", "delta", "rho")}))
+    assert curator.cost_in(prepared, curator.budget.composition) is prepared.cost
+    assert len(calls) == 2  # the second prepare, once

@@ -12,7 +12,8 @@
 """
 
 from dpcurator.curator._privacy import PrivacyRequest
-from dpcurator.curator._session import Curator, CuratorQuery
+from dpcurator.curator._session import Curator, CuratorQuery, PreparedQuery, ResolvedQuery
 from dpcurator.curator.release import Release
 
-__all__ = ["Curator", "CuratorQuery", "PrivacyRequest", "Release"]
+__all__ = ["Curator", "CuratorQuery", "PreparedQuery", "PrivacyRequest", "Release",
+           "ResolvedQuery"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpcurator.errors import UserError
 from dpcurator.mechanisms.exponential import PermuteAndFlip
@@ -47,12 +47,11 @@ from ._auto_bounds import (
     with_bounds,
 )
 
-if TYPE_CHECKING:
-    from ._compile import CompiledQuery
-
 __all__ = ["Candidates", "prove_candidates"]
 
-Compile = Callable[[Plan], "CompiledQuery"]
+#: a ``_compile.CompiledQuery`` (not imported: ``_compile`` imports this module)
+CompiledQuery = Any
+Compile = Callable[[Plan], CompiledQuery]
 
 
 @dataclass(frozen=True)

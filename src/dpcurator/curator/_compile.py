@@ -70,13 +70,13 @@ from ._auto_bounds import AutoPlan, outer_names, plan_auto
 from ._candidates import Candidates, prove_candidates
 from ._cost import check_within, stated_event
 from ._estimators import Estimator, NoisyMeasure
+from ._grid import unit_bound as _unit_bound
+from ._grid import value_scale as _value_scale
 from ._privacy import PrivacyRequest
 from ._quantiles import BINS, QuantileTree
 
 __all__ = ["CompiledQuery", "Defaults", "compile_query", "resolve_plan"]
 
-CANONICAL_SCALE = 2**40  # every Laplace measure's noise scale, in its integer units
-MIN_RESOLUTION = 2**20  # one row's value spans at least this many integer units
 
 
 @dataclass(frozen=True)
@@ -249,47 +249,6 @@ class CompiledQuery:
     def event(self) -> ComposedEvent:
         """The query's events, composed (run one after another on the same data)."""
         return ComposedEvent(self.events)
-
-
-def _unit_bound(kind: str, budget: float, k: int, multiplier: int) -> tuple[int, float]:
-    """The integer bound M of one row's (or pair's) value, and the budget actually used.
-
-    Laplace: M = floor(T eps / (k m)) so that the L1 sensitivity k m M divided by the epsilon
-    used, k m M / T (exact in double), is exactly T = 2^40: every Laplace measure of every
-    query then draws from one discrete Laplace of scale 2^40, whose sampling tables are built
-    once per process. Flooring M spends at most a 2^-20 fraction less than the share.
-    Gaussian: M = floor(2^40 sqrt(2 rho) / (sqrt(k) m)), so that sigma is about 2^40.
-    """
-    if kind == "laplace":
-        exact = Fraction(budget) / (k * multiplier)
-        scale = CANONICAL_SCALE
-        while exact * scale * (k * multiplier) >= 2**52:  # keep k m M exact in a double
-            scale //= 2
-        if scale < 1:
-            raise UserError(f"epsilon {budget:g} is too large: this query's noise cannot be "
-                            f"calibrated above epsilon = {2**51 * k * multiplier:.3g} (its "
-                            "answer would be exact, no longer private)")
-        bound = math.floor(exact * scale)
-        if bound < MIN_RESOLUTION:
-            raise UserError("epsilon is too small for this query's contribution bounds; "
-                            "raise epsilon or lower max_partitions / max_rows_per_partition")
-        used = k * multiplier * bound / scale  # exact: an integer < 2^52 over a power of two
-        if Fraction(used) > Fraction(budget):
-            raise InternalError("canonical calibration overspent; this is a bug")
-        return bound, used
-    bound = math.floor(CANONICAL_SCALE * math.sqrt(2 * budget) / (math.sqrt(k) * multiplier))
-    bound = min(bound, 2**50 // multiplier)
-    if bound < MIN_RESOLUTION:
-        raise UserError("rho is too small for this query's contribution bounds; raise it")
-    return bound, budget
-
-
-def _value_scale(worst: float, bound: int) -> float:
-    """The largest scale s with ceil(worst * s) <= bound (computed as the engine will)."""
-    scale = bound / worst
-    while math.ceil(worst * scale) > bound:
-        scale = math.nextafter(scale, 0.0)
-    return scale
 
 
 def _new_mechanism(kind: str, budget: float, measure: MeasureSpec, bq: BoundedQuery,

@@ -354,11 +354,9 @@ class Curator:
         with self._lock:
             if use_cache and resolved.key in self._cache:
                 return _with_confidence(self._cache[resolved.key], resolved.level, cached=True)
-            prepared = self.prepare(resolved)
-            compiled = self._charge(prepared.compiled,
-                                    label or repr(prepared.compiled.plan))
-            release = self._answer(compiled, prepared.statements, prepared.level,
-                                   self._charge_cost(compiled))
+            prepared = self.prepare(resolved)  # compiled, checked, priced: before any charge
+            compiled, cost = self._charge(prepared, label or repr(prepared.compiled.plan))
+            release = self._answer(compiled, prepared.statements, prepared.level, cost)
             if use_cache:
                 self._cache[resolved.key] = release
             return release
@@ -394,7 +392,8 @@ class Curator:
                 self._engine.validate(_profile_query(compiled))
         except RecursionError:
             raise too_deep_error() from None
-        return PreparedQuery(compiled, list(statements), resolved.level)
+        return PreparedQuery(compiled, tuple(statements), resolved.level,
+                             self._budget.composition, self._charge_cost(compiled))
 
     def answer(self, prepared: PreparedQuery, privacy: PureDP | ApproxDP | ZCDP) -> Release:
         """Run a prepared query and add its noise; the caller has charged ``privacy`` for it.
@@ -409,7 +408,10 @@ class Curator:
         return release
 
     def cost_in(self, prepared: PreparedQuery, composition: str) -> PureDP | ApproxDP | ZCDP:
-        """What a prepared query costs in a budget of the given composition."""
+        """What a prepared query costs in a budget of the given composition (priced when it
+        was prepared, for this curator's budget)."""
+        if composition == prepared.composition:
+            return prepared.cost
         return charge_cost(prepared.compiled, composition)
 
     def explain(self, query: Query | Plan | str, **privacy: Any) -> dict[str, Any]:
@@ -427,8 +429,8 @@ class Curator:
         compiled, statements, plan = prepared.compiled, prepared.statements, prepared.compiled.plan
         explained: dict[str, Any] = {
             "plan": plan,
-            "cost": self._charge_cost(compiled),
-            "sql": statements,
+            "cost": prepared.cost,
+            "sql": list(statements),
             "noise": {e.aggregate.name: e.describe() for e in compiled.estimators},
             "partition_selection": repr(compiled.selection) if compiled.selection else None,
         }
@@ -463,9 +465,11 @@ class Curator:
         """The guarantee to charge, in the budget's currency (tightest valid statement)."""
         return charge_cost(compiled, self._budget.composition)
 
-    def _charge(self, compiled: CompiledQuery, label: str) -> CompiledQuery:
-        """Charge the query, durably, or refuse it whole (nothing charged, nothing run)."""
-        cost = self._charge_cost(compiled)
+    def _charge(self, prepared: PreparedQuery, label: str
+                ) -> tuple[CompiledQuery, PureDP | ApproxDP | ZCDP]:
+        """Charge the prepared query its price, durably, or refuse it whole (nothing charged,
+        nothing run); what it charged, and the query compiled for it."""
+        compiled, cost = prepared.compiled, prepared.cost
         try:
             fits = self._budget.can_afford(cost)
         except UnsupportedChargeError as exc:
@@ -478,7 +482,7 @@ class Curator:
                     f"({_describe(self._budget.remaining)}); nothing was charged or run")
             compiled, cost = shrunk
         self._budget.charge(cost, label[:500])
-        return compiled
+        return compiled, cost
 
     def _shrink(self, compiled: CompiledQuery, cost: PureDP | ApproxDP | ZCDP
                 ) -> tuple[CompiledQuery, PureDP | ApproxDP | ZCDP] | None:
@@ -522,7 +526,7 @@ class Curator:
                                      self._source, candidates.rows_for)
         return candidates.bind(plan, chosen), chosen
 
-    def _answer(self, compiled: CompiledQuery, statements: list[str], level: float,
+    def _answer(self, compiled: CompiledQuery, statements: tuple[str, ...], level: float,
                 privacy: PureDP | ApproxDP | ZCDP) -> Release:
         """Run a charged query: one call per stage, the data's shape after each."""
         key = int(resolve_source(self._source).words(1)[0])  # the engine's sampling key
@@ -582,11 +586,16 @@ class ResolvedQuery:
 
 @dataclass(frozen=True)
 class PreparedQuery:
-    """A query checked, compiled and costed, not yet charged or run (``Curator.prepare``)."""
+    """A query checked, compiled and priced, not yet charged or run (``Curator.prepare``).
+
+    ``cost`` is its price in a budget of ``composition`` (the curator's own), computed once;
+    everything that can refuse it has run. What remains after a charge is running it."""
 
     compiled: CompiledQuery
-    statements: list[str]
+    statements: tuple[str, ...]
     level: float
+    composition: str
+    cost: PureDP | ApproxDP | ZCDP
 
     @property
     def key(self) -> tuple[Plan, PrivacyRequest]:

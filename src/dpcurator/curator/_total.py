@@ -73,6 +73,7 @@ from dpcurator.query.errors import QueryError
 from dpcurator.query.plan import Count, Plan, Quantile, Sum
 
 from . import _privacy
+from ._grid import value_scale
 from ._privacy import PrivacyRequest
 
 __all__ = ["CHOICE_PART", "SHARE", "alphas", "available", "measure", "resolve", "split",
@@ -160,13 +161,11 @@ def sum_measure(column: str, outer: float, grid: tuple[int, float], zcdp: bool,
                 source: RandomSource | None
                 ) -> tuple[MeasureSpec, DiscreteLaplace | DiscreteGaussian]:
     """The outer-capped sum of ``column``: values clamped to [-V, V] (V = ``outer``) on a
-    fixed-point grid whose largest value is at most ``grid[0]`` (``_compile._unit_bound``:
+    fixed-point grid whose largest value is at most ``grid[0]`` (``_grid.unit_bound``:
     the noise's scale is then about 2^40 units), the same noise as ``measure`` with the
     budget ``grid[1]``, calibrated to the sensitivity V (in those units)."""
-    from ._compile import _value_scale
-
     bound, used = grid
-    value = ValueSpec(column, -outer, outer, 0.0, _value_scale(outer, bound))
+    value = ValueSpec(column, -outer, outer, 0.0, value_scale(outer, bound))
     spec = MeasureSpec(f"total_unit_values_{column}", "unit_values", value, 1, value.bound)
     return spec, _noise(spec.outer, used, zcdp, source)
 

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from dpcurator.accounting.filters import Cost, FilterRule
 from dpcurator.curator import Curator, Release
-from dpcurator.curator._session import PreparedQuery, ResolvedQuery
+from dpcurator.curator import PreparedQuery, ResolvedQuery
 from dpcurator.errors import (
     BudgetExceededError,
     DPCuratorError,
