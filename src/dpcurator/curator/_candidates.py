@@ -154,7 +154,7 @@ def prove_candidates(plan: Plan, auto: AutoPlan, compile_at: Compile,
         count = _largest(len(rs), proven)
         if count:
             rows_for.append((k, count))
-            frontier[k] = compiled[count]  # type: ignore[assignment]
+            frontier[k] = compiled[count]
     smallest = (MAGNITUDES[0], OUTER_CANDIDATES[0], MAGNITUDES[0])
     if not rows_for or _compiles(compile_at, _at(plan, auto, rows_for[0][0], rs[0],
                                                  *smallest)) is None:

@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dpcurator.accounting.filters import Cost, FilterRule
-from dpcurator.curator import Curator, Release
-from dpcurator.curator import PreparedQuery, ResolvedQuery
+from dpcurator.curator import Curator, PreparedQuery, Release, ResolvedQuery
 from dpcurator.errors import (
     BudgetExceededError,
     DPCuratorError,
