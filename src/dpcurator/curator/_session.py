@@ -392,8 +392,13 @@ class Curator:
                 self._engine.validate(_profile_query(compiled))
         except RecursionError:
             raise too_deep_error() from None
+        try:  # priced once, here; a budget that cannot account it refuses at the charge
+            cost: PureDP | ApproxDP | ZCDP | None = self._charge_cost(compiled)
+            refusal = ""
+        except UserError as exc:
+            cost, refusal = None, str(exc)
         return PreparedQuery(compiled, tuple(statements), resolved.level,
-                             self._budget.composition, self._charge_cost(compiled))
+                             self._budget.composition, cost, refusal)
 
     def answer(self, prepared: PreparedQuery, privacy: PureDP | ApproxDP | ZCDP) -> Release:
         """Run a prepared query and add its noise; the caller has charged ``privacy`` for it.
@@ -411,7 +416,7 @@ class Curator:
         """What a prepared query costs in a budget of the given composition (priced when it
         was prepared, for this curator's budget)."""
         if composition == prepared.composition:
-            return prepared.cost
+            return prepared.price()
         return charge_cost(prepared.compiled, composition)
 
     def explain(self, query: Query | Plan | str, **privacy: Any) -> dict[str, Any]:
@@ -429,7 +434,7 @@ class Curator:
         compiled, statements, plan = prepared.compiled, prepared.statements, prepared.compiled.plan
         explained: dict[str, Any] = {
             "plan": plan,
-            "cost": prepared.cost,
+            "cost": prepared.price(),
             "sql": list(statements),
             "noise": {e.aggregate.name: e.describe() for e in compiled.estimators},
             "partition_selection": repr(compiled.selection) if compiled.selection else None,
@@ -469,7 +474,7 @@ class Curator:
                 ) -> tuple[CompiledQuery, PureDP | ApproxDP | ZCDP]:
         """Charge the prepared query its price, durably, or refuse it whole (nothing charged,
         nothing run); what it charged, and the query compiled for it."""
-        compiled, cost = prepared.compiled, prepared.cost
+        compiled, cost = prepared.compiled, prepared.price()
         try:
             fits = self._budget.can_afford(cost)
         except UnsupportedChargeError as exc:
@@ -588,14 +593,22 @@ class ResolvedQuery:
 class PreparedQuery:
     """A query checked, compiled and priced, not yet charged or run (``Curator.prepare``).
 
-    ``cost`` is its price in a budget of ``composition`` (the curator's own), computed once;
+    ``cost`` is its price in a budget of ``composition`` (the curator's own), computed once
+    (None where that budget cannot account it: ``refusal`` says why, and ``price`` raises it);
     everything that can refuse it has run. What remains after a charge is running it."""
 
     compiled: CompiledQuery
     statements: tuple[str, ...]
     level: float
     composition: str
-    cost: PureDP | ApproxDP | ZCDP
+    cost: PureDP | ApproxDP | ZCDP | None
+    refusal: str = ""
+
+    def price(self) -> PureDP | ApproxDP | ZCDP:
+        """The price in the curator's budget, or the ``UserError`` saying why it has none."""
+        if self.cost is None:
+            raise UserError(self.refusal)
+        return self.cost
 
     @property
     def key(self) -> tuple[Plan, PrivacyRequest]:
