@@ -268,7 +268,7 @@ def _divide(t: Total, node: exp.Expr) -> exp.Expr:
     """DuckDB's / is a double division, whatever the operands: NULL by zero, IEEE beyond
     the double range (where PostgreSQL would raise)."""
     a, b = (cast(x, "DOUBLE") for x in _operands(node))
-    plain = exp.Div(this=paren(a), expression=paren(b))
+    plain = exp.Div(this=paren(a), expression=paren(b), typed=True)
     logs = exp.Sub(this=_ln_abs(a), expression=_ln_abs(b))
     sign = exp.Mul(this=exp.Sign(this=a.copy()), expression=exp.Sign(this=b.copy()))
     return _case((_is_zero(b), exp.Null()),
@@ -347,7 +347,7 @@ def _log_call(base: exp.Expr | None, x: exp.Expr) -> exp.Expr:
     value = base.this if isinstance(base, exp.Cast) else base
     if base is None or (isinstance(value, exp.Literal) and value.this == "10"):
         return exp.Log(this=x)
-    return exp.Div(this=exp.Ln(this=x), expression=exp.Ln(this=base))
+    return exp.Div(this=exp.Ln(this=x), expression=exp.Ln(this=base), typed=True)
 
 
 def _exp(t: Total, node: exp.Expr) -> exp.Expr:
