@@ -81,12 +81,20 @@ WRITES: list[tuple[str, str, str]] = [
     ('abs("x")', "postgres", f'CASE WHEN ABS(CAST("x" AS DECIMAL)) {PG_FITS} THEN ABS(("x")) END'),
     ('abs("x")', "spark", "CASE WHEN `x` < 0 THEN TRY_MULTIPLY(`x`, -1) ELSE `x` END"),
     # casts: TRY_CAST semantics
-    ('CAST("t" AS INTEGER)', "duckdb", 'TRY_CAST("t" AS INT)'),
+    ('CAST("t" AS INTEGER)', "duckdb", "CASE WHEN TYPEOF(\"t\") <> 'VARCHAR' OR "
+     "REGEXP_MATCHES(TRY_CAST(\"t\" AS TEXT), '^\\s*[+-]?[0-9]+\\s*$') THEN "
+     'TRY_CAST("t" AS INT) END'),
+    ('CAST("t" AS DOUBLE)', "duckdb", 'TRY_CAST("t" AS DOUBLE)'),
     ('CAST("t" AS INTEGER)', "postgres", "CASE WHEN \"t\" ~ '^\\s*[+-]?[0-9]{1,40}\\s*$' AND "
      'CAST(TRIM("t") AS DECIMAL) BETWEEN -2147483648 AND 2147483647 THEN CAST(TRIM("t") AS INT) '
      "END"),
-    ('CAST("t" AS INTEGER)', "spark", "TRY_CAST(`t` AS INT)"),
-    ('TRY_CAST("t" AS INTEGER)', "spark", "TRY_CAST(`t` AS INT)"),
+    ('CAST("t" AS INTEGER)', "spark", "CASE WHEN TYPEOF(`t`) <> 'string' OR TRY_CAST(`t` AS "
+     "STRING) RLIKE '^\\\\s*[+-]?[0-9]+\\\\s*$' THEN CASE WHEN TYPEOF(`t`) IN ('double', "
+     "'float') THEN TRY_CAST(BROUND(TRY_CAST(`t` AS DOUBLE), 0) AS INT) ELSE "
+     "TRY_CAST(`t` AS INT) END END"),
+    ('TRY_CAST("t" AS DOUBLE)', "spark", "TRY_CAST(`t` AS DOUBLE)"),
+    ('CAST("f" AS SMALLINT)', "postgres", 'CASE WHEN "f" >= -32768.5 AND "f" < 32767.5 THEN '
+     'CAST("f" AS SMALLINT) END'),
     # domains: shared rules, each engine's log by its own name
     ('ln("f")', "duckdb", 'CASE WHEN TRY_CAST("f" AS DOUBLE) > 0 THEN LN(TRY_CAST("f" AS DOUBLE))'
      " END"),
@@ -176,10 +184,11 @@ def test_every_node_of_the_scalar_subset_has_a_rule(dialect: str) -> None:
 def test_engine_tables_override_the_shared_one_entry_by_entry() -> None:
     changed = {name: sorted(k.__name__ for k, v in rules.items() if _total.RULES.get(k) is not v)
                for name, rules in TABLES.items()}
-    assert changed["duckdb"] == sorted(["Abs", "Add", "Ceil", "Floor", "ILike", "IntDiv",
-                                        "Like", "Mul", "Neg", "RegexpLike", "Round", "Sub"])
-    assert changed["spark"] == sorted(["Abs", "Add", "DayOfWeek", "Log", "Mul", "Neg", "Sub",
-                                       "Week"])
+    assert changed["duckdb"] == sorted(["Abs", "Add", "Cast", "Ceil", "Floor", "ILike",
+                                        "IntDiv", "Like", "Mul", "Neg", "RegexpLike", "Round",
+                                        "Sub"])
+    assert changed["spark"] == sorted(["Abs", "Add", "Cast", "DayOfWeek", "Log", "Mul", "Neg",
+                                       "Sub", "Week"])
     assert {"Add", "Cast", "Div", "Exp", "Interval", "Log", "Pow"} <= set(changed["postgres"])
 
 
@@ -223,7 +232,11 @@ MEANING: list[tuple[str, list[tuple[Any, Any]], list[Any]]] = [
     ('exp("x")', [(1000.0, 0), (-1000.0, 0), (0.0, 0)], [INF, 0.0, 1.0]),
     ('"x" * "y"', [(1e308, 10.0), (1e-308, 1e-308)], [INF, 0.0]),
     ('substring(\'hello\', 2, CAST("x" AS INTEGER))', [(-1, 0), (2, 0)], [None, "el"]),
-    ('CAST("x" AS INTEGER)', [("12", 0), ("x", 0), ("99999999999", 0)], [12, None, None]),
+    ('CAST("x" AS INTEGER)', [("12", 0), ("x", 0), ("99999999999", 0), (" -7 ", 0), ("1.5", 0),
+                              ("1e3", 0), ("0x10", 0), ("1_000", 0)],
+     [12, None, None, -7, None, None, None, None]),
+    ('CAST("x" AS INTEGER)', [(2.5, 0), (3.5, 0), (-2.5, 0), (-2147483648.5, 0),
+                              (2147483647.5, 0)], [2, 4, -2, -2147483648, None]),
     # NULL propagates by three-valued logic: it never nulls the whole expression
     ('ln("x") > 0.5 OR "y" = 0', [(0.0, 0), (0.0, 1), (3.0, 1)], [True, None, True]),
     ('NOT (ln("x") > 0.5)', [(0.0, 0), (1.0, 0), (3.0, 0)], [None, True, False]),

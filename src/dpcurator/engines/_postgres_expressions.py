@@ -178,9 +178,14 @@ def safe_cast(node: exp.Expr, source: str, target: str) -> exp.Expr:
             return exp.Cast(this=exp.Cast(this=node.copy(), to=exp.DataType.build("INT")),
                             to=to)
         if src in ("int", "numeric", "float"):
-            # NaN and infinities are outside the range (NaN is above +inf in PostgreSQL)
-            return _case((exp.and_(exp.GTE(this=node.copy(), expression=num(-limit)),
-                                   exp.LT(this=node.copy(), expression=num(limit))), plain))
+            # the rounded value in range: a double rounds half to even, a NUMERIC half away
+            # from zero (NaN and infinities are outside: NaN is above +inf in PostgreSQL)
+            low = exp.Literal.number(f"{-limit}.5")
+            above_low = exp.GTE(this=node.copy(), expression=low) if src == "float" else \
+                exp.GT(this=node.copy(), expression=low)
+            return _case((exp.and_(above_low, exp.LT(this=node.copy(), expression=
+                                                     exp.Literal.number(f"{limit - 1}.5"))),
+                          plain))
     if dst == "numeric" and src in ("int", "numeric", "float"):
         if src == "float":
             return _case((_finite(node), plain))

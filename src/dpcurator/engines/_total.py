@@ -19,7 +19,10 @@ nulls the whole expression. An operation fails where:
 - a divisor is zero: ``/``, ``//`` and ``%`` (doubles included: ``1.0 / 0.0`` is NULL, not
   inf);
 - an integer result does not fit its type: ``+ - *``, unary minus, ``abs``, ``//``;
-- a value does not convert: every ``CAST`` is ``TRY_CAST``;
+- a value does not convert: every ``CAST`` is ``TRY_CAST``, with one meaning where the
+  engines' own differ: text converts to an integer type only where it is an optional sign
+  and digits (blanks around allowed: not '1.5', '1e3', '0x10' or '1_000'), a double rounds
+  half to even, a decimal half away from zero, and NULL where the result is out of range;
 - the argument is outside the function's domain: ``ln``, ``log``, ``log10``, ``log2`` of
   x <= 0 (and ``log(b, x)`` for a base b <= 0 or b = 1); ``sqrt`` of x < 0; ``power(a, b)``
   with a = 0 and b < 0, or a < 0 and b a finite non-integer; ``substring`` with a negative
@@ -46,7 +49,7 @@ from dpcurator.engines._sql import case, num, paren, width_bucket_case
 from dpcurator.errors import InternalError, UserError
 from dpcurator.query import _expressions as ex
 
-__all__ = ["RULES", "Handler", "Rules", "Total", "TypeOf", "keep", "total"]
+__all__ = ["RULES", "Handler", "Rules", "Total", "TypeOf", "cast_by_type_name", "keep", "total"]
 
 TypeOf = Callable[[Sequence[exp.Expr]], list[str]]
 Handler = Callable[["Total", exp.Expr], exp.Expr]
@@ -121,8 +124,31 @@ def double(node: exp.Expr) -> exp.Expr:
     return exp.TryCast(this=node, to=exp.DataType.build("DOUBLE"))
 
 
+INTEGER_TEXT = r"^\s*[+-]?[0-9]+\s*$"
+_INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
+             exp.DataType.Type.BIGINT}
+
+
 def _try_cast(t: Total, node: exp.Expr) -> exp.Expr:
     return exp.TryCast(this=node.this, to=node.args["to"])
+
+
+def cast_by_type_name(text: str, to_integer: Callable[[exp.Expr, exp.Expr], exp.Expr] =
+                      lambda x, to: exp.TryCast(this=x, to=to)) -> Handler:
+    """CAST as TRY_CAST, where the engine's own cast to an integer type is laxer than the
+    meaning (text converts only where it is a sign and digits, blanks around; a number
+    rounds as ``to_integer`` says): the argument's type is the engine's ``typeof``, a
+    constant, named ``text`` for text."""
+    def rule(t: Total, node: exp.Expr) -> exp.Expr:
+        x, to = node.this, node.args["to"]
+        if not isinstance(to, exp.DataType) or to.this not in _INTEGERS:
+            return exp.TryCast(this=x, to=to)
+        type_name = exp.Anonymous(this="typeof", expressions=[x.copy()])
+        digits = exp.RegexpLike(this=exp.TryCast(this=x.copy(), to=exp.DataType.build("TEXT")),
+                                expression=exp.Literal.string(INTEGER_TEXT))
+        return when(exp.or_(exp.NEQ(this=type_name, expression=exp.Literal.string(text)),
+                            digits, copy=False), to_integer(x, to))
+    return rule
 
 
 def _divide(t: Total, node: exp.Expr) -> exp.Expr:

@@ -72,6 +72,7 @@ RULES: _total.Rules = {
     exp.Add: _try, exp.Sub: _try, exp.Mul: _try, exp.Neg: _negate, exp.Abs: _try,
     exp.IntDiv: _try, exp.Ceil: _try, exp.Floor: _try, exp.Round: _try,
     exp.Like: _total.keep, exp.ILike: _total.keep, exp.RegexpLike: _try,
+    exp.Cast: _total.cast_by_type_name("VARCHAR"),  # DuckDB reads '1.5', '0x10' as integers
 }
 
 

@@ -112,12 +112,25 @@ def _day_of_week(t: _total.Total, node: exp.Expr) -> exp.Expr:
     return paren(exp.Sub(this=_call("dayofweek", node.this), expression=num(1)))
 
 
+def _to_integer(x: exp.Expr, to: exp.Expr) -> exp.Expr:
+    """Spark truncates a double cast to an integer: round it half to even first, as
+    DuckDB and PostgreSQL do."""
+    name = _call("typeof", x.copy())
+    rounded = _call("bround", exp.TryCast(this=x.copy(), to=exp.DataType.build("DOUBLE")),
+                    num(0))
+    return case((exp.In(this=name, expressions=[exp.Literal.string("double"),
+                                                exp.Literal.string("float")]),
+                 exp.TryCast(this=rounded, to=to.copy())),
+                default=exp.TryCast(this=x, to=to))
+
+
 RULES: _total.Rules = {
     **_total.RULES,
     exp.Add: _try_arithmetic, exp.Sub: _try_arithmetic, exp.Mul: _try_arithmetic,
     exp.Neg: _negate, exp.Abs: _abs,
     exp.Log: functools.partial(_total.logarithm, call=_log_call),
     exp.Week: _week, exp.DayOfWeek: _day_of_week,
+    exp.Cast: _total.cast_by_type_name("string", _to_integer),  # Spark reads '1.5' as 1
 }
 
 
