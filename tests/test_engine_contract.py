@@ -878,7 +878,8 @@ def test_not_ln_counts_the_same_rows_on_every_engine(make: Make) -> None:
 
 
 CAST_TEXTS = ["12", " 12 ", "+12", "-7", "1.5", "1e3", "0x10", "1_000", "", "x",
-              "99999999999999999999", "12.0", "2147483648", "-2147483648"]
+              "99999999999999999999", "12.0", "2147483648", "-2147483648", "1e400", "-1e400",
+              "1e-400", "inf", "-Infinity", "1_0", "1d", "1e308", "5e-324", ".5", "1.", "1.5e"]
 CAST_DOUBLES = [2.5, 3.5, -2.5, 0.5, -0.5, 1.25, 1e10, -2147483648.4, 7.0]
 
 
@@ -886,7 +887,16 @@ def _half_even(x: float) -> int:
     return round(x)  # Python's round of a float is half to even
 
 
+def cast_double(text: str) -> float | None:
+    """TRY_CAST(text AS DOUBLE): a decimal number (to the nearest double, IEEE) or inf,
+    infinity, nan; NULL otherwise."""
+    number = r"\s*[+-]?([0-9]{1,40}(\.[0-9]{0,40})?|\.[0-9]{1,40})([eE][+-]?[0-9]{1,4})?\s*"
+    special = re.fullmatch(r"\s*[+-]?(inf|infinity|nan)\s*", text, re.IGNORECASE)
+    return float(text.strip()) if re.fullmatch(number, text) or special else None
+
+
 CAST_KEYS: dict[str, Callable[[Row], Sql]] = {
+    'CAST("t" AS DOUBLE)': lambda r: cast_double(r.t),
     'CAST("t" AS INTEGER)': lambda r: cast_int(r.t.strip()),
     'CAST("t" AS BIGINT)': lambda r: int(r.t) if re.fullmatch(r"\s*[+-]?[0-9]+\s*", r.t) and
     -2**63 <= int(r.t) < 2**63 else None,
@@ -898,7 +908,8 @@ CAST_KEYS: dict[str, Callable[[Row], Sql]] = {
 @pytest.mark.parametrize("key", sorted(CAST_KEYS))
 def test_a_cast_converts_the_same_values_on_every_engine(make: Make, key: str) -> None:
     """TRY_CAST's one meaning: text converts to an integer only where it is an optional sign
-    and digits (with blanks around); a double rounds half to even; NULL out of range."""
+    and digits (with blanks around), to a double where it is a decimal number (IEEE beyond
+    the range) or inf; a double rounds half to even; NULL where an integer is out of range."""
     n = len(CAST_TEXTS) * len(CAST_DOUBLES)
     df = pd.DataFrame({"uid": np.arange(n), "t": CAST_TEXTS * len(CAST_DOUBLES),
                        "f": np.repeat(CAST_DOUBLES, len(CAST_TEXTS)),

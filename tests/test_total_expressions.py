@@ -47,6 +47,12 @@ def write(dialect: str, text: str) -> str:
 
 
 PG_FITS = "BETWEEN -9223372036854775808 AND 9223372036854775807"
+INT_RE, NUMBER_RE, SPECIAL_RE = _total.INTEGER_TEXT, _total.NUMBER_TEXT, _total.SPECIAL_TEXT
+
+
+def spark_text(pattern: str) -> str:
+    return pattern.replace("\\", "\\\\")  # Spark's string literals escape backslashes
+
 WRITES: list[tuple[str, str, str]] = [
     # division: NULL by zero (doubles too); PostgreSQL decides its IEEE overflow on logarithms
     ('"x" / "y"', "duckdb", 'CASE WHEN TRY_CAST("y" AS DOUBLE) <> 0 THEN TRY_CAST("x" AS DOUBLE)'
@@ -82,17 +88,19 @@ WRITES: list[tuple[str, str, str]] = [
     ('abs("x")', "spark", "CASE WHEN `x` < 0 THEN TRY_MULTIPLY(`x`, -1) ELSE `x` END"),
     # casts: TRY_CAST semantics
     ('CAST("t" AS INTEGER)', "duckdb", "CASE WHEN TYPEOF(\"t\") <> 'VARCHAR' OR "
-     "REGEXP_MATCHES(TRY_CAST(\"t\" AS TEXT), '^\\s*[+-]?[0-9]+\\s*$') THEN "
-     'TRY_CAST("t" AS INT) END'),
-    ('CAST("t" AS DOUBLE)', "duckdb", 'TRY_CAST("t" AS DOUBLE)'),
-    ('CAST("t" AS INTEGER)', "postgres", "CASE WHEN \"t\" ~ '^\\s*[+-]?[0-9]{1,40}\\s*$' AND "
+     f"(REGEXP_MATCHES(TRY_CAST(\"t\" AS TEXT), '{INT_RE}')) THEN TRY_CAST(\"t\" AS INT) END"),
+    ('CAST("t" AS DOUBLE)', "duckdb", "CASE WHEN TYPEOF(\"t\") <> 'VARCHAR' OR "
+     f"(REGEXP_MATCHES(TRY_CAST(\"t\" AS TEXT), '{NUMBER_RE}') OR "
+     f"REGEXP_MATCHES(TRY_CAST(\"t\" AS TEXT), '{SPECIAL_RE}')) THEN "
+     'TRY_CAST("t" AS DOUBLE) END'),
+    ('CAST("t" AS DATE)', "duckdb", 'TRY_CAST("t" AS DATE)'),
+    ('CAST("t" AS INTEGER)', "postgres", f"CASE WHEN \"t\" ~ '{INT_RE}' AND "
      'CAST(TRIM("t") AS DECIMAL) BETWEEN -2147483648 AND 2147483647 THEN CAST(TRIM("t") AS INT) '
      "END"),
-    ('CAST("t" AS INTEGER)', "spark", "CASE WHEN TYPEOF(`t`) <> 'string' OR TRY_CAST(`t` AS "
-     "STRING) RLIKE '^\\\\s*[+-]?[0-9]+\\\\s*$' THEN CASE WHEN TYPEOF(`t`) IN ('double', "
-     "'float') THEN TRY_CAST(BROUND(TRY_CAST(`t` AS DOUBLE), 0) AS INT) ELSE "
-     "TRY_CAST(`t` AS INT) END END"),
-    ('TRY_CAST("t" AS DOUBLE)', "spark", "TRY_CAST(`t` AS DOUBLE)"),
+    ('CAST("t" AS INTEGER)', "spark", "CASE WHEN TYPEOF(`t`) <> 'string' OR (TRY_CAST(`t` AS "
+     f"STRING) RLIKE '{spark_text(INT_RE)}') THEN CASE WHEN TYPEOF(`t`) IN ('double', 'float') "
+     "THEN TRY_CAST(BROUND(TRY_CAST(`t` AS DOUBLE), 0) AS INT) ELSE TRY_CAST(`t` AS INT) END END"),
+    ('TRY_CAST("t" AS DATE)', "spark", "TRY_CAST(`t` AS DATE)"),
     ('CAST("f" AS SMALLINT)', "postgres", 'CASE WHEN "f" >= -32768.5 AND "f" < 32767.5 THEN '
      'CAST("f" AS SMALLINT) END'),
     # domains: shared rules, each engine's log by its own name
@@ -235,6 +243,9 @@ MEANING: list[tuple[str, list[tuple[Any, Any]], list[Any]]] = [
     ('CAST("x" AS INTEGER)', [("12", 0), ("x", 0), ("99999999999", 0), (" -7 ", 0), ("1.5", 0),
                               ("1e3", 0), ("0x10", 0), ("1_000", 0)],
      [12, None, None, -7, None, None, None, None]),
+    ('CAST("x" AS DOUBLE)', [("1e400", 0), ("-1e400", 0), ("1e-400", 0), ("Infinity", 0),
+                             ("1_0", 0), ("1d", 0), (" .5 ", 0)],
+     [INF, -INF, 0.0, INF, None, None, 0.5]),
     ('CAST("x" AS INTEGER)', [(2.5, 0), (3.5, 0), (-2.5, 0), (-2147483648.5, 0),
                               (2147483647.5, 0)], [2, 4, -2, -2147483648, None]),
     # NULL propagates by three-valued logic: it never nulls the whole expression

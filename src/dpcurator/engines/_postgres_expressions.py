@@ -32,7 +32,15 @@ from sqlglot import exp
 
 from dpcurator.engines import _total
 from dpcurator.engines._sql import base_type, cast, num, paren
-from dpcurator.engines._total import Rules, Total, TypeOf, power_domain
+from dpcurator.engines._total import (
+    INTEGER_TEXT,
+    NUMBER_TEXT,
+    SPECIAL_TEXT,
+    Rules,
+    Total,
+    TypeOf,
+    power_domain,
+)
 from dpcurator.errors import UserError
 from dpcurator.query import _expressions as ex
 
@@ -45,9 +53,11 @@ _FLOATS = ("DOUBLE PRECISION", "REAL", "FLOAT8", "FLOAT4", "DOUBLE", "FLOAT")
 _TEXTS = ("TEXT", "CHARACTER VARYING", "VARCHAR", "CHARACTER", "CHAR", "BPCHAR", "NAME")
 _BIG = 1e300
 
-_NUMBER_RE = r"^\s*[+-]?([0-9]{1,40}(\.[0-9]{0,40})?|\.[0-9]{1,40})([eE][+-]?[0-9]{1,4})?\s*$"
-_SPECIAL_RE = r"(?i)^\s*[+-]?(inf|infinity|nan)\s*$"
-_INTEGER_RE = r"^\s*[+-]?[0-9]{1,40}\s*$"
+_NUMBER_RE, _SPECIAL_RE, _INTEGER_RE = NUMBER_TEXT, SPECIAL_TEXT, INTEGER_TEXT
+# A decimal rounds to +-inf from (2^1024 - 2^970) up, to 0 at 2^-1075 and below (IEEE, to
+# nearest, ties to even), both exact as NUMERIC literals.
+_OVERFLOW = str(2**1024 - 2**970)
+_UNDERFLOW = "0." + str(5**1075).rjust(1075, "0")
 _DATE_RE = r"^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}\s*$"
 _BOOL_RE = r"(?i)^\s*(t|true|y|yes|on|1|f|false|n|no|off|0)\s*$"
 
@@ -158,11 +168,22 @@ def safe_cast(node: exp.Expr, source: str, target: str) -> exp.Expr:
         if dst == "numeric":
             return _case((_regex(node, _NUMBER_RE), exp.Cast(this=text.copy(), to=to)),
                          (_regex(node, _SPECIAL_RE), exp.Cast(this=text.copy(), to=to)))
-        if dst == "float":
+        if dst == "float" and base_type(target) in ("DOUBLE PRECISION", "FLOAT8", "DOUBLE"):
+            # IEEE, as DuckDB and Spark read text: +-inf beyond the range, 0 below it
+            value = _abs(_numeric(text))
+            return _case((_regex(node, _SPECIAL_RE), exp.Cast(this=text, to=to)),
+                         (_regex(node, _NUMBER_RE), _case(
+                             (exp.GTE(this=value, expression=exp.Literal.number(_OVERFLOW)),
+                              _case((exp.Like(this=text.copy(), expression=exp.Literal.string(
+                                  "-%")), exp.Neg(this=_INF.copy())), default=_INF)),
+                             (exp.LTE(this=value.copy(), expression=exp.Literal.number(
+                                 _UNDERFLOW)), _dbl(0.0)),
+                             default=exp.Cast(this=text.copy(), to=to))))
+        if dst == "float":  # REAL: within its range only
             value = _numeric(text)
             in_range = exp.or_(exp.EQ(this=value.copy(), expression=num(0)), exp.Between(
-                this=exp.Abs(this=value.copy()), low=exp.Literal.number("1e-307"),
-                high=exp.Literal.number("1e307")))
+                this=exp.Abs(this=value.copy()), low=exp.Literal.number("1e-37"),
+                high=exp.Literal.number("1e38")))
             return _case((_regex(node, _SPECIAL_RE), exp.Cast(this=text, to=to)),
                          (exp.and_(_regex(node, _NUMBER_RE), in_range),
                           exp.Cast(this=text.copy(), to=to)))

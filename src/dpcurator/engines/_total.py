@@ -21,8 +21,10 @@ nulls the whole expression. An operation fails where:
 - an integer result does not fit its type: ``+ - *``, unary minus, ``abs``, ``//``;
 - a value does not convert: every ``CAST`` is ``TRY_CAST``, with one meaning where the
   engines' own differ: text converts to an integer type only where it is an optional sign
-  and digits (blanks around allowed: not '1.5', '1e3', '0x10' or '1_000'), a double rounds
-  half to even, a decimal half away from zero, and NULL where the result is out of range;
+  and digits (blanks around allowed: not '1.5', '1e3', '0x10' or '1_000'), to a double only
+  where it is a decimal number or inf, infinity or nan (not '1_0', '0x10', '1d'); a double
+  rounds to an integer half to even, a decimal half away from zero; NULL where an integer is
+  out of range (text beyond the double range reads as +-inf, IEEE, as below);
 - the argument is outside the function's domain: ``ln``, ``log``, ``log10``, ``log2`` of
   x <= 0 (and ``log(b, x)`` for a base b <= 0 or b = 1); ``sqrt`` of x < 0; ``power(a, b)``
   with a = 0 and b < 0, or a < 0 and b a finite non-integer; ``substring`` with a negative
@@ -124,9 +126,15 @@ def double(node: exp.Expr) -> exp.Expr:
     return exp.TryCast(this=node, to=exp.DataType.build("DOUBLE"))
 
 
-INTEGER_TEXT = r"^\s*[+-]?[0-9]+\s*$"
+# The text that converts: to an integer, a sign and digits; to a double, a decimal number or
+# inf, infinity or nan (any case); blanks around either. PostgreSQL checks these before its
+# casts; DuckDB and Spark, whose own casts read more ('1.5', '0x10', '1_000', '1d'), too.
+INTEGER_TEXT = r"^\s*[+-]?[0-9]{1,40}\s*$"
+NUMBER_TEXT = r"^\s*[+-]?([0-9]{1,40}(\.[0-9]{0,40})?|\.[0-9]{1,40})([eE][+-]?[0-9]{1,4})?\s*$"
+SPECIAL_TEXT = r"(?i)^\s*[+-]?(inf|infinity|nan)\s*$"
 _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
              exp.DataType.Type.BIGINT}
+_DOUBLES = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}
 
 
 def _try_cast(t: Total, node: exp.Expr) -> exp.Expr:
@@ -139,15 +147,22 @@ def cast_by_type_name(text: str, to_integer: Callable[[exp.Expr, exp.Expr], exp.
     meaning (text converts only where it is a sign and digits, blanks around; a number
     rounds as ``to_integer`` says): the argument's type is the engine's ``typeof``, a
     constant, named ``text`` for text."""
+    def matches(x: exp.Expr, pattern: str) -> exp.Expr:
+        return exp.RegexpLike(this=exp.TryCast(this=x.copy(), to=exp.DataType.build("TEXT")),
+                              expression=exp.Literal.string(pattern))
+
     def rule(t: Total, node: exp.Expr) -> exp.Expr:
         x, to = node.this, node.args["to"]
-        if not isinstance(to, exp.DataType) or to.this not in _INTEGERS:
+        if isinstance(to, exp.DataType) and to.this in _INTEGERS:
+            syntax, value = matches(x, INTEGER_TEXT), to_integer(x, to)
+        elif isinstance(to, exp.DataType) and to.this in _DOUBLES:
+            syntax = exp.or_(matches(x, NUMBER_TEXT), matches(x, SPECIAL_TEXT), copy=False)
+            value = exp.TryCast(this=x, to=to)
+        else:
             return exp.TryCast(this=x, to=to)
         type_name = exp.Anonymous(this="typeof", expressions=[x.copy()])
-        digits = exp.RegexpLike(this=exp.TryCast(this=x.copy(), to=exp.DataType.build("TEXT")),
-                                expression=exp.Literal.string(INTEGER_TEXT))
         return when(exp.or_(exp.NEQ(this=type_name, expression=exp.Literal.string(text)),
-                            digits, copy=False), to_integer(x, to))
+                            paren(syntax), copy=False), value)
     return rule
 
 
