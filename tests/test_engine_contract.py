@@ -917,3 +917,37 @@ def test_a_cast_converts_the_same_values_on_every_engine(make: Make, key: str) -
     q = bounded(FAILING_MEASURES, ("rescale", "rescale"), (GroupKey("k", key),), unit=None)
     expected = reference_counts(df, lambda r: True, CAST_KEYS[key])
     same_on(make, df, q, reference=expected)
+
+
+def substr(s: str, start: int, length: int | None = None) -> str | None:
+    """DuckDB's substring, the canonical meaning: positions from 1, a negative start counted
+    from the end, 0 before the first; the positions of [start, start + length) that exist."""
+    if length is not None and length < 0:
+        return None
+    start = len(s) + start + 1 if start < 0 else start
+    end = len(s) + 1 if length is None else start + length
+    low, high = max(start, 1), min(end, len(s) + 1)
+    return s[low - 1:high - 1] if high > low else ""
+
+
+TEXT_KEYS: dict[str, Callable[[Row], Sql]] = {
+    'substring("s", CAST("a" AS INTEGER), CAST("l" AS INTEGER))':
+        lambda r: substr(r.s, r.a, r.l),
+    'substring("s", CAST("a" AS INTEGER))': lambda r: substr(r.s, r.a),
+    'left("s", CAST("a" AS INTEGER))':
+        lambda r: r.s[:r.a] if r.a >= 0 else r.s[:max(len(r.s) + r.a, 0)],
+    'right("s", CAST("a" AS INTEGER))':
+        lambda r: r.s[max(len(r.s) - r.a, 0):] if r.a >= 0 else r.s[min(-r.a, len(r.s)):],
+}
+
+
+@pytest.mark.parametrize("key", sorted(TEXT_KEYS))
+def test_substring_left_and_right_cut_the_same_text_on_every_engine(make: Make,
+                                                                    key: str) -> None:
+    """Negative and zero positions, lengths past the end, a negative length (NULL)."""
+    grid = list(itertools.product(["hello", "hé", ""], [-9, -2, -1, 0, 1, 2, 7], [-1, 0, 2, 9]))
+    df = pd.DataFrame({"uid": np.arange(len(grid)), "s": [g[0] for g in grid],
+                       "a": [g[1] for g in grid], "l": [g[2] for g in grid],
+                       "v": np.full(len(grid), 1.0)})
+    q = bounded(FAILING_MEASURES, ("rescale", "rescale"), (GroupKey("k", key),), unit=None)
+    same_on(make, df, q, reference=reference_counts(df, lambda r: True, TEXT_KEYS[key]))

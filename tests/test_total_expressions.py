@@ -149,6 +149,13 @@ WRITES: list[tuple[str, str, str]] = [
     ('substring("t", 1, "x")', "postgres", 'CASE WHEN "x" >= 0 THEN SUBSTRING("t" FROM 1 FOR "x")'
      " END"),
     ('substring("t", 2)', "spark", "SUBSTRING(`t`, 2)"),
+    ('substring("t", "x", 2)', "spark", "CASE WHEN 2 >= 0 THEN CASE WHEN `x` = 0 THEN "
+     "SUBSTRING(`t`, 1, (2) - 1L) ELSE SUBSTRING(`t`, `x`, 2) END END"),
+    ('substring("t", "x")', "postgres", 'SUBSTRING("t" FROM CASE WHEN "x" < 0 THEN LENGTH("t") '
+     '+ ("x") + 1 ELSE "x" END)'),
+    ('left("t", "x")', "duckdb", 'LEFT("t", "x")'),
+    ('left("t", "x")', "spark", "CASE WHEN `x` < 0 THEN LEFT(`t`, GREATEST(LENGTH(`t`) + (`x`), "
+     "0)) ELSE LEFT(`t`, `x`) END"),
     ("\"t\" LIKE 'a%'", "duckdb", "\"t\" LIKE 'a%'"),
     ("\"t\" LIKE 'a%'", "spark", "`t` LIKE 'a%'"),
     ("regexp_matches(\"t\", '^a')", "duckdb", "TRY(REGEXP_MATCHES(\"t\", '^a'))"),
@@ -195,9 +202,10 @@ def test_engine_tables_override_the_shared_one_entry_by_entry() -> None:
     assert changed["duckdb"] == sorted(["Abs", "Add", "Cast", "Ceil", "Floor", "ILike",
                                         "IntDiv", "Like", "Mul", "Neg", "RegexpLike", "Round",
                                         "Sub"])
-    assert changed["spark"] == sorted(["Abs", "Add", "Cast", "DayOfWeek", "Log", "Mul", "Neg",
-                                       "Sub", "Week"])
-    assert {"Add", "Cast", "Div", "Exp", "Interval", "Log", "Pow"} <= set(changed["postgres"])
+    assert changed["spark"] == sorted(["Abs", "Add", "Cast", "DayOfWeek", "Left", "Log", "Mul",
+                                       "Neg", "Right", "Sub", "Substring", "Week"])
+    assert {"Add", "Cast", "Div", "Exp", "Interval", "Log", "Pow", "Substring"} <= set(
+        changed["postgres"])
 
 
 @pytest.mark.parametrize("dialect, text", [
@@ -240,6 +248,8 @@ MEANING: list[tuple[str, list[tuple[Any, Any]], list[Any]]] = [
     ('exp("x")', [(1000.0, 0), (-1000.0, 0), (0.0, 0)], [INF, 0.0, 1.0]),
     ('"x" * "y"', [(1e308, 10.0), (1e-308, 1e-308)], [INF, 0.0]),
     ('substring(\'hello\', 2, CAST("x" AS INTEGER))', [(-1, 0), (2, 0)], [None, "el"]),
+    ('substring(\'hello\', CAST("x" AS INTEGER), 2)', [(-2, 0), (0, 0), (-9, 0)],
+     ["lo", "h", ""]),
     ('CAST("x" AS INTEGER)', [("12", 0), ("x", 0), ("99999999999", 0), (" -7 ", 0), ("1.5", 0),
                               ("1e3", 0), ("0x10", 0), ("1_000", 0)],
      [12, None, None, -7, None, None, None, None]),

@@ -431,6 +431,17 @@ def _truncate(t: Total, node: exp.Expr) -> exp.Expr:
         exp.Literal.string(unit_name.lower()), value])
 
 
+def _substring(s: exp.Expr, start: exp.Expr, length: exp.Expr | None) -> exp.Expr:
+    """PostgreSQL's substring is the SQL standard's (positions from 1, 0 before the first):
+    a negative start, which counts from the end in DuckDB, is moved to its position."""
+    if isinstance(start, exp.Literal) and start.is_number:
+        return exp.Substring(this=s, start=start, length=length)
+    moved = _case((exp.LT(this=start.copy(), expression=num(0)), exp.Add(
+        this=exp.Add(this=exp.Length(this=s.copy()), expression=paren(start.copy())),
+        expression=num(1))), default=start)
+    return exp.Substring(this=s, start=moved, length=length)
+
+
 def _cast(t: Total, node: exp.Expr) -> exp.Expr:
     a = node.this
     return safe_cast(a, t.type_name(a), node.args["to"].sql(dialect="postgres"))
@@ -445,6 +456,7 @@ RULES: Rules = {
     **dict.fromkeys(_PARTS, _date_part),
     exp.Extract: _extract, exp.DateTrunc: _truncate, exp.TimestampTrunc: _truncate,
     exp.Cast: _cast,
+    exp.Substring: functools.partial(_total.substring, call=_substring),
     exp.Interval: _total.refuse,
 }
 

@@ -234,11 +234,19 @@ def _power(t: Total, node: exp.Expr) -> exp.Expr:
     return when(power_domain(a, b), exp.Pow(this=a.copy(), expression=b.copy()))
 
 
-def _substring(t: Total, node: exp.Expr) -> exp.Expr:
-    length = node.args.get("length")
+Positions = Callable[[exp.Expr, exp.Expr, exp.Expr | None], exp.Expr]
+
+
+def substring(t: Total, node: exp.Expr, call: Positions | None = None) -> exp.Expr:
+    """DuckDB's substring(s, start[, length]), the canonical meaning: positions from 1, a
+    negative start counting from the end (-1 is the last character), 0 the place before
+    the first; the positions in [start, start + length) that exist; NULL for a negative
+    length. ``call`` writes it where the engine's own substring means otherwise."""
+    s, start, length = node.this, node.args.get("start"), node.args.get("length")
+    out = node if call is None or start is None else call(s, start, length)
     if isinstance(length, exp.Expr):
-        return when(exp.GTE(this=length.copy(), expression=num(0)), node)
-    return node
+        return when(exp.GTE(this=length.copy(), expression=num(0)), out)
+    return out
 
 
 def literal_pattern(t: Total, node: exp.Expr) -> exp.Expr:
@@ -280,7 +288,7 @@ RULES: dict[type[exp.Expr], Handler] = {
     exp.Ln: _ln,
     exp.Log: logarithm,
     exp.Pow: _power,
-    exp.Substring: _substring,
+    exp.Substring: substring,
     exp.Like: literal_pattern,
     exp.ILike: literal_pattern,
     exp.RegexpLike: literal_pattern,

@@ -112,6 +112,27 @@ def _day_of_week(t: _total.Total, node: exp.Expr) -> exp.Expr:
     return paren(exp.Sub(this=_call("dayofweek", node.this), expression=num(1)))
 
 
+def _substring(s: exp.Expr, start: exp.Expr, length: exp.Expr | None) -> exp.Expr:
+    """Spark reads start 0 as 1: DuckDB's substring(s, 0, n) is Spark's (s, 1, n - 1)."""
+    if length is None or (isinstance(start, exp.Literal) and start.is_number and
+                          start.this != "0"):
+        return exp.Substring(this=s, start=start, length=length)
+    return case((exp.EQ(this=start.copy(), expression=num(0)),
+                 exp.Substring(this=s.copy(), start=num(1), length=exp.Sub(
+                     this=paren(length.copy()), expression=num(1)))),
+                default=exp.Substring(this=s, start=start, length=length))
+
+
+def _ends(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """left / right with n < 0: all but the last / first -n characters (DuckDB's and
+    PostgreSQL's; Spark's is empty)."""
+    s, n = node.this, node.expression
+    kept = exp.Greatest(this=exp.Add(this=exp.Length(this=s.copy()), expression=paren(
+        n.copy())), expressions=[num(0)])
+    return case((exp.LT(this=n, expression=num(0)), type(node)(this=s.copy(), expression=kept)),
+                default=node)
+
+
 def _to_integer(x: exp.Expr, to: exp.Expr) -> exp.Expr:
     """Spark truncates a double cast to an integer: round it half to even first, as
     DuckDB and PostgreSQL do."""
@@ -131,6 +152,8 @@ RULES: _total.Rules = {
     exp.Log: functools.partial(_total.logarithm, call=_log_call),
     exp.Week: _week, exp.DayOfWeek: _day_of_week,
     exp.Cast: _total.cast_by_type_name("string", _to_integer),  # Spark reads '1.5' as 1
+    exp.Substring: functools.partial(_total.substring, call=_substring),
+    exp.Left: _ends, exp.Right: _ends,
 }
 
 
