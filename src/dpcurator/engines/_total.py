@@ -38,6 +38,22 @@ and NaN and +-inf flow through as IEEE says (``ln('inf')`` is inf, ``sqrt('NaN')
 that is what DuckDB and Spark compute natively and what PostgreSQL, which raises there, is
 given by its rules. NaN compares above every number on all three engines, so the domain
 guards (``x > 0``, ``x >= 0``) let NaN through, to a NaN result.
+
+Functions mean what DuckDB's mean (the canonical dialect), also at their edges: ``log`` is
+base 10; ``substring`` counts a negative start from the end and 0 as the place before the
+first character; ``left`` and ``right`` of a negative n keep all but the last (first) -n
+characters; ``week`` is ISO, ``dayofweek`` counts from 0 (Sunday). Known differences left:
+``//`` of doubles (DuckDB divides, Spark and PostgreSQL refuse the query), ``upper`` and
+``lower`` of non-ASCII text under a PostgreSQL database's C locale, a cast of a DECIMAL to
+an integer on Spark (truncated), and on PostgreSQL NULL for a double product, quotient or
+power within 0.1% of the double range's edges (where its guards cannot tell).
+
+The table's shape: ``Rules = Mapping[type[exp.Expr], Handler]``, a handler being
+``(Total, node) -> node``; ``Total.apply`` looks a node's type up along its MRO (so
+``TryCast`` takes ``Cast``'s entry), and a rule may apply the table to a node it builds
+(``t.apply(exp.Neg(...))``: the engine's own total negation). Parametrised rules
+(``logarithm``, ``substring``, ``cast_by_type_name``) take the engine's SQL for the one call
+that differs, so an override is one entry, never a copy of the rule.
 """
 
 from __future__ import annotations
