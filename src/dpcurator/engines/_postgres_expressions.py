@@ -1,44 +1,50 @@
-"""User expressions in PostgreSQL, written so that no row can make them raise.
+"""PostgreSQL's entries of the rule table that makes user expressions total (``_total``).
 
 PostgreSQL has no ``TRY``: an integer overflow, a division by zero, a failed cast, ``ln(0)``
 or a double that overflows or underflows is an error for the whole statement, which would
-turn a record's value into a refusal after the charge. So every operation of the plan's
-scalar subset (``dpcurator.query._expressions``) is rewritten here with a guard that gives
-NULL (or the IEEE result DuckDB gives: inf, NaN, 0) where it would fail:
+turn a record's value into a refusal after the charge. So each operation that could raise is
+written with a guard that gives what ``_total`` says it means on every engine: NULL where the
+operation fails, the IEEE result of a double operation beyond the double range:
 
-- integer + - * / % abs and negation: computed only when the exact NUMERIC result fits the
-  result type; ``/`` and ``%`` by zero are NULL;
-- double arithmetic: the IEEE result DuckDB gives (inf on overflow, 0 on underflow, inf or
-  NaN on division by zero), decided exactly for sums and on logarithms (which cannot raise)
-  for products and quotients, NULL only where the result is within 0.1% of the double
+- integer + - * // abs and negation: computed only when the exact NUMERIC result fits the
+  result type; ``/``, ``//`` and ``%`` by zero are NULL;
+- double arithmetic, ``exp`` and ``power``: the IEEE result DuckDB gives (inf on overflow,
+  0 on underflow), decided exactly for sums and on logarithms (which cannot raise) for
+  products, quotients and powers, NULL only where the result is within 0.1% of the double
   range's edges;
-- sqrt, ln, log, exp, power: the IEEE result (NaN, -inf, inf, 0) where PostgreSQL raises;
 - casts: from text only where the text has the target's syntax (checked by a regular
   expression, with the range checked in NUMERIC first), between numbers only within range;
-- substring with a negative length is NULL; LIKE and regular expressions only with literal
-  patterns (checked when the query is validated); date parts only of finite dates.
+- date parts only of finite dates; ``log(b, x)`` as ``ln(x) / ln(b)`` (PostgreSQL's takes
+  NUMERICs), ``log10`` as PostgreSQL's one-argument ``log``.
 
-Anything else is refused when the query is validated (a UserError naming the construct),
-before anything is charged. The types of the subexpressions come from PostgreSQL itself (one
-``LIMIT 0`` query, which reads no row). Where a value makes an operation fail, DuckDB makes
-the whole expression NULL and PostgreSQL that operation; the engines agree on expressions
-that do not fail.
+The shared rules (``_total.RULES``) give the domains (sqrt, ln, log, power), substring's
+length and the literal patterns. Anything else is refused when the query is validated (a
+UserError naming the construct), before anything is charged. The types of the
+subexpressions come from PostgreSQL itself (one ``LIMIT 0`` query, which reads no row).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
 
 import sqlglot
 from sqlglot import exp
 
-from dpcurator.engines._sql import base_type, cast, num, paren, width_bucket_case
+from dpcurator.engines import _total
+from dpcurator.engines._sql import base_type, cast, num, paren
+from dpcurator.engines._total import (
+    INTEGER_TEXT,
+    NUMBER_TEXT,
+    SPECIAL_TEXT,
+    Rules,
+    Total,
+    TypeOf,
+    power_domain,
+)
 from dpcurator.errors import UserError
 from dpcurator.query import _expressions as ex
 
-__all__ = ["TypeOf", "safe_cast", "total"]
-
-TypeOf = Callable[[Sequence[exp.Expr]], list[str]]
+__all__ = ["RULES", "TypeOf", "safe_cast", "total"]
 
 _INT_RANGES = {"smallint": 2**15, "integer": 2**31, "bigint": 2**63}
 _INT_TYPES = {"SMALLINT": "smallint", "INT2": "smallint", "INTEGER": "integer",
@@ -47,9 +53,11 @@ _FLOATS = ("DOUBLE PRECISION", "REAL", "FLOAT8", "FLOAT4", "DOUBLE", "FLOAT")
 _TEXTS = ("TEXT", "CHARACTER VARYING", "VARCHAR", "CHARACTER", "CHAR", "BPCHAR", "NAME")
 _BIG = 1e300
 
-_NUMBER_RE = r"^\s*[+-]?([0-9]{1,40}(\.[0-9]{0,40})?|\.[0-9]{1,40})([eE][+-]?[0-9]{1,4})?\s*$"
-_SPECIAL_RE = r"(?i)^\s*[+-]?(inf|infinity|nan)\s*$"
-_INTEGER_RE = r"^\s*[+-]?[0-9]{1,40}\s*$"
+_NUMBER_RE, _SPECIAL_RE, _INTEGER_RE = NUMBER_TEXT, SPECIAL_TEXT, INTEGER_TEXT
+# A decimal rounds to +-inf from (2^1024 - 2^970) up, to 0 at 2^-1075 and below (IEEE, to
+# nearest, ties to even), both exact as NUMERIC literals.
+_OVERFLOW = str(2**1024 - 2**970)
+_UNDERFLOW = "0." + str(5**1075).rjust(1075, "0")
 _DATE_RE = r"^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}\s*$"
 _BOOL_RE = r"(?i)^\s*(t|true|y|yes|on|1|f|false|n|no|off|0)\s*$"
 
@@ -160,11 +168,22 @@ def safe_cast(node: exp.Expr, source: str, target: str) -> exp.Expr:
         if dst == "numeric":
             return _case((_regex(node, _NUMBER_RE), exp.Cast(this=text.copy(), to=to)),
                          (_regex(node, _SPECIAL_RE), exp.Cast(this=text.copy(), to=to)))
-        if dst == "float":
+        if dst == "float" and base_type(target) in ("DOUBLE PRECISION", "FLOAT8", "DOUBLE"):
+            # IEEE, as DuckDB and Spark read text: +-inf beyond the range, 0 below it
+            value = _abs(_numeric(text))
+            return _case((_regex(node, _SPECIAL_RE), exp.Cast(this=text, to=to)),
+                         (_regex(node, _NUMBER_RE), _case(
+                             (exp.GTE(this=value, expression=exp.Literal.number(_OVERFLOW)),
+                              _case((exp.Like(this=text.copy(), expression=exp.Literal.string(
+                                  "-%")), exp.Neg(this=_INF.copy())), default=_INF)),
+                             (exp.LTE(this=value.copy(), expression=exp.Literal.number(
+                                 _UNDERFLOW)), _dbl(0.0)),
+                             default=exp.Cast(this=text.copy(), to=to))))
+        if dst == "float":  # REAL: within its range only
             value = _numeric(text)
             in_range = exp.or_(exp.EQ(this=value.copy(), expression=num(0)), exp.Between(
-                this=exp.Abs(this=value.copy()), low=exp.Literal.number("1e-307"),
-                high=exp.Literal.number("1e307")))
+                this=exp.Abs(this=value.copy()), low=exp.Literal.number("1e-37"),
+                high=exp.Literal.number("1e38")))
             return _case((_regex(node, _SPECIAL_RE), exp.Cast(this=text, to=to)),
                          (exp.and_(_regex(node, _NUMBER_RE), in_range),
                           exp.Cast(this=text.copy(), to=to)))
@@ -180,9 +199,14 @@ def safe_cast(node: exp.Expr, source: str, target: str) -> exp.Expr:
             return exp.Cast(this=exp.Cast(this=node.copy(), to=exp.DataType.build("INT")),
                             to=to)
         if src in ("int", "numeric", "float"):
-            # NaN and infinities are outside the range (NaN is above +inf in PostgreSQL)
-            return _case((exp.and_(exp.GTE(this=node.copy(), expression=num(-limit)),
-                                   exp.LT(this=node.copy(), expression=num(limit))), plain))
+            # the rounded value in range: a double rounds half to even, a NUMERIC half away
+            # from zero (NaN and infinities are outside: NaN is above +inf in PostgreSQL)
+            low = exp.Literal.number(f"{-limit}.5")
+            above_low = exp.GTE(this=node.copy(), expression=low) if src == "float" else \
+                exp.GT(this=node.copy(), expression=low)
+            return _case((exp.and_(above_low, exp.LT(this=node.copy(), expression=
+                                                     exp.Literal.number(f"{limit - 1}.5"))),
+                          plain))
     if dst == "numeric" and src in ("int", "numeric", "float"):
         if src == "float":
             return _case((_finite(node), plain))
@@ -220,279 +244,221 @@ def _valid_date(text: exp.Expr) -> exp.Expr:
     return tree.transform(lambda n: text.copy() if isinstance(n, exp.Column) else n)
 
 
-class _Rewriter:
-    """Rewrites one expression bottom-up. A guard that depends on a type asks PostgreSQL for
-    the type of the rewritten arguments (or of the plain operation over them)."""
-
-    def __init__(self, type_of: TypeOf) -> None:
-        self.type_of = type_of
-
-    def type_name(self, node: exp.Expr) -> str:
-        return self.type_of([node])[0]
-
-    def rewrite(self, node: exp.Expr) -> exp.Expr:
-        children = {k: (self.rewrite(v) if isinstance(v, exp.Expr) else
-                        [self.rewrite(x) if isinstance(x, exp.Expr) else x for x in v]
-                        if isinstance(v, list) else v)
-                    for k, v in node.args.items()}
-        handler = getattr(self, f"_{type(node).__name__}", None)
-        if handler is not None:
-            out: exp.Expr = handler(node, children)
-            return out
-        if isinstance(node, _PASS):
-            rebuilt: exp.Expr = type(node)(**children)
-            return rebuilt
-        raise UserError(f"{ex._describe(node)} is not supported on PostgreSQL")
-
-    # -- arithmetic --------------------------------------------------------------------------
-
-    def _arith(self, node: exp.Expr, c: dict[str, object], op: type[exp.Binary]
-               ) -> exp.Expr:
-        a, b = c["this"], c["expression"]
-        assert isinstance(a, exp.Expr) and isinstance(b, exp.Expr)
-        plain = op(this=paren(a), expression=paren(b))
-        result = self.type_name(plain)
-        kind_ = kind(result)
-        if kind_ == "int":
-            exact = op(this=paren(_numeric(a)), expression=paren(_numeric(b)))
-            return _case((_fits(exact, _INT_TYPES[base_type(result)]), plain))
-        if kind_ == "numeric":
-            return plain
-        if kind_ != "float":
-            raise UserError(f"{ex._describe(node)} on {result} values is not supported on "
-                            "PostgreSQL")
-        a2, b2 = (cast(a, "DOUBLE"), cast(b, "DOUBLE"))
-        special = exp.or_(exp.Not(this=_finite(a2)), exp.Not(this=_finite(b2)))
-        if op in (exp.Add, exp.Sub):
-            # a +- b overflows exactly when a/2 +- b/2 reaches 2^1023 (halving is exact for
-            # operands above 1e-300); an operand below 1e-300 cannot make the other overflow
-            small = exp.and_(exp.LT(this=_abs(a2), expression=_dbl(_BIG)),
-                             exp.LT(this=_abs(b2), expression=_dbl(_BIG)))
-            tiny = exp.or_(exp.LT(this=_abs(a2), expression=_dbl(1 / _BIG)),
-                           exp.LT(this=_abs(b2), expression=_dbl(1 / _BIG)))
-            half = op(this=paren(exp.Mul(this=a2.copy(), expression=_dbl(0.5))),
-                      expression=paren(exp.Mul(this=b2.copy(), expression=_dbl(0.5))))
-            return _case((special, plain), (small, plain), (tiny, plain),
-                         (exp.LT(this=exp.Abs(this=half), expression=_dbl(2.0**1023)), plain),
-                         default=_signed_inf(half.copy()))
-        zero = exp.or_(_is_zero(a2), _is_zero(b2))
-        logs = exp.Add(this=_ln_abs(a2), expression=_ln_abs(b2))
-        sign = exp.Mul(this=exp.Sign(this=a2.copy()), expression=exp.Sign(this=b2.copy()))
-        return _case((special, plain), (zero, plain), *_by_magnitude(logs, plain, sign))
-
-    def _Add(self, node: exp.Add, c: dict[str, object]) -> exp.Expr:
-        return self._arith(node, c, exp.Add)
-
-    def _Sub(self, node: exp.Sub, c: dict[str, object]) -> exp.Expr:
-        return self._arith(node, c, exp.Sub)
-
-    def _Mul(self, node: exp.Mul, c: dict[str, object]) -> exp.Expr:
-        return self._arith(node, c, exp.Mul)
-
-    def _Div(self, node: exp.Div, c: dict[str, object]) -> exp.Expr:
-        # DuckDB's / is a double division, whatever the operands
-        a, b = cast(c["this"], "DOUBLE"), cast(c["expression"], "DOUBLE")  # type: ignore[arg-type]
-        plain = exp.Div(this=paren(a), expression=paren(b))
-        by_zero = _case((exp.GT(this=a.copy(), expression=num(0)), _INF),
-                        (exp.LT(this=a.copy(), expression=num(0)), exp.Neg(this=_INF.copy())),
-                        default=_NAN)
-        logs = exp.Sub(this=_ln_abs(a), expression=_ln_abs(b))
-        sign = exp.Mul(this=exp.Sign(this=a.copy()), expression=exp.Sign(this=b.copy()))
-        return _case((_is_zero(b), by_zero),
-                     (exp.or_(exp.Not(this=_finite(a)), exp.Not(this=_finite(b)),
-                              _is_zero(a)), plain), *_by_magnitude(logs, plain, sign))
-
-    def _IntDiv(self, node: exp.IntDiv, c: dict[str, object]) -> exp.Expr:
-        a, b = c["this"], c["expression"]
-        assert isinstance(a, exp.Expr) and isinstance(b, exp.Expr)
-        plain = exp.Div(this=paren(a), expression=exp.Nullif(this=b.copy(),
-                                                             expression=num(0)))
-        if kind(self.type_name(a)) != "int" or kind(self.type_name(b)) != "int":
-            raise UserError("// is supported on PostgreSQL for integers only")
-        result = _INT_TYPES.get(base_type(self.type_name(plain)), "bigint")
-        exact = exp.Div(this=paren(_numeric(a)), expression=paren(_numeric(b)))
-        return _case((_is_zero(b), exp.Null()),
-                     (_fits(exp.Anonymous(this="trunc", expressions=[exact]), result), plain))
-
-    def _Mod(self, node: exp.Mod, c: dict[str, object]) -> exp.Expr:
-        a, b = c["this"], c["expression"]
-        assert isinstance(a, exp.Expr) and isinstance(b, exp.Expr)
-        out = exp.Mod(this=paren(a), expression=exp.Nullif(this=b, expression=num(0)))
-        if kind(self.type_name(out)) not in ("int", "numeric"):
-            raise UserError("% is supported on PostgreSQL for integers and decimals only")
-        return out
-
-    def _Neg(self, node: exp.Neg, c: dict[str, object]) -> exp.Expr:
-        a = c["this"]
-        assert isinstance(a, exp.Expr)
-        if kind(self.type_name(a)) == "int":
-            return _case((_fits(exp.Neg(this=_numeric(a)), _INT_TYPES[base_type(
-                self.type_name(a))]), exp.Neg(this=paren(a))))
-        return exp.Neg(this=paren(a))
-
-    def _Abs(self, node: exp.Abs, c: dict[str, object]) -> exp.Expr:
-        a = c["this"]
-        assert isinstance(a, exp.Expr)
-        if kind(self.type_name(a)) == "int":
-            return _case((_fits(exp.Abs(this=_numeric(a)), _INT_TYPES[base_type(
-                self.type_name(a))]), exp.Abs(this=a)))
-        return exp.Abs(this=a)
-
-    def _Pow(self, node: exp.Pow, c: dict[str, object]) -> exp.Expr:
-        a, b = cast(c["this"], "DOUBLE"), cast(c["expression"], "DOUBLE")  # type: ignore[arg-type]
-        plain = exp.Pow(this=a, expression=b)
-        special = exp.or_(exp.Not(this=_finite(a)), exp.Not(this=_finite(b)))
-        trivial = exp.or_(_is_zero(b), exp.EQ(this=_abs(a), expression=num(1)), _is_zero(a))
-        fraction = exp.NEQ(this=b.copy(), expression=exp.Anonymous(this="trunc",
-                                                                    expressions=[b.copy()]))
-        magnitude = exp.Add(this=exp.Ln(this=_abs(b)), expression=exp.Ln(this=_abs(_ln_abs(a))))
-        return _case(
-            (exp.And(this=_is_zero(a), expression=exp.LT(this=b.copy(), expression=num(0))),
-             _INF),
-            (exp.And(this=exp.LT(this=a.copy(), expression=num(0)), expression=fraction),
-             _case((exp.EQ(this=a.copy(), expression=exp.Neg(this=_INF.copy())), _case(
-                 (exp.GT(this=b.copy(), expression=num(0)), _INF), default=_dbl(0.0))),
-                 default=_NAN)),
-            (exp.or_(special, trivial), plain),
-            (exp.LT(this=magnitude, expression=_dbl(6.5)), plain))  # |b ln|a|| < 665
-
-    # -- functions -------------------------------------------------------------------------
-
-    def _float_fn(self, c: dict[str, object], fn: type[exp.Func]) -> tuple[exp.Expr,
-                                                                            exp.Expr]:
-        a = cast(c["this"], "DOUBLE")  # type: ignore[arg-type]
-        return a, fn(this=a.copy())
-
-    def _Sqrt(self, node: exp.Sqrt, c: dict[str, object]) -> exp.Expr:
-        a, plain = self._float_fn(c, exp.Sqrt)
-        return _case((exp.GTE(this=a, expression=num(0)), plain), default=_NAN)
-
-    def _log(self, c: dict[str, object], fn: type[exp.Func]) -> exp.Expr:
-        a, plain = self._float_fn(c, fn)
-        return _case((exp.GT(this=a, expression=num(0)), plain),
-                     (_is_zero(a), exp.Neg(this=_INF.copy())), default=_NAN)
-
-    def _Ln(self, node: exp.Ln, c: dict[str, object]) -> exp.Expr:
-        return self._log(c, exp.Ln)
-
-    def _Log(self, node: exp.Log, c: dict[str, object]) -> exp.Expr:
-        if node.args.get("expression") is not None:
-            raise UserError("log with a base is not supported on PostgreSQL; use ln(x)/ln(b)")
-        return self._log(c, exp.Log)
-
-    def _Exp(self, node: exp.Exp, c: dict[str, object]) -> exp.Expr:
-        a, plain = self._float_fn(c, exp.Exp)
-        return _case((exp.EQ(this=a, expression=_NAN), _NAN),  # NaN = NaN in PostgreSQL
-                     (exp.GT(this=a.copy(), expression=_dbl(709.78)), _INF),
-                     (exp.LT(this=a.copy(), expression=_dbl(-745.13)), _dbl(0.0)),
-                     default=plain)
-
-    def _Round(self, node: exp.Round, c: dict[str, object]) -> exp.Expr:
-        a = c["this"]
-        assert isinstance(a, exp.Expr)
-        if c.get("decimals") is not None:
-            if kind(self.type_name(a)) != "numeric":
-                raise UserError("round(x, digits) is supported on PostgreSQL for decimals only")
-            return exp.Round(this=a, decimals=c["decimals"])
-        if kind(self.type_name(a)) == "float":
-            return round_half_away(a)
-        return exp.Round(this=a)
-
-    def _Substring(self, node: exp.Substring, c: dict[str, object]) -> exp.Expr:
-        out = exp.Substring(**c)
-        length = c.get("length")
-        if isinstance(length, exp.Expr):
-            return _case((exp.GTE(this=length.copy(), expression=num(0)), out))
-        return out
-
-    def _date_part(self, node: exp.Expr, c: dict[str, object], part: str
-                   ) -> exp.Expr:
-        a = c["this"]
-        assert isinstance(a, exp.Expr)
-        if kind(self.type_name(a)) not in ("date", "timestamp"):
-            raise UserError(f"{part.lower()}() needs a date or timestamp on PostgreSQL")
-        value = exp.Extract(this=exp.var(part), expression=a.copy())
-        return _case((exp.Anonymous(this="isfinite", expressions=[a]), cast(value, "BIGINT")))
-
-    def _Year(self, node: exp.Year, c: dict[str, object]) -> exp.Expr:
-        return self._date_part(node, c, "YEAR")
-
-    def _Month(self, node: exp.Month, c: dict[str, object]) -> exp.Expr:
-        return self._date_part(node, c, "MONTH")
-
-    def _Day(self, node: exp.Day, c: dict[str, object]) -> exp.Expr:
-        return self._date_part(node, c, "DAY")
-
-    def _DayOfWeek(self, node: exp.DayOfWeek, c: dict[str, object]) -> exp.Expr:
-        return self._date_part(node, c, "DOW")
-
-    def _DayOfYear(self, node: exp.DayOfYear, c: dict[str, object]) -> exp.Expr:
-        return self._date_part(node, c, "DOY")
-
-    def _Quarter(self, node: exp.Quarter, c: dict[str, object]) -> exp.Expr:
-        return self._date_part(node, c, "QUARTER")
-
-    def _Week(self, node: exp.Week, c: dict[str, object]) -> exp.Expr:
-        return self._date_part(node, c, "WEEK")
-
-    def _Extract(self, node: exp.Extract, c: dict[str, object]) -> exp.Expr:
-        part = node.this.name.upper()
-        if part not in ("YEAR", "MONTH", "DAY", "DOW", "DOY", "QUARTER", "WEEK", "HOUR",
-                        "MINUTE"):
-            raise UserError(f"EXTRACT({part}) is not supported on PostgreSQL")
-        return self._date_part(node, {"this": c["expression"]}, part)
-
-    def _TimestampTrunc(self, node: exp.TimestampTrunc, c: dict[str, object]
-                        ) -> exp.Expr:
-        a, unit = c["this"], node.args.get("unit")
-        assert isinstance(a, exp.Expr)
-        if kind(self.type_name(a)) not in ("date", "timestamp"):
-            raise UserError("date_trunc needs a date or timestamp on PostgreSQL")
-        value = a if kind(self.type_name(a)) == "timestamp" else cast(a, "TIMESTAMP")
-        unit_name = unit.name if isinstance(unit, exp.Expr) else "day"
-        return exp.Anonymous(this="date_trunc", expressions=[
-            exp.Literal.string(unit_name.lower()), value])
-
-    _DateTrunc = _TimestampTrunc
-
-    def _pattern(self, node: exp.Expr, c: dict[str, object], op: type[exp.Expr]
-                 ) -> exp.Expr:
-        pattern = node.expression
-        if not isinstance(pattern, exp.Literal) or not pattern.is_string:
-            raise UserError("LIKE and regular expressions take a literal pattern on PostgreSQL")
-        if op in (exp.Like, exp.ILike) and (len(pattern.this) - len(pattern.this.rstrip("\\"))
-                                            ) % 2:
-            raise UserError("a LIKE pattern must not end with an escape character")
-        return op(**c)
-
-    def _Like(self, node: exp.Like, c: dict[str, object]) -> exp.Expr:
-        return self._pattern(node, c, exp.Like)
-
-    def _ILike(self, node: exp.ILike, c: dict[str, object]) -> exp.Expr:
-        return self._pattern(node, c, exp.ILike)
-
-    def _RegexpLike(self, node: exp.RegexpLike, c: dict[str, object]) -> exp.Expr:
-        return self._pattern(node, c, exp.RegexpLike)
-
-    def _Cast(self, node: exp.Cast, c: dict[str, object]) -> exp.Expr:
-        a = c["this"]
-        assert isinstance(a, exp.Expr)
-        target = node.to.sql(dialect="postgres")
-        return safe_cast(a, self.type_name(a), target)
-
-    _TryCast = _Cast
+# -- PostgreSQL's entries of the rule table (engines._total) -------------------------------------
+# Each receives the node with its children total already; a guard that depends on a type asks
+# PostgreSQL for the type of the arguments (or of the plain operation over them).
 
 
-# Nodes whose PostgreSQL form cannot raise once their arguments cannot: logic, comparisons,
-# CASE, NULL handling, text functions.
-_PASS: tuple[type[exp.Expr], ...] = (
-    exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Tuple,
-    exp.And, exp.Or, exp.Not, exp.Xor, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
-    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In, exp.Between, exp.Case, exp.If,
-    exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least, exp.Lower, exp.Upper, exp.Length,
-    exp.Trim, exp.Concat, exp.DPipe, exp.StartsWith, exp.Left, exp.Right, exp.Sign,
-    exp.Ceil, exp.Floor, exp.DataType, exp.DataTypeParam, exp.Var,
-)
+def _operands(node: exp.Expr) -> tuple[exp.Expr, exp.Expr]:
+    a, b = node.this, node.expression
+    assert isinstance(a, exp.Expr) and isinstance(b, exp.Expr)
+    return a, b
+
+
+def _arith(t: Total, node: exp.Expr) -> exp.Expr:
+    """+ - *: integers only where the exact NUMERIC result fits the type; doubles IEEE."""
+    op = type(node)
+    a, b = _operands(node)
+    plain = op(this=paren(a), expression=paren(b))
+    result = t.type_name(plain)
+    kind_ = kind(result)
+    if kind_ == "int":
+        exact = op(this=paren(_numeric(a)), expression=paren(_numeric(b)))
+        return _case((_fits(exact, _INT_TYPES[base_type(result)]), plain))
+    if kind_ == "numeric":
+        return plain
+    if kind_ != "float":
+        raise UserError(f"{ex._describe(node)} on {result} values is not supported on "
+                        "PostgreSQL")
+    a2, b2 = (cast(a, "DOUBLE"), cast(b, "DOUBLE"))
+    special = exp.or_(exp.Not(this=_finite(a2)), exp.Not(this=_finite(b2)))
+    if op in (exp.Add, exp.Sub):
+        # a +- b overflows exactly when a/2 +- b/2 reaches 2^1023 (halving is exact for
+        # operands above 1e-300); an operand below 1e-300 cannot make the other overflow
+        small = exp.and_(exp.LT(this=_abs(a2), expression=_dbl(_BIG)),
+                         exp.LT(this=_abs(b2), expression=_dbl(_BIG)))
+        tiny = exp.or_(exp.LT(this=_abs(a2), expression=_dbl(1 / _BIG)),
+                       exp.LT(this=_abs(b2), expression=_dbl(1 / _BIG)))
+        half = op(this=paren(exp.Mul(this=a2.copy(), expression=_dbl(0.5))),
+                  expression=paren(exp.Mul(this=b2.copy(), expression=_dbl(0.5))))
+        return _case((special, plain), (small, plain), (tiny, plain),
+                     (exp.LT(this=exp.Abs(this=half), expression=_dbl(2.0**1023)), plain),
+                     default=_signed_inf(half.copy()))
+    zero = exp.or_(_is_zero(a2), _is_zero(b2))
+    logs = exp.Add(this=_ln_abs(a2), expression=_ln_abs(b2))
+    sign = exp.Mul(this=exp.Sign(this=a2.copy()), expression=exp.Sign(this=b2.copy()))
+    return _case((special, plain), (zero, plain), *_by_magnitude(logs, plain, sign))
+
+
+def _divide(t: Total, node: exp.Expr) -> exp.Expr:
+    """DuckDB's / is a double division, whatever the operands: NULL by zero, IEEE beyond
+    the double range (where PostgreSQL would raise)."""
+    a, b = (cast(x, "DOUBLE") for x in _operands(node))
+    plain = exp.Div(this=paren(a), expression=paren(b), typed=True)
+    logs = exp.Sub(this=_ln_abs(a), expression=_ln_abs(b))
+    sign = exp.Mul(this=exp.Sign(this=a.copy()), expression=exp.Sign(this=b.copy()))
+    return _case((_is_zero(b), exp.Null()),
+                 (exp.or_(exp.Not(this=_finite(a)), exp.Not(this=_finite(b)),
+                          _is_zero(a)), plain), *_by_magnitude(logs, plain, sign))
+
+
+def _int_divide(t: Total, node: exp.Expr) -> exp.Expr:
+    a, b = _operands(node)
+    # typed: an integer division (sqlglot writes an untyped Div with a cast to double)
+    plain = exp.Div(this=paren(a), expression=exp.Nullif(this=b.copy(), expression=num(0)),
+                    typed=True)
+    if kind(t.type_name(a)) != "int" or kind(t.type_name(b)) != "int":
+        raise UserError("// is supported on PostgreSQL for integers only")
+    result = _INT_TYPES.get(base_type(t.type_name(plain)), "bigint")
+    exact = exp.Div(this=paren(_numeric(a)), expression=paren(_numeric(b)), typed=True)
+    return _case((_is_zero(b), exp.Null()),
+                 (_fits(exp.Anonymous(this="trunc", expressions=[exact]), result), plain))
+
+
+def _modulo(t: Total, node: exp.Expr) -> exp.Expr:
+    a, b = _operands(node)
+    out = exp.Mod(this=paren(a), expression=exp.Nullif(this=b, expression=num(0)))
+    if kind(t.type_name(out)) not in ("int", "numeric"):
+        raise UserError("% is supported on PostgreSQL for integers and decimals only")
+    return out
+
+
+def _integer_guarded(t: Total, node: exp.Expr, op: type[exp.Neg] | type[exp.Abs]
+                     ) -> exp.Expr:
+    a = node.this
+    assert isinstance(a, exp.Expr)
+    if kind(t.type_name(a)) == "int":
+        return _case((_fits(op(this=_numeric(a)), _INT_TYPES[base_type(t.type_name(a))]),
+                      op(this=paren(a))))
+    return op(this=paren(a))
+
+
+def _negate(t: Total, node: exp.Expr) -> exp.Expr:
+    return _integer_guarded(t, node, exp.Neg)
+
+
+def _absolute(t: Total, node: exp.Expr) -> exp.Expr:
+    return _integer_guarded(t, node, exp.Abs)
+
+
+def _power(t: Total, node: exp.Expr) -> exp.Expr:
+    """NULL outside the domain (``_total.power_domain``); IEEE beyond the double range:
+    decided on m = ln|b| + ln|ln|a||, which cannot overflow; b ln|a| is computed only where
+    m < 7 (|b ln|a|| < 1097); NULL within 1e-3 of the range's edges (``_by_magnitude``)."""
+    a, b = (cast(x, "DOUBLE") for x in _operands(node))
+    plain = exp.Pow(this=a, expression=b)
+    special = exp.or_(exp.Not(this=_finite(a)), exp.Not(this=_finite(b)))
+    trivial = exp.or_(_is_zero(b), exp.EQ(this=_abs(a), expression=num(1)), _is_zero(a))
+    magnitude = exp.Add(this=exp.Ln(this=_abs(b)), expression=exp.Ln(this=_abs(_ln_abs(a))))
+    odd = exp.EQ(this=exp.Abs(this=exp.Mod(this=cast(b.copy(), "NUMERIC"), expression=num(2))),
+                 expression=num(1))
+    sign = _case((exp.and_(exp.LT(this=a.copy(), expression=num(0)), odd), _dbl(-1.0)),
+                 default=_dbl(1.0))
+    logs = exp.Mul(this=b.copy(), expression=_ln_abs(a))
+    growing = exp.GT(this=exp.Mul(this=exp.Sign(this=b.copy()),
+                                  expression=exp.Sign(this=_ln_abs(a))), expression=num(0))
+    return _case(
+        (exp.Not(this=power_domain(a, b)), exp.Null()),
+        (exp.or_(special, trivial), plain),
+        (exp.LT(this=magnitude, expression=_dbl(6.5)), plain),  # |b ln|a|| < 665
+        (exp.LT(this=magnitude.copy(), expression=_dbl(7.0)),
+         _case(*_by_magnitude(logs, plain, sign))),
+        (growing, exp.Mul(this=sign.copy(), expression=_INF.copy())),
+        default=_dbl(0.0))
+
+
+def _log_call(base: exp.Expr | None, x: exp.Expr) -> exp.Expr:
+    """PostgreSQL's log of a double is base 10; another base is ln(x) / ln(b) (its
+    two-argument log takes NUMERICs)."""
+    value = base.this if isinstance(base, exp.Cast) else base
+    if base is None or (isinstance(value, exp.Literal) and value.this == "10"):
+        return exp.Log(this=x)
+    return exp.Div(this=exp.Ln(this=x), expression=exp.Ln(this=base), typed=True)
+
+
+def _exp(t: Total, node: exp.Expr) -> exp.Expr:
+    """IEEE: inf above the double range, 0 below it (where PostgreSQL would raise)."""
+    a = cast(node.this, "DOUBLE")
+    return _case((exp.EQ(this=a, expression=_NAN), _NAN),  # NaN = NaN in PostgreSQL
+                 (exp.GT(this=a.copy(), expression=_dbl(709.78)), _INF),
+                 (exp.LT(this=a.copy(), expression=_dbl(-745.13)), _dbl(0.0)),
+                 default=exp.Exp(this=a.copy()))
+
+
+def _round(t: Total, node: exp.Expr) -> exp.Expr:
+    a = node.this
+    if node.args.get("decimals") is not None:
+        if kind(t.type_name(a)) != "numeric":
+            raise UserError("round(x, digits) is supported on PostgreSQL for decimals only")
+        return node
+    if kind(t.type_name(a)) == "float":
+        return round_half_away(a)
+    return exp.Round(this=a)
+
+
+_PARTS: dict[type[exp.Expr], str] = {
+    exp.Year: "YEAR", exp.Month: "MONTH", exp.Day: "DAY", exp.DayOfWeek: "DOW",
+    exp.DayOfYear: "DOY", exp.Quarter: "QUARTER", exp.Week: "WEEK"}
+
+
+def _date_value(t: Total, a: exp.Expr, part: str) -> exp.Expr:
+    """A date part of a finite date or timestamp (NULL for +-infinity)."""
+    if kind(t.type_name(a)) not in ("date", "timestamp"):
+        raise UserError(f"{part.lower()}() needs a date or timestamp on PostgreSQL")
+    value = exp.Extract(this=exp.var(part), expression=a.copy())
+    return _case((exp.Anonymous(this="isfinite", expressions=[a]), cast(value, "BIGINT")))
+
+
+def _date_part(t: Total, node: exp.Expr) -> exp.Expr:
+    return _date_value(t, node.this, _PARTS[type(node)])
+
+
+def _extract(t: Total, node: exp.Expr) -> exp.Expr:
+    part = node.this.name.upper()
+    if part not in ("YEAR", "MONTH", "DAY", "DOW", "DOY", "QUARTER", "WEEK", "HOUR",
+                    "MINUTE"):
+        raise UserError(f"EXTRACT({part}) is not supported on PostgreSQL")
+    return _date_value(t, node.expression, part)
+
+
+def _truncate(t: Total, node: exp.Expr) -> exp.Expr:
+    a, unit = node.this, node.args.get("unit")
+    if kind(t.type_name(a)) not in ("date", "timestamp"):
+        raise UserError("date_trunc needs a date or timestamp on PostgreSQL")
+    value = a if kind(t.type_name(a)) == "timestamp" else cast(a, "TIMESTAMP")
+    unit_name = unit.name if isinstance(unit, exp.Expr) else "day"
+    return exp.Anonymous(this="date_trunc", expressions=[
+        exp.Literal.string(unit_name.lower()), value])
+
+
+def _substring(s: exp.Expr, start: exp.Expr, length: exp.Expr | None) -> exp.Expr:
+    """PostgreSQL's substring is the SQL standard's (positions from 1, 0 before the first):
+    a negative start, which counts from the end in DuckDB, is moved to its position."""
+    if isinstance(start, exp.Literal) and start.is_number:
+        return exp.Substring(this=s, start=start, length=length)
+    moved = _case((exp.LT(this=start.copy(), expression=num(0)), exp.Add(
+        this=exp.Add(this=exp.Length(this=s.copy()), expression=paren(start.copy())),
+        expression=num(1))), default=start)
+    return exp.Substring(this=s, start=moved, length=length)
+
+
+def _cast(t: Total, node: exp.Expr) -> exp.Expr:
+    a = node.this
+    return safe_cast(a, t.type_name(a), node.args["to"].sql(dialect="postgres"))
+
+
+RULES: Rules = {
+    **_total.RULES,
+    exp.Add: _arith, exp.Sub: _arith, exp.Mul: _arith, exp.Div: _divide,
+    exp.IntDiv: _int_divide, exp.Mod: _modulo, exp.Neg: _negate, exp.Abs: _absolute,
+    exp.Pow: _power, exp.Exp: _exp, exp.Round: _round,
+    exp.Log: functools.partial(_total.logarithm, call=_log_call),
+    **dict.fromkeys(_PARTS, _date_part),
+    exp.Extract: _extract, exp.DateTrunc: _truncate, exp.TimestampTrunc: _truncate,
+    exp.Cast: _cast,
+    exp.Substring: functools.partial(_total.substring, call=_substring),
+    exp.Interval: _total.refuse,
+}
 
 
 def round_half_away(node: exp.Expr, sign: int = 0) -> exp.Expr:
@@ -512,8 +478,4 @@ def round_half_away(node: exp.Expr, sign: int = 0) -> exp.Expr:
 
 def total(text: str, type_of: TypeOf) -> exp.Expr:
     """The canonical expression ``text`` as a PostgreSQL expression no row can make raise."""
-    node = sqlglot.parse_one(text, dialect=ex.DIALECT)
-    ex.check_scalar(node, "expression")
-    node = node.transform(lambda n: width_bucket_case(n) if isinstance(n, exp.WidthBucket)
-                          else n)
-    return _Rewriter(type_of).rewrite(node)
+    return _total.total(text, RULES, "PostgreSQL", type_of)

@@ -3,8 +3,9 @@
 Files are scanned in place (``read_csv`` / ``read_parquet``); pandas, Polars and Arrow tables
 are registered without copying; a table of an existing connection is queried where it is.
 
-The dialect: user expressions run under ``TRY`` (an error becomes NULL) with casts as
-``TRY_CAST``; sums of BIGINT are HUGEINT (exact); text is hashed through ``md5_number``. No
+The dialect: user expressions are made total by the shared rule table (``_total``: the
+failing operation is NULL), each operation that can raise under a ``TRY`` of its own, casts
+as ``TRY_CAST``; sums of BIGINT are HUGEINT (exact); text is hashed through ``md5_number``. No
 statement can fail because of a value in the data: fixed-point values cannot overflow by
 construction, divisions have non-zero divisors, and a CSV file, whose column types DuckDB
 infers from its first rows, is read in full once when the curator is made (``check_source``),
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import sqlglot
 from sqlglot import exp
 
+from dpcurator.engines import _total
 from dpcurator.engines._duckdb_csv import check_csv
 from dpcurator.engines._engine import SqlEngine
 from dpcurator.engines._hash import WORD_BITS
@@ -36,10 +37,8 @@ from dpcurator.engines._sql import (
     cast,
     num,
     shr,
-    width_bucket_case,
 )
 from dpcurator.errors import UserError
-from dpcurator.query import _expressions as ex
 from dpcurator.query.bounding import BoundedQuery
 
 __all__ = ["DuckDBDialect", "DuckDBEngine"]
@@ -56,32 +55,43 @@ def _string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _rewrite(node: exp.Expr) -> exp.Expr:
-    """Casts become TRY_CAST; width_bucket becomes the equivalent CASE (DuckDB has none)."""
-    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
-        return exp.TryCast(this=node.this, to=node.args["to"])
-    if isinstance(node, exp.WidthBucket):
-        return width_bucket_case(node)
-    return node
+def _try(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """TRY around one operation (its arguments are total already): NULL where it raises."""
+    return exp.Try(this=node)
+
+
+def _negate(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    return node if isinstance(node.this, exp.Literal) else exp.Try(this=node)
+
+
+# DuckDB's entries of the rule table (engines._total): an operation that can raise (integer
+# overflow of + - * - abs //, a decimal's ceil, floor or round, a malformed regular
+# expression) runs under a TRY of its own; casts are TRY_CAST; doubles are IEEE natively.
+RULES: _total.Rules = {
+    **_total.RULES,
+    exp.Add: _try, exp.Sub: _try, exp.Mul: _try, exp.Neg: _negate, exp.Abs: _try,
+    exp.IntDiv: _try, exp.Ceil: _try, exp.Floor: _try, exp.Round: _try,
+    exp.Like: _total.keep, exp.ILike: _total.keep, exp.RegexpLike: _try,
+    exp.Cast: _total.cast_by_type_name("VARCHAR"),  # DuckDB reads '1.5', '0x10' as integers
+}
 
 
 @functools.lru_cache(maxsize=256)
-def _total(text: str) -> exp.Expr:
-    """Canonical plan SQL -> a DuckDB expression that cannot raise on any row (TRY).
+def _total_expression(text: str) -> exp.Expr:
+    """Canonical plan SQL -> a DuckDB expression that cannot raise on any row.
 
     Cached: a sqlglot parse costs a few milliseconds."""
-    node = sqlglot.parse_one(text, dialect=ex.DIALECT)
-    ex.check_scalar(node, "expression")  # the plan was checked; check again, cheaply
-    return exp.Try(this=node.transform(_rewrite))
+    return _total.total(text, RULES, "DuckDB")
 
 
 class DuckDBDialect(Dialect):
-    """DuckDB's primitives: TRY, TRY_CAST, isnan, ROUND, HUGEINT sums, md5_number."""
+    """DuckDB's primitives: TRY per operation, TRY_CAST, isnan, ROUND, HUGEINT sums,
+    md5_number."""
 
     sqlglot = "duckdb"
 
     def total(self, text: str) -> exp.Expr:
-        return _total(text).copy()
+        return _total_expression(text).copy()
 
     def epoch_microseconds(self, node: exp.Expr) -> exp.Expr:
         return exp.Anonymous(this="epoch_us", expressions=[node])

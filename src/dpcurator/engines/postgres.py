@@ -1,13 +1,13 @@
 """PostgreSQL: the bounding statement of ``_sql`` run where the table lives (psycopg 3).
 
-The dialect: user expressions are rewritten so that no row can make them raise
-(``_postgres_expressions``: PostgreSQL has no ``TRY``); sums of BIGINT are NUMERIC (exact);
-ROUND of a double is C's half away from zero (PostgreSQL's rounds half to even); a double
-product that would underflow (an error in PostgreSQL) is kept from happening; text is hashed
-through ``md5``. The transport: the columns from the catalog, types of expressions from
-``LIMIT 0`` queries (no row is read), public keys in a TEMP table, the hash coefficients
-derived from the secret key as bound parameters. Messages never quote the server's error
-text (it could quote a value) nor the URL's password.
+The dialect: user expressions are made total by the shared rule table (``_total``) with
+PostgreSQL's entries (``_postgres_expressions``: PostgreSQL has no ``TRY``); sums of BIGINT
+are NUMERIC (exact); ROUND of a double is C's half away from zero (PostgreSQL's rounds half
+to even); a double product that would underflow (an error in PostgreSQL) is kept from
+happening; text is hashed through ``md5``. The transport: the columns from the catalog,
+types of expressions from ``LIMIT 0`` queries (no row is read), public keys in a TEMP table,
+the hash coefficients derived from the secret key as bound parameters. Messages never quote
+the server's error text (it could quote a value) nor the URL's password.
 
     curator = dp.Curator.from_postgres("postgresql://user@host/db", "events",
                                        privacy_unit="user_id", budget=dp.PureDP(1.0))

@@ -1,10 +1,12 @@
 """Spark: the bounding statement of ``_sql`` run where a DataFrame lives (pyspark, Spark SQL).
 
-The dialect (sqlglot's "spark"): user expressions through ``_spark_expressions`` (try_add,
-TRY_CAST, IEEE division...); every exact sum is a SUM of DECIMAL(38,0) (Spark's SUM of BIGINT
-is a BIGINT that overflows, where DuckDB's is a HUGEINT); text is hashed through ``md5`` (hex,
-read back as two little-endian 32-bit words with ``conv``), timestamps by their wall-clock
-microseconds; the keyed hash is ``_hash``'s, in BIGINT arithmetic that cannot overflow.
+The dialect (sqlglot's "spark"): user expressions made total by the shared rule table
+(``_total``: the failing operation is NULL), with Spark's entries (try_add, try_subtract,
+try_multiply, log10 and log2, weekofyear); every exact sum is a SUM of DECIMAL(38,0)
+(Spark's SUM of BIGINT is a BIGINT that overflows, where DuckDB's is a HUGEINT); text is
+hashed through ``md5`` (hex, read back as two little-endian 32-bit words with ``conv``),
+timestamps by their wall-clock microseconds; the keyed hash is ``_hash``'s, in BIGINT
+arithmetic that cannot overflow.
 
 The transport: the DataFrame is a global temporary view read by a session of the engine's own
 (``newSession``: the caller's SQL settings are copied, its data and cache shared, and ANSI mode
@@ -20,13 +22,14 @@ view of their text. Messages never quote Spark's error text (it could quote a va
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
 
-from dpcurator.engines import _spark_expressions as se
+from dpcurator.engines import _total
 from dpcurator.engines._engine import SqlEngine, key_text
 from dpcurator.engines._hash import WORD_BITS
 from dpcurator.engines._sql import (
@@ -34,9 +37,11 @@ from dpcurator.engines._sql import (
     Dialect,
     add,
     band,
+    case,
     cast,
     mul,
     num,
+    paren,
     shr,
 )
 from dpcurator.errors import UserError
@@ -64,6 +69,99 @@ def _call(name: str, *args: exp.Expr) -> exp.Expr:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
+# -- Spark's entries of the rule table (engines._total) -----------------------------------------
+
+_TRY: dict[type[exp.Expr], str] = {exp.Add: "try_add", exp.Sub: "try_subtract",
+                                   exp.Mul: "try_multiply"}
+
+
+def _try_arithmetic(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """Integer + - *: NULL on overflow (Spark without ANSI would wrap around)."""
+    return _call(_TRY[type(node)], paren(node.this), paren(node.expression))
+
+
+def _negated(node: exp.Expr) -> exp.Expr:
+    return _call("try_multiply", node, exp.Neg(this=num(1)))
+
+
+def _negate(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    return node if isinstance(node.this, exp.Literal) else _negated(node.this)
+
+
+def _abs(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    a = node.this
+    return case((exp.LT(this=a, expression=num(0)), _negated(a.copy())), default=a.copy())
+
+
+def _log_call(base: exp.Expr | None, x: exp.Expr) -> exp.Expr:
+    """DuckDB's one-argument log is base 10, Spark's natural: log10 and log2 by name."""
+    value = base.this if isinstance(base, exp.Cast) else base
+    if base is None or (isinstance(value, exp.Literal) and value.this == "10"):
+        return _call("log10", x)
+    if isinstance(value, exp.Literal) and value.this == "2":
+        return _call("log2", x)
+    return _call("log", base, x)
+
+
+def _week(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    return _call("weekofyear", node.this)
+
+
+def _day_of_week(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """DuckDB's dayofweek counts from 0 (Sunday), Spark's from 1."""
+    return paren(exp.Sub(this=_call("dayofweek", node.this), expression=num(1)))
+
+
+def _substring(s: exp.Expr, start: exp.Expr, length: exp.Expr | None) -> exp.Expr:
+    """Spark reads start 0 as 1: DuckDB's substring(s, 0, n) is Spark's (s, 1, n - 1)."""
+    if length is None or (isinstance(start, exp.Literal) and start.is_number and
+                          start.this != "0"):
+        return exp.Substring(this=s, start=start, length=length)
+    return case((exp.EQ(this=start.copy(), expression=num(0)),
+                 exp.Substring(this=s.copy(), start=num(1), length=exp.Sub(
+                     this=paren(length.copy()), expression=num(1)))),
+                default=exp.Substring(this=s, start=start, length=length))
+
+
+def _ends(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """left / right with n < 0: all but the last / first -n characters (DuckDB's and
+    PostgreSQL's; Spark's is empty)."""
+    s, n = node.this, node.expression
+    kept = exp.Greatest(this=exp.Add(this=exp.Length(this=s.copy()), expression=paren(
+        n.copy())), expressions=[num(0)])
+    return case((exp.LT(this=n, expression=num(0)), type(node)(this=s.copy(), expression=kept)),
+                default=node)
+
+
+def _to_integer(x: exp.Expr, to: exp.Expr) -> exp.Expr:
+    """Spark truncates a double cast to an integer: round it half to even first, as
+    DuckDB and PostgreSQL do."""
+    name = _call("typeof", x.copy())
+    rounded = _call("bround", exp.TryCast(this=x.copy(), to=exp.DataType.build("DOUBLE")),
+                    num(0))
+    return case((exp.In(this=name, expressions=[exp.Literal.string("double"),
+                                                exp.Literal.string("float")]),
+                 exp.TryCast(this=rounded, to=to.copy())),
+                default=exp.TryCast(this=x, to=to))
+
+
+RULES: _total.Rules = {
+    **_total.RULES,
+    exp.Add: _try_arithmetic, exp.Sub: _try_arithmetic, exp.Mul: _try_arithmetic,
+    exp.Neg: _negate, exp.Abs: _abs,
+    exp.Log: functools.partial(_total.logarithm, call=_log_call),
+    exp.Week: _week, exp.DayOfWeek: _day_of_week,
+    exp.Cast: _total.cast_by_type_name("string", _to_integer),  # Spark reads '1.5' as 1
+    exp.Substring: functools.partial(_total.substring, call=_substring),
+    exp.Left: _ends, exp.Right: _ends,
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _total_expression(text: str) -> exp.Expr:
+    return _total.total(text, RULES, "Spark")
+
+
 class SparkDialect(Dialect):
     """Spark SQL's primitives."""
 
@@ -84,7 +182,7 @@ class SparkDialect(Dialect):
         return "timestamp" if sql_type == "TIMESTAMP_NTZ" else super().hash_kind(sql_type)
 
     def total(self, text: str) -> exp.Expr:
-        return se.total(text)
+        return _total_expression(text).copy()
 
     def exact_sum(self, node: exp.Expr) -> exp.Expr:
         return exp.Sum(this=cast(node, "DECIMAL(38, 0)"))

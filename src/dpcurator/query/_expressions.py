@@ -6,8 +6,8 @@ must be refused is everything that looks at *other* rows (subqueries, window fun
 aggregates inside a predicate), everything that reaches outside the table (table functions,
 file readers, settings, parameters), and functions not on an explicit list: a function that
 can fail on some values would turn a record's value into an error message or a refusal, so
-the engines also evaluate these expressions under ``TRY`` (an error becomes NULL) and casts
-as ``TRY_CAST``.
+the engines make these expressions total (``engines._total``: one rule table, the failing
+operation is NULL on every engine) and casts are ``TRY_CAST``.
 
 Expressions are stored in plans as canonical DuckDB-dialect text written by sqlglot.
 """
@@ -44,8 +44,8 @@ _STRUCTURE: tuple[type[exp.Expression], ...] = (
     exp.Case, exp.If, exp.Cast, exp.TryCast, exp.DataType, exp.DataTypeParam, exp.Var,
     exp.Interval, exp.DPipe,
 )
-# Scalar functions that read only their arguments and return a value for every input (under
-# TRY, any error becomes NULL).
+# Scalar functions that read only their arguments and return a value for every input (made
+# total by engines._total: where one fails, it is NULL).
 _FUNCTIONS: tuple[type[exp.Expression], ...] = (
     exp.Abs, exp.Ceil, exp.Floor, exp.Round, exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Sign,
     exp.Greatest, exp.Least, exp.Coalesce, exp.Nullif,
