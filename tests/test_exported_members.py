@@ -40,9 +40,9 @@ EXPORTED: dict[str, list[str]] = {
         "posterior_figure",
     ],
     "dpcurator.mechanisms": [
-        "DiscreteGaussian", "DiscreteLaplace", "Estimate", "Exponential", "Gaussian", "Laplace",
-        "Mechanism", "NameAndShame", "PermuteAndFlip", "RandomizedResponse", "ReportNoisyMax",
-        "SparseVector",
+        "CountIntervals", "DiscreteGaussian", "DiscreteLaplace", "Estimate", "Exponential",
+        "Gaussian", "Laplace", "Mechanism", "NameAndShame", "NoiseTails", "PermuteAndFlip",
+        "RandomizedResponse", "ReportNoisyMax", "SparseVector",
     ],
     "dpcurator.ledger": [
         "AccountState", "Amount", "Budget", "Charge", "Entry", "IdempotencyConflict", "Ledger",
@@ -57,8 +57,8 @@ EXPORTED: dict[str, list[str]] = {
         "plan_to_json", "public_keys", "width_bucket",
     ],
     "dpcurator.engines": [
-        "ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "PostgresTable",
-        "SourceKind", "column_kind", "open_engine", "register_source",
+        "ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "PROFILE_STEPS",
+        "PostgresTable", "SourceKind", "column_kind", "open_engine", "register_source",
     ],
     "dpcurator.curator": ["Curator", "CuratorQuery", "PreparedQuery", "PrivacyRequest", "Release",
                           "ResolvedQuery"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import dpcurator as dp
-from dpcurator import audit, mechanisms, noise
+from dpcurator import noise
 
 
 def test_top_level_names() -> None:
@@ -19,18 +19,8 @@ def test_top_level_names() -> None:
 
 
 def test_subpackage_surfaces() -> None:
-    assert set(mechanisms.__all__) == {
-        "DiscreteGaussian", "DiscreteLaplace", "Estimate", "Exponential", "Gaussian", "Laplace",
-        "Mechanism", "NameAndShame", "PermuteAndFlip", "RandomizedResponse", "ReportNoisyMax",
-        "SparseVector",
-    }
-    assert set(audit.__all__) == {"AuditResult", "audit_epsilon", "audit_mechanism",
-                                  "clopper_pearson"}
-    assert set(dp.ledger.__all__) == {"AccountState", "Amount", "Budget", "Charge", "Entry",
-                                      "IdempotencyConflict", "Ledger", "LedgerReport",
-                                      "PostgresLedger", "Reservation", "SQLiteLedger",
-                                      "StoredRequest", "fingerprint", "is_postgres_url",
-                                      "mask_url", "migrate_journal", "open_ledger"}
+    """Each package's exact ``__all__`` is pinned once, in ``test_exported_members``; here,
+    that the names resolve and the samplers the design names are public."""
     assert all(getattr(dp.ledger, name) is not None for name in dp.ledger.__all__)
     assert {"SecureRandom", "SeededRandom", "sample_discrete_laplace",
             "sample_discrete_gaussian", "sample_bernoulli_exp"} <= set(noise.__all__)

@@ -23,7 +23,7 @@ from dpcurator.engines import _total
 from dpcurator.engines import duckdb as dd
 from dpcurator.engines import spark as sp
 from dpcurator.errors import UserError
-from dpcurator.query import _expressions as ex
+from dpcurator.query import expressions as ex
 
 TABLES: dict[str, _total.Rules] = {"duckdb": dd.RULES, "postgres": pe.RULES, "spark": sp.RULES}
 

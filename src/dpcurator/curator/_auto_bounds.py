@@ -137,7 +137,7 @@ import numpy.typing as npt
 
 from dpcurator.accounting.conversions import zcdp_rho_for
 from dpcurator.accounting.events import DpEvent, PureDPEvent, ZCDPEvent
-from dpcurator.engines._sql import PROFILE_STEPS
+from dpcurator.engines import PROFILE_STEPS
 from dpcurator.errors import InternalError, UserError
 from dpcurator.mechanisms.exponential import PermuteAndFlip
 from dpcurator.noise import RandomSource

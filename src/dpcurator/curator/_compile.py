@@ -36,7 +36,7 @@ from dpcurator.mechanisms.partition_selection import (
     per_partition_delta,
 )
 from dpcurator.noise import RandomSource
-from dpcurator.query import _expressions as ex
+from dpcurator.query import expressions as ex
 from dpcurator.query.bounding import (
     BoundedQuery,
     HistogramSpec,

@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
-from dpcurator.mechanisms._tails import CountIntervals, NoiseTails
+from dpcurator.mechanisms import CountIntervals, DiscreteGaussian, DiscreteLaplace, NoiseTails
 from dpcurator.query.bounding import MeasureSpec
 from dpcurator.query.plan import Aggregate, Bounds, Count, CountUnits, Mean, Sum, Variance
 

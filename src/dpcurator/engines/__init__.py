@@ -10,9 +10,11 @@ for a curator's data from a registry of source kinds (``register_source``).
 
 from dpcurator.engines._base import ColumnKind, Engine, ExactAggregates, column_kind
 from dpcurator.engines._sources import PostgresTable, SourceKind, open_engine, register_source
+from dpcurator.engines._sql import PROFILE_STEPS
 from dpcurator.engines.duckdb import DuckDBEngine
 
 __all__ = [
+    "PROFILE_STEPS",
     "ColumnKind",
     "DuckDBEngine",
     "Engine",

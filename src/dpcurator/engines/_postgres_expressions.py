@@ -42,7 +42,7 @@ from dpcurator.engines._total import (
     power_domain,
 )
 from dpcurator.errors import UserError
-from dpcurator.query import _expressions as ex
+from dpcurator.query import expressions as ex
 
 __all__ = ["RULES", "TypeOf", "safe_cast", "total"]
 
@@ -268,7 +268,7 @@ def _arith(t: Total, node: exp.Expr) -> exp.Expr:
     if kind_ == "numeric":
         return plain
     if kind_ != "float":
-        raise UserError(f"{ex._describe(node)} on {result} values is not supported on "
+        raise UserError(f"{ex.describe(node)} on {result} values is not supported on "
                         "PostgreSQL")
     a2, b2 = (cast(a, "DOUBLE"), cast(b, "DOUBLE"))
     special = exp.or_(exp.Not(this=_finite(a2)), exp.Not(this=_finite(b2)))

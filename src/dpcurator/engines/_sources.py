@@ -38,7 +38,7 @@ class PostgresTable:
     table: str
 
     def __repr__(self) -> str:
-        from dpcurator.ledger._open import mask_url
+        from dpcurator.ledger import mask_url
 
         return f"PostgresTable({mask_url(self.dsn)!r}, {self.table!r})"
 
@@ -102,7 +102,7 @@ def _is_frame(data: Any) -> bool:
 
 def _open_path(data: Any, table: str | None, threads: int | None) -> Engine:
     from dpcurator.engines.duckdb import DuckDBEngine
-    from dpcurator.ledger._open import is_postgres_url
+    from dpcurator.ledger import is_postgres_url
 
     if is_postgres_url(data):
         raise UserError("a postgresql:// URL names a database, not a file: use "

@@ -43,7 +43,7 @@ from sqlglot import exp
 from dpcurator.engines._base import ExactAggregates
 from dpcurator.engines._hash import DEGREE, PREFIX, PRIME, WORD_BITS, hash_parameters
 from dpcurator.errors import InternalError
-from dpcurator.query import _expressions as ex
+from dpcurator.query import expressions as ex
 from dpcurator.query.bounding import OUTER_KINDS, BoundedQuery, MeasureSpec, ValueSpec
 
 __all__ = ["RELATION", "CompileCache", "CompiledQuery", "Dialect", "HashKind", "ValueKind",

@@ -2,7 +2,7 @@
 
 A user expression (a WHERE filter, a computed group key) runs after the charge, on every row,
 so no value may make it raise. This pass rewrites the plan's canonical expression
-(``dpcurator.query._expressions``: DuckDB text of the checked scalar subset) bottom-up, node
+(``dpcurator.query.expressions``: DuckDB text of the checked scalar subset) bottom-up, node
 by node, through a rule table from sqlglot node type to handler, in the manner of sqlglot's
 ``Generator.TRANSFORMS``: ``RULES`` holds the rules every engine shares, and each engine's
 table is ``{**RULES, ...}`` with its own entries where its SQL differs (DuckDB in
@@ -65,7 +65,7 @@ from sqlglot import exp
 
 from dpcurator.engines._sql import case, num, paren, width_bucket_case
 from dpcurator.errors import InternalError, UserError
-from dpcurator.query import _expressions as ex
+from dpcurator.query import expressions as ex
 
 __all__ = ["RULES", "Handler", "Rules", "Total", "TypeOf", "cast_by_type_name", "keep", "total"]
 
@@ -107,7 +107,7 @@ class Total:
                 return handler(self, node)
             if kind is exp.Expr:
                 break
-        raise UserError(f"{ex._describe(node)} is not supported on {self.engine}")
+        raise UserError(f"{ex.describe(node)} is not supported on {self.engine}")
 
 
 def total(text: str, rules: Rules, engine: str, type_of: TypeOf | None = None) -> exp.Expr:
@@ -128,7 +128,7 @@ def keep(t: Total, node: exp.Expr) -> exp.Expr:
 
 
 def refuse(t: Total, node: exp.Expr) -> exp.Expr:
-    raise UserError(f"{ex._describe(node)} is not supported on {t.engine}")
+    raise UserError(f"{ex.describe(node)} is not supported on {t.engine}")
 
 
 def when(condition: exp.Expr, value: exp.Expr) -> exp.Expr:

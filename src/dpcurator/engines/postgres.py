@@ -39,7 +39,7 @@ from dpcurator.engines._sql import (
     shr,
 )
 from dpcurator.errors import InternalError, UserError
-from dpcurator.ledger._open import mask_url
+from dpcurator.ledger import mask_url
 from dpcurator.query.bounding import BoundedQuery
 
 __all__ = ["PostgresDialect", "PostgresEngine"]

@@ -7,6 +7,7 @@ lesson, never used by the curator: ``NameAndShame`` (what delta can mean).
 """
 
 from dpcurator.mechanisms._base import Mechanism
+from dpcurator.mechanisms._tails import CountIntervals, NoiseTails
 from dpcurator.mechanisms.exponential import Exponential, PermuteAndFlip, ReportNoisyMax
 from dpcurator.mechanisms.gaussian import DiscreteGaussian, Gaussian
 from dpcurator.mechanisms.laplace import DiscreteLaplace, Laplace
@@ -15,6 +16,7 @@ from dpcurator.mechanisms.randomized_response import Estimate, RandomizedRespons
 from dpcurator.mechanisms.sparse_vector import SparseVector
 
 __all__ = [
+    "CountIntervals",
     "DiscreteGaussian",
     "DiscreteLaplace",
     "Estimate",
@@ -23,6 +25,7 @@ __all__ = [
     "Laplace",
     "Mechanism",
     "NameAndShame",
+    "NoiseTails",
     "PermuteAndFlip",
     "RandomizedResponse",
     "ReportNoisyMax",

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpcurator.query import _expressions as ex
+from dpcurator.query import expressions as ex
 from dpcurator.query._keys import public_keys
 from dpcurator.query.errors import QueryError
 from dpcurator.query.plan import (

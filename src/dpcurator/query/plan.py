@@ -7,7 +7,7 @@ request. Both front ends, the Python builder (``Query``) and DP SQL (``parse_sql
 plans, and the same question asked both ways gives equal plans.
 
 Scalar expressions (the WHERE predicate, computed group keys) are stored as canonical SQL
-text produced by sqlglot after ``dpcurator.query._expressions`` checked that they use only the
+text produced by sqlglot after ``dpcurator.query.expressions`` checked that they use only the
 DP-safe scalar subset; engines parse that text again and write it in their own dialect.
 
 Every dataclass here validates itself in ``__post_init__`` and raises a ``QueryError`` or

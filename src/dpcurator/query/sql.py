@@ -10,7 +10,7 @@ Accepted (the DP-safe subset)::
 Aggregates: COUNT(*), COUNT(DISTINCT <privacy unit>), SUM(col), AVG(col), VARIANCE / VAR_POP /
 VAR_SAMP(col), STDDEV / STDDEV_POP / STDDEV_SAMP(col), MEDIAN(col), QUANTILE_CONT(col, q) /
 QUANTILE(col, q) / PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY col). Row predicates and group
-keys use the scalar subset of ``_expressions``.
+keys use the scalar subset of ``expressions``.
 
 Refused, each with the reason: any statement other than SELECT; joins, several tables,
 subqueries, CTEs, set operations (every one could combine rows of different privacy units or
@@ -28,7 +28,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from dpcurator.query import _expressions as ex
+from dpcurator.query import expressions as ex
 from dpcurator.query._keys import public_keys
 from dpcurator.query.errors import QueryError, UnsupportedQueryError
 from dpcurator.query.plan import (

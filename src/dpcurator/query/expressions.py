@@ -27,6 +27,7 @@ __all__ = [
     "canonical",
     "check_scalar",
     "columns_of",
+    "describe",
     "labels_of",
     "literal_value",
     "parse_scalar",
@@ -58,7 +59,7 @@ _ALLOWED = _STRUCTURE + _FUNCTIONS
 _ALLOWED_NAMES = sorted({cls.__name__.upper() for cls in _FUNCTIONS})
 
 
-def _describe(node: exp.Expr) -> str:
+def describe(node: exp.Expr) -> str:
     if isinstance(node, exp.Anonymous):
         return f"function {str(node.this).upper()}()"
     if isinstance(node, exp.Func):
@@ -67,7 +68,7 @@ def _describe(node: exp.Expr) -> str:
 
 
 def _reason(node: exp.Expr, context: str) -> str:
-    name = _describe(node)
+    name = describe(node)
     if isinstance(node, exp.Subquery | exp.Select | exp.Exists | exp.Union | exp.Query):
         return (f"{name} is not supported in {context}: a DP query reads its one table once, "
                 "and a subquery could compare rows of different privacy units")
