@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dpcurator as dp
 from dpcurator.accounting.conversions import zcdp_to_delta
@@ -223,3 +225,44 @@ def test_only_basic_and_zcdp_budgets_take_queries() -> None:
         compiled = _compile(_curator(), "private", {"epsilon": 1.0, "delta": 1e-6}, public)
         with pytest.raises(UserError, match="not 'rdp' ones"):
             charge_cost(compiled, "rdp")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(parts=st.lists(st.tuples(st.sampled_from(["pure", "approx", "zcdp"]),
+                                st.floats(1e-12, 50.0), st.floats(0.0, 1e-3)),
+                      min_size=1, max_size=6),
+       nest=st.booleans())
+def test_the_accounting_interpreter_prices_events_exactly_and_never_below(
+        parts: list[tuple[str, float, float]], nest: bool) -> None:
+    """``accounting.filters.event_cost``, the one interpreter of a query's events: the exact
+    sums, rounded up (basic: epsilons and deltas; zCDP: rhos, epsilon^2 / 2 per pure part),
+    whatever the nesting; a part a filter cannot hold is refused."""
+    from fractions import Fraction
+
+    from dpcurator.accounting.events import ApproxDPEvent, ComposedEvent, PureDPEvent, ZCDPEvent
+    from dpcurator.accounting.filters import event_cost
+    from dpcurator.errors import UnsupportedChargeError
+
+    events = [PureDPEvent(v) if kind == "pure" else ZCDPEvent(v) if kind == "zcdp" else
+              ApproxDPEvent(v, d) for kind, v, d in parts]
+    event = ComposedEvent((ComposedEvent(tuple(events[:1])), *events[1:])) if nest else \
+        ComposedEvent(tuple(events))
+    kinds = {kind for kind, _, _ in parts}
+    if "zcdp" in kinds:
+        with pytest.raises(UnsupportedChargeError):
+            event_cost(event, "basic")
+    else:
+        basic = event_cost(event, "basic")
+        assert Fraction(basic.epsilon) >= sum(Fraction(v) for _, v, _ in parts)
+        assert Fraction(basic.epsilon) - sum(Fraction(v) for _, v, _ in parts) <= \
+            Fraction(basic.epsilon) * Fraction(1, 2**52)
+        exact_delta = sum(Fraction(d) for kind, _, d in parts if kind == "approx")
+        assert Fraction(getattr(basic, "delta", 0.0)) >= exact_delta
+    if "approx" in kinds:
+        with pytest.raises(UnsupportedChargeError):
+            event_cost(event, "zcdp")
+    else:
+        rho = sum(Fraction(v) ** 2 / 2 if kind == "pure" else Fraction(v)
+                  for kind, v, _ in parts)
+        priced = Fraction(event_cost(event, "zcdp").rho)  # type: ignore[union-attr]
+        assert rho <= priced <= rho * (1 + Fraction(1, 2**51))

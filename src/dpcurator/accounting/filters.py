@@ -40,6 +40,13 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from dpcurator.accounting.conversions import zcdp_rho_for
+from dpcurator.accounting.events import (
+    ApproxDPEvent,
+    ComposedEvent,
+    DpEvent,
+    PureDPEvent,
+    ZCDPEvent,
+)
 from dpcurator.accounting.guarantees import (
     RDP,
     ZCDP,
@@ -50,7 +57,8 @@ from dpcurator.accounting.guarantees import (
 )
 from dpcurator.errors import UnsupportedChargeError, UserError
 
-__all__ = ["Amount", "Composition", "Cost", "FilterRule", "decode_cost", "encode_cost"]
+__all__ = ["Amount", "Composition", "Cost", "FilterRule", "decode_cost", "encode_cost",
+           "event_cost", "event_totals"]
 
 Composition = Literal["basic", "zcdp", "rdp"]
 Cost = PureDP | ApproxDP | ZCDP | RDP
@@ -242,3 +250,58 @@ def decode_cost(data: dict[str, Any]) -> Cost:
         return RDP(tuple(float(a) for a in data["orders"]),
                    tuple(float(e) for e in data["epsilons"]), relation)
     raise UserError(f"unknown guarantee type {kind!r}")
+
+
+def event_totals(event: DpEvent) -> tuple[Fraction, Fraction, Fraction]:
+    """The exact (sum of epsilons, sum of deltas) of an event's (epsilon, delta) parts and the
+    sum of its zCDP parts' rhos: what a filter reads of a composition of stated guarantees
+    (``PureDPEvent``, ``ApproxDPEvent``, ``ZCDPEvent``, composed in any nesting). Other
+    events (a mechanism's exact noise profile) are for the PLD and RDP accountants."""
+    match event:
+        case ComposedEvent(events=parts):
+            sums = [event_totals(part) for part in parts]
+            return (sum((s[0] for s in sums), Fraction(0)),
+                    sum((s[1] for s in sums), Fraction(0)),
+                    sum((s[2] for s in sums), Fraction(0)))
+        case PureDPEvent(epsilon=epsilon):
+            return Fraction(epsilon), Fraction(0), Fraction(0)
+        case ApproxDPEvent(epsilon=epsilon, delta=delta):
+            return Fraction(epsilon), Fraction(delta), Fraction(0)
+        case ZCDPEvent(rho=rho):
+            return Fraction(0), Fraction(0), Fraction(rho)
+    raise UnsupportedChargeError(f"a filter prices stated guarantees, not a "
+                                 f"{type(event).__name__}")
+
+
+def _event_rho(event: DpEvent) -> Fraction:
+    """The exact zCDP rho of an event of stated guarantees (an approximate-DP part has none)."""
+    match event:
+        case ComposedEvent(events=parts):
+            return sum((_event_rho(part) for part in parts), Fraction(0))
+        case PureDPEvent(epsilon=epsilon):
+            return Fraction(epsilon) ** 2 / 2  # Bun and Steinke 2016, Prop. 1.4
+        case ZCDPEvent(rho=rho):
+            return Fraction(rho)
+        case ApproxDPEvent():
+            raise UnsupportedChargeError(
+                "a zCDP filter cannot account an approximate-DP part (epsilon, delta)")
+    raise UnsupportedChargeError(f"a filter prices stated guarantees, not a "
+                                 f"{type(event).__name__}")
+
+
+def event_cost(event: DpEvent, composition: Composition) -> Cost:
+    """What an event of stated guarantees costs in a filter of ``composition``, rounded up:
+    basic, the sums of its epsilons and deltas (``PureDP`` when no part spends delta; basic
+    composition, Dwork and Roth 2014, Theorem 3.16, valid in a filter by Rogers et al. 2016);
+    zCDP, the sum of its parts' rhos (a pure part epsilon^2 / 2; Bun and Steinke 2016,
+    Proposition 1.4 and Lemma 1.7). Every part is stated under add/remove one unit."""
+    if composition == "basic":
+        epsilon, delta, rho = event_totals(event)
+        if rho:
+            raise UnsupportedChargeError("a basic-composition filter cannot account a zCDP part")
+        up_epsilon = _round(epsilon, True)
+        return ApproxDP(up_epsilon, _round(delta, True)) if delta else PureDP(up_epsilon)
+    if composition == "zcdp":
+        return ZCDP(_round(_event_rho(event), True))
+    raise UnsupportedChargeError(f"events are priced in basic or zcdp filters, not "
+                                 f"{composition!r}")

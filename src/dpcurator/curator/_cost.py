@@ -14,8 +14,9 @@ and no public keys (equal weights, each share rounded down, each measure's a lit
 
 (with ``noise="gaussian"`` or ``rho=`` the aggregates' parts are ``ZCDPEvent(rho)``s.)
 
-``query_cost`` is the one place a query is priced; the curator's ``charge``, its near-miss
-``shrink`` and a service's ``cost_in`` all call it:
+``query_cost`` is the one place a query is priced (once, when it is prepared); the events
+are interpreted by the accounting package (``accounting.filters.event_cost`` and
+``event_totals``), the same interpreter a budget's filter uses:
 
 - ``"basic"`` (an (epsilon, delta) budget, basic composition; Dwork and Roth 2014, Theorem
   3.16): the query's stated guarantee, its request (``PureDP(epsilon)`` when no part spends
@@ -41,19 +42,17 @@ charges by a few units in the last place.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from fractions import Fraction
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.accounting.events import (
     ApproxDPEvent,
     ComposedEvent,
-    DpEvent,
     PureDPEvent,
     ZCDPEvent,
 )
-from dpcurator.errors import InternalError, UserError
+from dpcurator.accounting.filters import event_cost, event_totals
+from dpcurator.errors import InternalError, UnsupportedChargeError, UserError
 
 __all__ = ["check_within", "query_cost", "stated_event"]
 
@@ -73,10 +72,11 @@ def stated_event(guarantee: Stated) -> PureDPEvent | ApproxDPEvent | ZCDPEvent:
 
 
 def query_cost(event: ComposedEvent, stated: Stated, composition: str) -> Stated:
-    """The guarantee to charge for a query's events, in a budget's currency (module docstring).
+    """The guarantee to charge for a query's events, in a budget's currency (module docstring),
+    as the accounting package's interpreter of events prices them (``event_cost``).
 
-    ``stated`` is the query's own guarantee (its request), which the events compose within.
-    """
+    ``stated`` is the query's own guarantee (its request), which the events compose within:
+    a basic budget is charged it (the events' sums, each share rounded down, are at most it)."""
     if composition == "basic":
         if isinstance(stated, ZCDP):
             raise UserError("this budget is (epsilon, delta); ask with epsilon= "
@@ -85,11 +85,15 @@ def query_cost(event: ComposedEvent, stated: Stated, composition: str) -> Stated
     if composition != "zcdp":
         raise UserError(f"queries are charged to (epsilon, delta) or zCDP budgets, not "
                         f"{composition!r} ones")
-    total = _rho(event)
-    value = float(total)
-    if Fraction(value) < total:  # round up: never charge less than the exact sum
-        value = math.nextafter(value, math.inf)
-    return ZCDP(value)
+    try:
+        cost = event_cost(event, "zcdp")
+    except UnsupportedChargeError:
+        raise UserError("this budget is zCDP, which cannot account a private partition "
+                        "selection (approximate DP); pass keys=... (public partitions) or "
+                        "use an (epsilon, delta) budget") from None
+    if not isinstance(cost, ZCDP):
+        raise InternalError("a zCDP price that is not a ZCDP; this is a bug")
+    return cost
 
 
 def check_within(event: ComposedEvent, *, epsilon: float | None, delta: float,
@@ -97,9 +101,10 @@ def check_within(event: ComposedEvent, *, epsilon: float | None, delta: float,
     """The parts compose within what was allocated to them, exactly, or it is a bug.
 
     The (epsilon, delta) parts' sums must stay within ``epsilon`` and ``delta`` (unless
-    ``epsilon`` is None: a rho request has none), and the zCDP parts' rhos within ``rho``.
+    ``epsilon`` is None: a rho request has none), and the zCDP parts' rhos within ``rho``
+    (sums by the accounting package's ``event_totals``).
     """
-    eps_sum, delta_sum, rho_sum = _sums(event)
+    eps_sum, delta_sum, rho_sum = event_totals(event)
     if rho_sum > rho:
         raise InternalError("the mechanisms' rho exceed the allocation; this is a bug")
     if epsilon is None:
@@ -109,37 +114,3 @@ def check_within(event: ComposedEvent, *, epsilon: float | None, delta: float,
     if eps_sum > Fraction(epsilon) or delta_sum > Fraction(delta):
         raise InternalError("the mechanisms' epsilons or deltas exceed the request; "
                             "this is a bug")
-
-
-def _rho(event: DpEvent) -> Fraction:
-    """The exact zCDP rho of an event (a part, or the composition of parts)."""
-    match event:
-        case ComposedEvent(events=parts):
-            return sum((_rho(part) for part in parts), Fraction(0))
-        case PureDPEvent(epsilon=epsilon):
-            return Fraction(epsilon) ** 2 / 2  # Bun and Steinke 2016, Prop. 1.4
-        case ZCDPEvent(rho=rho):
-            return Fraction(rho)
-        case ApproxDPEvent():
-            raise UserError("this budget is zCDP, which cannot account a private partition "
-                            "selection (approximate DP); pass keys=... (public partitions) or "
-                            "use an (epsilon, delta) budget")
-    raise InternalError(f"the curator cannot price a {type(event).__name__}; this is a bug")
-
-
-def _sums(event: DpEvent) -> tuple[Fraction, Fraction, Fraction]:
-    """Exact (sum of epsilons, sum of deltas) of the (epsilon, delta) parts, sum of the rhos
-    of the zCDP parts."""
-    match event:
-        case ComposedEvent(events=parts):
-            sums: Sequence[tuple[Fraction, Fraction, Fraction]] = [_sums(p) for p in parts]
-            return (sum((s[0] for s in sums), Fraction(0)),
-                    sum((s[1] for s in sums), Fraction(0)),
-                    sum((s[2] for s in sums), Fraction(0)))
-        case PureDPEvent(epsilon=epsilon):
-            return Fraction(epsilon), Fraction(0), Fraction(0)
-        case ApproxDPEvent(epsilon=epsilon, delta=delta):
-            return Fraction(epsilon), Fraction(delta), Fraction(0)
-        case ZCDPEvent(rho=rho):
-            return Fraction(0), Fraction(0), Fraction(rho)
-    raise InternalError(f"the curator cannot price a {type(event).__name__}; this is a bug")
