@@ -23,13 +23,8 @@ from typer.testing import CliRunner
 
 import dpcurator as dp
 from dpcurator.cli import app
-from dpcurator.curator._auto_bounds import (
-    OUTER_CANDIDATES,
-    ROW_CANDIDATES,
-    Profile,
-    _beyond,
-    _down,
-)
+from dpcurator.curator._auto_bounds import OUTER_CANDIDATES, ROW_CANDIDATES
+from dpcurator.curator._profile import Profile, _beyond, _down
 from dpcurator.engines import DuckDBEngine
 from dpcurator.errors import BudgetExceededError
 from dpcurator.noise import SeededRandom

@@ -17,7 +17,7 @@ import dpcurator as dp
 from dpcurator.accounting.conversions import zcdp_to_delta
 from dpcurator.accounting.events import ApproxDPEvent, PureDPEvent, ZCDPEvent
 from dpcurator.curator._compile import CompiledQuery
-from dpcurator.curator._session import charge_cost
+from dpcurator.curator._prepared import charge_cost
 from dpcurator.errors import UserError
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dpcurator.mechanisms.partition_selection import CountThreshold, PartitionSelection

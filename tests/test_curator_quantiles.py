@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import dpcurator as dp
 from dpcurator.accounting.conversions import zcdp_to_delta
 from dpcurator.curator import Curator
-from dpcurator.curator._compile import Defaults, compile_query, resolve_plan
+from dpcurator.curator._compile import compile_query
 from dpcurator.curator._privacy import PrivacyRequest
 from dpcurator.curator._quantiles import (
     BINS,
@@ -32,6 +32,7 @@ from dpcurator.curator._quantiles import (
     prefix_counts,
     staged_ends,
 )
+from dpcurator.curator._resolve import Defaults, resolve_plan
 from dpcurator.engines import DuckDBEngine
 from dpcurator.noise import SeededRandom
 from dpcurator.query.bounding import HistogramSpec, isqrt_ceil

@@ -293,7 +293,7 @@ def test_a_query_is_priced_once(monkeypatch: pytest.MonkeyPatch,
                                 options: dict[str, Any]) -> None:
     """Its price is computed when it is prepared and read from there by the charge, the
     release and the service's ``cost_in`` (it was computed three times)."""
-    import dpcurator.curator._session as session
+    import dpcurator.curator._prepared as session
 
     calls: list[object] = []
     real = session.query_cost

@@ -127,7 +127,7 @@ the query compose (basic composition for (epsilon, delta), adding rhos for zCDP)
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -155,6 +155,7 @@ from dpcurator.query.plan import (
 
 from . import _privacy
 from ._privacy import PrivacyRequest
+from ._profile import Profile
 
 __all__ = ["AutoPlan", "Profile", "choose_bounds", "plan_auto"]
 
@@ -167,12 +168,10 @@ ROW_CANDIDATES = tuple(sorted({round(2 ** (i / 4)) for i in range(49)}))
 MAGNITUDES = tuple(2.0 ** (q / 4) for q in PROFILE_STEPS)
 #: the chance, at most, that a bound is chosen where its ramp has reached its cap
 BETA = 1e-4
-#: Exact scores: statistics are summed exactly (``Fraction``), capped at 2^36 and rounded
-#: down to multiples of 2^-16 (so they and the penalties, capped at 2^35, are floats whose
-#: arithmetic errs by less than 2^-16 each): a score then moves by at most 1 + 2^-14 between
-#: neighbours, and the mechanisms are told 1 + 2^-12.
-STAT_CAP = 2**36
-GRID = 2**16
+#: Exact scores: statistics are summed exactly (``Fraction``, ``_profile``), capped at 2^36
+#: and rounded down to multiples of 2^-16 (so they and the penalties, capped at 2^35, are
+#: floats whose arithmetic errs by less than 2^-16 each): a score then moves by at most
+#: 1 + 2^-14 between neighbours, and the mechanisms are told 1 + 2^-12.
 PENALTY_CAP = float(2**35)
 SENSITIVITY = 1.0 + 2.0**-12
 #: beta of the sign choice, whose worst candidate costs at most twice the noise
@@ -370,121 +369,6 @@ def _release(scores: FloatArray | Sequence[float], epsilon: float,
                                source=source)
     capped = np.maximum(np.asarray(scores, dtype=np.float64), -PENALTY_CAP)
     return int(mechanism.release(capped))
-
-
-def _down(value: Fraction) -> float:
-    """An exact statistic, capped at ``STAT_CAP`` and rounded down to the ``GRID`` (both
-    1-Lipschitz up to 2^-16): an exact float."""
-    return math.floor(min(value, Fraction(STAT_CAP)) * GRID) / GRID
-
-
-def _beyond(n: int, cap: float) -> Fraction:
-    """The part of the pairs counted as n rows with more than ``cap`` rows, exactly, in
-    [0, 1]: all when n <= 8 (counted exactly), else the part of (n / 2, n] above the cap (n
-    rounded up to a power of two by the engine: the rows spread evenly between the powers)."""
-    if n <= cap:
-        return Fraction(0)
-    if n <= 8:
-        return Fraction(1)
-    return min(Fraction(1), (n - Fraction(cap)) / (n // 2))
-
-
-def _counts(rows: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int], int]:
-    """(a, b, count) rows -> the count per (a, b)."""
-    out: dict[tuple[int, int], int] = {}
-    for a, b, c in rows:
-        out[(a, b)] = out.get((a, b), 0) + c
-    return out
-
-
-def _beyond_buckets(weights: Iterable[tuple[int, Fraction]]) -> list[float]:
-    """Per q in ``PROFILE_STEPS``, the weight in buckets >= q (exact suffix sums, each then
-    ``_down``), from (bucket, weight) pairs."""
-    per_bucket: dict[int, Fraction] = {}
-    for b, w in weights:
-        per_bucket[b] = per_bucket.get(b, Fraction(0)) + w
-    out, beyond = [], Fraction(0)
-    for q in reversed(PROFILE_STEPS):
-        beyond += per_bucket.get(q, Fraction(0))
-        out.append(_down(beyond))
-    return out[::-1]
-
-
-class Profile:
-    """The statistics of the module docstring, from a profile's rows (``BoundedQuery.profile``):
-    each moves by at most 1 when one unit is added or removed."""
-
-    def __init__(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        # (partitions of the unit P, rows of the pair n, pairs), the units' rows T per pair,
-        # and, per column, (rows of the unit T, sign, bucket q, values)
-        self.pairs = [(int(r[1]), int(r[2]), int(r[5])) for r in rows if r[0] == 0]
-        self.unit_totals = [(int(r[1]), int(r[4]), int(r[5])) for r in rows if r[0] == 0]
-        # per column of the sums: (partitions of the unit P, bucket of its sum of |x|, pairs)
-        self.sums: dict[int, list[tuple[int, int, int]]] = {}
-        for r in rows:
-            if r[0] < 0:
-                self.sums.setdefault(-int(r[0]) - 1, []).append((int(r[1]), int(r[4]),
-                                                                 int(r[5])))
-        self.values: dict[int, list[tuple[int, int, int, int]]] = {}
-        for r in rows:
-            if r[0] > 0:
-                self.values.setdefault(int(r[0]) - 1, []).append(
-                    (int(r[1]), int(r[3]), int(r[4]), int(r[5])))
-        # the same pairs summed over what a statistic does not read (exact integer counts):
-        # the sums of fractions below then run over a few dozen terms, not every profile row
-        self._by_shape = _counts(self.pairs)
-        self._by_total = _counts(self.unit_totals)
-
-    def partitions(self, caps: Sequence[int]) -> list[float]:
-        """Units with more than K partitions (each pair weighs 1 / P)."""
-        return [_down(sum((Fraction(c, p) for (p, _), c in self._by_shape.items() if p > cap),
-                          Fraction(0))) for cap in caps]
-
-    def rows(self, caps: Sequence[int], k: int = 1) -> list[float]:
-        """Pairs with more than R rows, each weighing 1 / max(P, k) (a unit adds at most the
-        fraction of its partitions beyond R; ``k`` > 1 for the per-k statistic of the module
-        docstring), those of n > 8 rows (rounded up) counted for the part of (n / 2, n]
-        above R (``_beyond``)."""
-        # exactly as sum(Fraction(c, max(p, k)) * _beyond(n, cap)), in integers over one
-        # common denominator d (a multiple of every max(p, k) h, h = n // 2 above 8 rows,
-        # else 1): 20x faster
-        shapes = [(max(p, k), n, c, 1 if n <= 8 else n // 2)
-                  for (p, n), c in self._by_shape.items()]
-        d = math.lcm(1, *(p * h for p, _, _, h in shapes))
-        out = []
-        for cap in caps:
-            if cap != int(cap):
-                raise InternalError(f"row caps are integers, got {cap!r}; this is a bug")
-            total = sum(c * (d // (p * h)) * (1 if n <= 8 else min(h, n - int(cap)))
-                        for p, n, c, h in shapes if n > cap)
-            out.append(_down(Fraction(total, d)))
-        return out
-
-    def unit_rows(self, caps: Sequence[int]) -> list[float]:
-        """Units with more than M rows in all, M a power of two (each pair weighs 1 / P; T
-        is rounded up to a power of two above 8, so T > M exactly when the rounded T is)."""
-        return [_down(sum((Fraction(c, p) for (p, t), c in self._by_total.items() if t > cap),
-                          Fraction(0))) for cap in caps]
-
-    def unit_sums(self, column: int) -> list[float]:
-        """Units whose sum of |x| exceeds 2^(q/4), q in ``PROFILE_STEPS`` (each pair weighs
-        1 / P; the engine's bucket is the largest q with the sum above 2^(q/4))."""
-        return _beyond_buckets((b, Fraction(c, p)) for p, b, c in self.sums.get(column, []))
-
-    def magnitudes(self, column: int) -> list[float]:
-        """Values above 2^(q/4) in magnitude, q in ``PROFILE_STEPS`` (each weighs 1 / T)."""
-        return _beyond_buckets((b, Fraction(c, t)) for t, _, b, c in
-                               self.values.get(column, []))
-
-    def signs(self, column: int) -> tuple[float, float]:
-        """(negative, positive) values above 2^-20 in magnitude (each weighs 1 / T)."""
-        values = self.values.get(column, [])
-        first = PROFILE_STEPS[0]
-        negative = sum((Fraction(c, t) for t, s, b, c in values if s < 0 and b >= first),
-                       Fraction(0))
-        positive = sum((Fraction(c, t) for t, s, b, c in values if s > 0 and b >= first),
-                       Fraction(0))
-        return _down(negative), _down(positive)
 
 
 def partition_candidates(plan: Plan) -> list[int]:

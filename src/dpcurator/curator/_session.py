@@ -19,16 +19,13 @@ import math
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from dpcurator.accounting import RDP, ZCDP, ApproxDP, Neighbouring, PureDP
 from dpcurator.accounting.filters import Amount
-from dpcurator.engines import Engine, ExactAggregates, PostgresTable, column_kind, open_engine
+from dpcurator.engines import Engine, PostgresTable, column_kind, open_engine
 from dpcurator.errors import (
     BudgetExceededError,
     InternalError,
@@ -36,29 +33,25 @@ from dpcurator.errors import (
     UserError,
 )
 from dpcurator.ledger import Budget, Charge
-from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
-from dpcurator.mechanisms.partition_selection import CountThreshold
-from dpcurator.noise import RandomSource, resolve_source, sample_discrete_laplace
-from dpcurator.noise.samplers import sample_discrete_gaussian
-from dpcurator.query.bounding import BoundedQuery
+from dpcurator.noise import RandomSource, resolve_source
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import QueryError, UnknownColumnError
 from dpcurator.query.plan import INTERVAL_KINDS, AutoBounds, Bounds, Count, Plan, auto_options
 from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import choose_bounds, outer_names
-from ._compile import CompiledQuery, Defaults, _match_column, compile_query, resolve_plan
-from ._cost import query_cost
-from ._estimators import TOTAL, Intervals, Noisy, estimate
+from ._compile import CompiledQuery, compile_query
+from ._estimators import Intervals, estimate
+from ._prepared import PreparedQuery, ResolvedQuery, charge_cost, profile_query
 from ._privacy import PrivacyRequest, check_delta
-from ._quantiles import BINS, QuantileTree
+from ._release_stages import add_noise, describe_selection, select_partitions
+from ._resolve import Defaults, match_column, resolve_plan
 from .release import Release, check_confidence
 
 __all__ = ["Curator", "CuratorQuery", "PreparedQuery", "ResolvedQuery", "charge_cost"]
 
 BudgetLike = PureDP | ApproxDP | ZCDP | RDP | Budget
 _SLACK = 1e-9  # a request this close above the remaining budget is calibrated to it
-_INT64_SAFE = 2**61
 
 
 @dataclass(frozen=True)
@@ -190,7 +183,7 @@ class Curator:
         if bounds is not None and not isinstance(bounds, Mapping):
             raise UserError("bounds must be a mapping {column: (lo, hi)} or 'auto'")
         for name, value in (bounds or {}).items():
-            column = _match_column(str(name), columns, "bounds")
+            column = match_column(str(name), columns, "bounds")
             if column in declared:
                 raise UserError(f"bounds name the column {column!r} twice (column names are "
                                 "case-insensitive)")
@@ -200,7 +193,7 @@ class Curator:
             declared[column] = Bounds.of(value, column)
         if auto is not None:
             for column in auto.columns:
-                _match_column(column, columns, "bounds")
+                match_column(column, columns, "bounds")
         if intervals is not None and intervals not in INTERVAL_KINDS:
             raise UserError(f"intervals must be 'bounded' or 'total' (or None: 'total' where "
                             f"the caps are chosen from the data), got {intervals!r}")
@@ -323,7 +316,7 @@ class Curator:
         """
         if isinstance(bounds, Mapping):  # a misspelt column is named, not silently unused
             for name in bounds:
-                _match_column(str(name), self._engine.columns(), "bounds")
+                match_column(str(name), self._engine.columns(), "bounds")
         plan = parse_sql(query, table=self.table, privacy_unit=self.privacy_unit,
                          bounds=bounds, keys=keys, max_partitions=max_partitions,
                          max_rows_per_partition=max_rows_per_partition,
@@ -389,7 +382,7 @@ class Curator:
             compiled = self._compile(resolved.plan, resolved.request)
             statements = self._engine.validate(compiled.bounded)
             if compiled.auto is not None:  # the choice's statement too, before any charge
-                self._engine.validate(_profile_query(compiled))
+                self._engine.validate(profile_query(compiled))
         except RecursionError:
             raise too_deep_error() from None
         try:  # priced once, here; a budget that cannot account it refuses at the charge
@@ -524,7 +517,7 @@ class Curator:
         auto, candidates = compiled.auto, compiled.candidates
         if auto is None or candidates is None:
             raise InternalError("bounds to choose without proven candidates; this is a bug")
-        profile = self._engine.compute_exact_aggregates(_profile_query(compiled), key).profile
+        profile = self._engine.compute_exact_aggregates(profile_query(compiled), key).profile
         if profile is None:
             raise InternalError("the engine returned no profile; this is a bug")
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
@@ -559,199 +552,6 @@ class Curator:
             _intervals=Intervals(compiled.estimators, noisy), kinds=kinds,
             selection=selection, chosen=chosen,
             secure=bool(getattr(resolve_source(self._source), "secure", False)))
-
-
-def _profile_query(compiled: CompiledQuery) -> BoundedQuery:
-    """The statement measuring the shape of the contributions, for choosing bounds."""
-    auto, shell = compiled.auto, compiled.bounded
-    assert auto is not None
-    unit = shell.unit is not None
-    return BoundedQuery(
-        unit=shell.unit, group_keys=shell.group_keys, where=shell.where, keys=shell.keys,
-        max_partitions=1, max_rows_per_partition=1,
-        rows_mode="rescale" if unit else "none",
-        partitions_mode="rescale" if unit and shell.group_keys else "none",
-        measures=(), profile=auto.auto.columns,
-        profile_sums=auto.auto.unit_sums if unit else ())
-
-
-@dataclass(frozen=True)
-class ResolvedQuery:
-    """A query with the curator's defaults applied and the privacy asked (``Curator.resolve``)."""
-
-    plan: Plan
-    request: PrivacyRequest
-    level: float
-
-    @property
-    def key(self) -> tuple[Plan, PrivacyRequest]:
-        """What makes two queries the same release (the interval level is post-processing)."""
-        return (self.plan, self.request)
-
-
-@dataclass(frozen=True)
-class PreparedQuery:
-    """A query checked, compiled and priced, not yet charged or run (``Curator.prepare``).
-
-    ``cost`` is its price in a budget of ``composition`` (the curator's own), computed once
-    (None where that budget cannot account it: ``refusal`` says why, and ``price`` raises it);
-    everything that can refuse it has run. What remains after a charge is running it."""
-
-    compiled: CompiledQuery
-    statements: tuple[str, ...]
-    level: float
-    composition: str
-    cost: PureDP | ApproxDP | ZCDP | None
-    refusal: str = ""
-
-    def price(self) -> PureDP | ApproxDP | ZCDP:
-        """The price in the curator's budget, or the ``UserError`` saying why it has none."""
-        if self.cost is None:
-            raise UserError(self.refusal)
-        return self.cost
-
-    @property
-    def key(self) -> tuple[Plan, PrivacyRequest]:
-        """What makes two queries the same release (the interval level is post-processing)."""
-        return (self.compiled.plan, self.compiled.request)
-
-
-def charge_cost(compiled: CompiledQuery, composition: str) -> PureDP | ApproxDP | ZCDP:
-    """The guarantee to charge for a compiled query, in a budget's currency (``_cost``)."""
-    return query_cost(compiled.event, compiled.cost, composition)
-
-
-@dataclass(frozen=True)
-class Partitions:
-    """The partitions a query releases, and where each one's exact values are.
-
-    ``noisy`` holds measures already noised while selecting (the thresholded count), for the
-    released partitions, by measure name: ``add_noise`` uses them instead of drawing again.
-    """
-
-    keys: tuple[tuple[Any, ...], ...]  # (P,) group keys, in release order
-    rows: list[int]  # (P,) each key's row in the exact aggregates; -1 where it has none
-    noisy: Mapping[str, npt.NDArray[Any]] = field(default_factory=dict)
-
-
-def select_partitions(compiled: CompiledQuery, exact: ExactAggregates) -> Partitions:
-    """Which partitions are released: the public keys, the one global partition, or (private
-    keys) those the partition selection keeps: from each one's count of distinct units (a
-    separate selection), or where its noisy count reaches the threshold (``CountThreshold``)."""
-    plan = compiled.plan
-    n_exact = len(exact.keys)
-    if plan.keys is not None:
-        where = {int(k[0]): i for i, k in enumerate(exact.keys)}
-        return Partitions(tuple(plan.keys.values),
-                          [where.get(i, -1) for i in range(len(plan.keys.values))])
-    if not plan.group_by:
-        return Partitions(((),), [0 if n_exact else -1])
-    selection = compiled.selection
-    if isinstance(selection, CountThreshold):
-        name = compiled.threshold_measure
-        assert name is not None
-        # order: (E,) the found partitions in key order, so that each gets the same noise
-        # whatever order the engine returned them in
-        order = _in_key_order(exact, np.ones(n_exact, dtype=np.bool_))
-        column = exact.measures[name]
-        # noisy: (E,) every found partition's noisy count, in key order; kept where >= tau
-        noisy = _add_noise([column[i] for i in order], selection.noise)
-        if noisy.dtype == object:  # counts beyond int64: compared as Python integers
-            kept = np.asarray([int(v) >= selection.threshold for v in noisy], dtype=np.bool_)
-        else:
-            kept = np.asarray(noisy >= selection.threshold, dtype=np.bool_)
-        chosen = [order[j] for j in np.flatnonzero(kept)]
-        return Partitions(tuple(exact.keys[i] for i in chosen), chosen, {name: noisy[kept]})
-    assert selection is not None and exact.selection_units is not None
-    kept = selection.release(np.asarray(exact.selection_units, dtype=np.int64))
-    chosen = _in_key_order(exact, kept)
-    return Partitions(tuple(exact.keys[i] for i in chosen), chosen)
-
-
-def _in_key_order(exact: ExactAggregates, kept: npt.NDArray[np.bool_]) -> list[int]:
-    """The rows of the kept partitions, sorted by key (the release's order)."""
-    return sorted((i for i in range(len(exact.keys)) if kept[i]),
-                  key=lambda i: _sort_key(exact.keys[i]))
-
-
-def add_noise(compiled: CompiledQuery, exact: ExactAggregates, kept: Partitions) -> Noisy:
-    """Every aggregate's exact measures of the kept partitions, plus their mechanisms' noise.
-
-    The noise is drawn aggregate by aggregate, measure by measure, in the plan's order (a
-    measure noised while selecting keeps that noise).
-    """
-    noisy: dict[str, list[npt.NDArray[Any]]] = {}
-    for estimator in compiled.estimators:
-        name = estimator.aggregate.name
-        if estimator.tree is not None:
-            noisy[name] = [_noisy_tree(estimator.tree, exact.histograms, compiled.plan,
-                                       kept.keys)]
-            continue
-        parts = []
-        for measure in estimator.measures:
-            if measure.spec.name in kept.noisy:
-                parts.append(kept.noisy[measure.spec.name])
-                continue
-            column = exact.measures[measure.spec.name]
-            ints = [column[i] if i >= 0 else 0 for i in kept.rows]
-            parts.append(_add_noise(ints, measure.mechanism))
-        noisy[name] = parts
-    totals = {e.total.spec.name: e.total for e in compiled.estimators if e.total is not None}
-    for name, measure in totals.items():  # each once (the COUNT(*)s share one: ``_total``)
-        column = exact.measures[name]
-        noisy[TOTAL + name] = [_add_noise([column[i] if i >= 0 else 0 for i in kept.rows],
-                                          measure.mechanism)]
-    return noisy
-
-
-def describe_selection(compiled: CompiledQuery) -> dict[str, Any]:
-    """How a query's private keys are selected, as the release states it."""
-    selection = compiled.selection
-    if isinstance(selection, CountThreshold):
-        counted = next(e.aggregate.name for e in compiled.estimators
-                       if any(m.spec.name == compiled.threshold_measure for m in e.measures))
-        weight = selection.unit_weight
-        return {"method": "count threshold", "count": counted,
-                "threshold": selection.threshold / weight,
-                "units_for_half": selection.units_for_half(),
-                "guarantee": f"delta = {selection.delta:g} (its epsilon is the count's)",
-                "mechanism": repr(selection)}
-    assert selection is not None
-    return {"method": "separate", "units_for_half": selection.units_for_half(),
-            "guarantee": str(selection.guarantee), "mechanism": repr(selection)}
-
-
-def _noisy_tree(tree: QuantileTree, histograms: Mapping[str, Any], plan: Plan,
-                keys: tuple[tuple[Any, ...], ...]) -> npt.NDArray[np.int64]:
-    """The released partitions' exact bin counts (P, 1024) -> their noisy trees (P, 2047)."""
-    table = histograms.get(tree.histogram.name, {})
-    leaves = np.zeros((len(keys), BINS), dtype=np.int64)
-    for position, key in enumerate(keys):
-        # With public keys the engine keys histograms by the key's index in plan.keys.
-        counts = table.get((position,) if plan.keys is not None else key)
-        if counts is not None:
-            leaves[position] = counts
-    return tree.add_noise(leaves)
-
-
-def _add_noise(values: list[int], mechanism: DiscreteLaplace | DiscreteGaussian
-               ) -> npt.NDArray[Any]:
-    """Exact integer noise from the mechanism, added to exact integers (any size)."""
-    n = len(values)
-    if all(abs(v) < _INT64_SAFE for v in values):
-        return np.asarray(mechanism.release(np.asarray(values, dtype=np.int64)),
-                          dtype=np.int64).reshape(n)
-    source = mechanism.source
-    if isinstance(mechanism, DiscreteLaplace):
-        noise = sample_discrete_laplace(mechanism.scale, n, source)
-    else:
-        noise = sample_discrete_gaussian(mechanism.noise_sigma(1), n, source)
-    return np.array([int(v) + int(z) for v, z in zip(values, noise, strict=True)],
-                    dtype=object)
-
-
-def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple((v is not None, type(v).__name__, v if v is not None else 0) for v in key)
 
 
 def _with_confidence(release: Release, level: float, cached: bool) -> Release:

@@ -1,0 +1,176 @@
+"""The first pass: a plan resolved against the table and the curator's defaults.
+
+``resolve_plan`` fills what the query leaves open (bounds, contribution caps, the bounding
+mode, what the intervals cover), checks every column against the schema, and says which bounds
+will be chosen from the data (``Plan.auto``, compiled with placeholders until then); Plan ->
+Plan, nothing is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dpcurator.query import expressions as ex
+from dpcurator.query.errors import (
+    BoundsError,
+    QueryError,
+    UnknownColumnError,
+    UnsupportedQueryError,
+)
+from dpcurator.query.plan import (
+    DEFAULT_AUTO_SHARE,
+    Aggregate,
+    AutoBounds,
+    Bounds,
+    Count,
+    CountUnits,
+    GroupKey,
+    Plan,
+    Quantile,
+    Variance,
+)
+
+from . import _total
+
+__all__ = ["Defaults", "match_column", "resolve_plan"]
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The curator's defaults for what a plan leaves open."""
+
+    bounds: Mapping[str, Bounds] = field(default_factory=dict)
+    max_partitions: int | None = None  # None: not given (1, unless chosen automatically)
+    max_rows_per_partition: int | None = None
+    bounding: str = "rescale"
+    auto: AutoBounds | None = None
+    intervals: str | None = None  # None: "total" where the caps are chosen and it can be had
+    total_share: float | None = None  # None: _total.SHARE
+
+
+# The bounds an automatically bounded column is compiled with before its bounds are chosen:
+# what the query costs does not depend on them (``_auto_bounds``).
+_AUTO_PLACEHOLDER = Bounds(0.0, 1.0)
+
+
+def match_column(name: str, columns: Mapping[str, str], what: str) -> str:
+    if name in columns:
+        return name
+    folded = [c for c in columns if c.lower() == name.lower()]
+    if len(folded) == 1:
+        return folded[0]
+    raise UnknownColumnError(f"{what} names the column {name!r}, which the table does not "
+                             f"have; its columns are {list(columns)}")
+
+
+def _resolve_expression(text: str, columns: Mapping[str, str], what: str) -> str:
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    try:
+        node = sqlglot.parse_one(text, dialect=ex.DIALECT)
+    except SqlglotError:  # sqlglot wrote text it cannot read back
+        raise UnsupportedQueryError(f"{what} could not be compiled (sqlglot cannot read back "
+                                    "its canonical form); write it more simply") from None
+
+    def fix(sub: exp.Expression) -> exp.Expression:
+        if isinstance(sub, exp.Column):
+            return exp.column(match_column(sub.name, columns, what))
+        return sub
+
+    return ex.canonical(node.transform(fix))
+
+
+def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
+                 privacy_unit: str | None) -> Plan:
+    """Fill defaults and check the plan against the schema (column names and types)."""
+    from dpcurator.engines import column_kind
+
+    wanted = plan.auto.merged(defaults.auto) if plan.auto is not None else defaults.auto
+    auto_columns: list[str] = []
+    aggregates: list[Aggregate] = []
+    for agg in plan.aggregates:
+        if isinstance(agg, CountUnits) and privacy_unit is None:
+            raise QueryError("COUNT(DISTINCT unit) needs a privacy unit; this curator treats "
+                             "each row as its own unit")
+        if isinstance(agg, Count | CountUnits):
+            aggregates.append(agg)
+            continue
+        column = match_column(agg.column, columns, f"aggregate {agg.name!r}")
+        if column_kind(columns[column]) not in ("numeric", "boolean"):
+            raise QueryError(f"aggregate {agg.name!r} needs a numeric column, but {column!r} "
+                             f"has type {columns[column]}")
+        bounds = agg.bounds
+        if bounds is None and plan.auto is not None and plan.auto.columns and \
+                plan.auto.wants_column(column):
+            bounds = _AUTO_PLACEHOLDER  # asked by the query itself: before the curator's
+        bounds = bounds or defaults.bounds.get(column)
+        if bounds is None and wanted is not None and wanted.wants_column(column):
+            bounds = _AUTO_PLACEHOLDER
+        if bounds is None:
+            raise BoundsError(
+                f"{type(agg).__name__.upper()} over {column!r} needs clamping bounds: pass "
+                f"bounds={{'{column}': (lo, hi)}} with values chosen without looking at the "
+                "data (the noise is calibrated to them), or bounds='auto' to have them "
+                "chosen from the data under DP with a share of the query's budget")
+        if bounds is _AUTO_PLACEHOLDER and column not in auto_columns:
+            auto_columns.append(column)
+        if isinstance(agg, Quantile):
+            aggregates.append(Quantile(column, bounds, agg.name, q=agg.q))
+        elif isinstance(agg, Variance):
+            aggregates.append(Variance(column, bounds, agg.name, std=agg.std))
+        else:
+            aggregates.append(type(agg)(column, bounds, agg.name))
+    group = tuple(GroupKey(k.name, _resolve_expression(k.expression, columns,
+                                                        f"group key {k.name!r}"), k.labels)
+                  for k in plan.group_by)
+    where = (_resolve_expression(plan.where, columns, "WHERE")
+             if plan.where is not None else None)
+    keys = plan.keys if plan.keys is not None else plan.public_labels
+    caps: list[int] = []
+    chosen: list[bool] = []
+    for name in ("max_partitions", "max_rows_per_partition"):
+        value = getattr(plan, name)
+        if value is None and not (plan.auto is not None and getattr(plan.auto, name)):
+            value = getattr(defaults, name)
+        if value is None and wanted is not None and (wanted.open or getattr(wanted, name)):
+            caps.append(1)  # a placeholder: chosen when the query runs
+            chosen.append(True)
+        else:
+            caps.append(1 if value is None else value)
+            chosen.append(False)
+    unit = privacy_unit is not None
+    # a cap is chosen only where it binds: k with several partitions, r where rows count
+    choose_k = chosen[0] and unit and bool(group) and (keys is None or len(keys) > 1)
+    choose_r = chosen[1] and unit and any(not isinstance(a, CountUnits) for a in aggregates)
+    auto = None
+    share = wanted.spent_share if wanted is not None else DEFAULT_AUTO_SHARE
+    if choose_k or choose_r or auto_columns:
+        auto = AutoBounds(choose_k, choose_r, tuple(auto_columns), share=share)
+    resolved = plan.replace(
+        aggregates=tuple(aggregates), group_by=group, where=where, keys=keys,
+        max_partitions=caps[0], max_rows_per_partition=caps[1],
+        bounding=plan.bounding or defaults.bounding, auto=auto,
+    )
+    # what the intervals of COUNT(*) and SUM cover (``_total``): a measured total needs outer
+    # caps, given or chosen
+    total_share = resolved.total_share or defaults.total_share or _total.SHARE
+    kind, measured = _total.resolve(resolved, privacy_unit, defaults.intervals,
+                                    choose_k or choose_r, share if auto is not None else 0.0,
+                                    total_share)
+    if measured:
+        given = {match_column(c, columns, "max_unit_sums"): v
+                 for c, v in resolved.max_unit_sums}
+        resolved = resolved.replace(max_unit_sums=tuple(given.items()))
+        outer = AutoBounds(
+            unit_rows=resolved.max_unit_rows is None and
+            any(type(a) is Count for a in aggregates),
+            unit_sums=tuple(c for c in _total.sum_columns(resolved) if c not in given),
+            share=share)
+        if outer.unit_rows or outer.unit_sums:
+            auto = outer.merged(auto)
+        return resolved.replace(intervals=kind, auto=auto, total_share=total_share)
+    return resolved.replace(intervals=kind, auto=auto, max_unit_rows=None, max_unit_sums=(),
+                            total_share=None)
