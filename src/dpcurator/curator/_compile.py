@@ -66,7 +66,7 @@ __all__ = ["CompiledQuery", "compile_query"]
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompiledQuery:
     """Everything needed to run one query, built before anything is charged or read.
 
@@ -84,7 +84,7 @@ class CompiledQuery:
     plan: Plan
     request: PrivacyRequest
     bounded: BoundedQuery
-    estimators: list[Estimator]
+    estimators: tuple[Estimator, ...]
     selection: PartitionSelection | CountThreshold | None
     cost: PureDP | ApproxDP | ZCDP
     events: tuple[DpEvent, ...]
@@ -273,8 +273,7 @@ def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
     if total is not None:
         query = _with_total(query, total, source)
     if whole is not None and whole is not request:  # the request before the total's share
-        query.request = whole
-        query.cost = _whole_cost(whole, query.cost)
+        query = replace(query, request=whole, cost=_whole_cost(whole, query.cost))
     return query
 
 
@@ -304,14 +303,14 @@ def _with_total(query: CompiledQuery, budget: float, source: RandomSource | None
         check_within(ComposedEvent((event,)), epsilon=None if zcdp else part, delta=0.0,
                      rho=Fraction(part) if zcdp else Fraction(0))
         events.append(event)
-    for estimator in query.estimators:
-        if type(estimator.aggregate) is Count:
-            estimator.total = noisy[None]
-        elif type(estimator.aggregate) is Sum:
-            estimator.total = noisy[estimator.aggregate.column]
+    estimators = tuple(
+        replace(e, total=noisy[None]) if type(e.aggregate) is Count else
+        replace(e, total=noisy[e.aggregate.column]) if type(e.aggregate) is Sum else e
+        for e in query.estimators)
     bounded = replace(query.bounded, measures=(
         *query.bounded.measures, *(m.spec for m in noisy.values())))
-    return replace(query, bounded=bounded, events=(*query.events, *events))
+    return replace(query, bounded=bounded, estimators=estimators,
+                   events=(*query.events, *events))
 
 
 def _threshold_candidate(plan: Plan, request: PrivacyRequest) -> Aggregate | None:
@@ -413,7 +412,7 @@ def _compile_with(plan: Plan, request: PrivacyRequest, allocation: _privacy.Allo
         if isinstance(agg, Quantile):
             # The whole share pays for the tree of every partition (sensitivity over all k).
             tree = QuantileTree.build(agg, hist_for[index], kind, budget, k, r, source)
-            estimators.append(Estimator(agg, [], postprocess, tree))
+            estimators.append(Estimator(agg, (), postprocess, tree))
             mechanisms = [tree.mechanism]
         else:
             noisy = []
@@ -426,7 +425,7 @@ def _compile_with(plan: Plan, request: PrivacyRequest, allocation: _privacy.Allo
                 else:
                     noisy.append(NoisyMeasure(spec, _new_mechanism(kind, used, spec, bounded,
                                                                    source), _unit_of(spec)))
-            estimators.append(Estimator(agg, noisy, postprocess))
+            estimators.append(Estimator(agg, tuple(noisy), postprocess))
             mechanisms = [m.mechanism for m in noisy]
         events.extend(stated_event(m.guarantee) for m in mechanisms)
 
@@ -439,7 +438,7 @@ def _compile_with(plan: Plan, request: PrivacyRequest, allocation: _privacy.Allo
         events.insert(0, selection.events[0])  # its delta; its noise is the count's event
     if private and selection is None:
         raise InternalError("private keys without a selection; this is a bug")
-    query = CompiledQuery(plan, request, bounded, estimators, selection, allocation.cost,
+    query = CompiledQuery(plan, request, bounded, tuple(estimators), selection, allocation.cost,
                           tuple(events), threshold_measure)
     # The events compose within the request, exactly (the shares were rounded down).
     check_within(query.event, epsilon=request.epsilon, delta=request.delta,

@@ -45,7 +45,7 @@ Noisy = Mapping[str, list[npt.NDArray[Any]]]
 TOTAL = "__total__"
 
 
-@dataclass
+@dataclass(frozen=True)
 class NoisyMeasure:
     """A measure, its mechanism and the real value of one of its integer units.
 
@@ -86,7 +86,7 @@ class NoisyMeasure:
         return low * unit, high * unit
 
 
-@dataclass
+@dataclass(frozen=True)
 class Estimator:
     """Turns an aggregate's noisy measures into values and (1 - alpha) intervals.
 
@@ -95,7 +95,7 @@ class Estimator:
     """
 
     aggregate: Aggregate
-    measures: list[NoisyMeasure]
+    measures: tuple[NoisyMeasure, ...]
     postprocess: bool
     tree: QuantileTree | None = None
     total: NoisyMeasure | None = None  # COUNT(*)'s outer-capped count (``_total``)

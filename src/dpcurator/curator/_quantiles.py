@@ -108,7 +108,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
-from dpcurator.errors import UserError
+from dpcurator.errors import InternalError, UserError
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dpcurator.noise import RandomSource
 from dpcurator.query.bounding import HistogramSpec, isqrt_ceil
@@ -184,7 +184,8 @@ class QuantileTree:
               k: int, r: int, source: RandomSource | None) -> QuantileTree:
         """The tree for one aggregate, spending its whole share ``budget`` (eps, or rho)."""
         if histogram.bins != BINS:
-            raise ValueError(f"the quantile tree needs {BINS} bins, got {histogram.bins}")
+            raise InternalError(f"the quantile tree needs {BINS} bins, got "
+                                f"{histogram.bins}; this is a bug")
         mechanism: DiscreteLaplace | DiscreteGaussian
         if kind == "laplace":
             weight = 1

@@ -61,7 +61,7 @@ _KINDS: list[SourceKind] = []
 def register_source(kind: SourceKind, *, first: bool = False) -> None:
     """Add a kind of source (``first``: before the built-in kinds)."""
     if any(k.name == kind.name for k in _KINDS):
-        raise ValueError(f"a source kind named {kind.name!r} is already registered")
+        raise UserError(f"a source kind named {kind.name!r} is already registered")
     _KINDS.insert(0, kind) if first else _KINDS.append(kind)
 
 
