@@ -230,3 +230,10 @@ def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
 
 def _quote(text: str) -> str:
     return urllib.parse.quote(text, safe="")
+
+
+if TYPE_CHECKING:  # mypy checks that both curators implement the seam, as the protocol says
+    from dpcurator.curator import Curator, CuratorLike
+
+    def _both_are_curator_like(local: Curator, remote: RemoteCurator) -> list[CuratorLike]:
+        return [local, remote]
