@@ -18,9 +18,9 @@ from dpcurator import errors
 
 EXPORTED: dict[str, list[str]] = {
     "dpcurator": [
-        "ApproxDP", "Budget", "Curator", "Neighbouring", "PureDP", "Release", "ZCDP",
-        "__version__", "accounting", "audit", "connect", "ledger", "local", "mechanisms",
-        "noise",
+        "ApproxDP", "Budget", "Curator", "CuratorLike", "Neighbouring", "PureDP", "Release",
+        "ZCDP", "__version__", "accounting", "audit", "connect", "ledger", "local",
+        "mechanisms", "noise",
     ],
     "dpcurator.noise": [
         "Decision", "RandomSource", "SecureRandom", "SeededRandom", "below_exp",
@@ -60,8 +60,8 @@ EXPORTED: dict[str, list[str]] = {
         "ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "PROFILE_STEPS",
         "PostgresTable", "SourceKind", "column_kind", "open_engine", "register_source",
     ],
-    "dpcurator.curator": ["Curator", "CuratorQuery", "PreparedQuery", "PrivacyRequest", "Release",
-                          "ResolvedQuery"],
+    "dpcurator.curator": ["Curator", "CuratorLike", "CuratorQuery", "PreparedQuery",
+                          "PrivacyRequest", "Release", "ResolvedQuery"],
     "dpcurator.local": [
         "Accumulator", "BadReport", "BinaryResponse", "Collector", "ConfigError", "Duchi",
         "FrequencyEstimate", "FrequencyOracle", "GeneralizedRR", "HadamardResponse",

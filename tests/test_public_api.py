@@ -10,9 +10,9 @@ from dpcurator import noise
 
 def test_top_level_names() -> None:
     assert set(dp.__all__) == {
-        "ApproxDP", "Budget", "Curator", "Neighbouring", "PureDP", "Release", "ZCDP",
-        "__version__", "accounting", "audit", "connect", "ledger", "local", "mechanisms",
-        "noise",
+        "ApproxDP", "Budget", "Curator", "CuratorLike", "Neighbouring", "PureDP", "Release",
+        "ZCDP", "__version__", "accounting", "audit", "connect", "ledger", "local",
+        "mechanisms", "noise",
     }
     for name in dp.__all__:
         assert hasattr(dp, name)

@@ -264,6 +264,55 @@ def test_identical_queries_and_retries_are_free(client: TestClient, service_dir:
     assert charges(service_dir, "analyst/alice/orders") == 1
 
 
+def test_an_answer_is_free_again_only_to_the_analyst_who_paid(client: TestClient,
+                                                              service_dir: Path) -> None:
+    """The release cache is per analyst: Bob's identical query is charged to Bob (it does not
+    read Alice's release), and each gets their own release again for free."""
+    alice = ask(client, ALICE, epsilon=0.3).json()
+    bob = ask(client, BOB, epsilon=0.3).json()
+    assert alice["cached"] is False and bob["cached"] is False
+    assert bob["query_id"] != alice["query_id"]
+    assert charges(service_dir, "analyst/bob/orders") == 1
+    assert charges(service_dir, "dataset/orders") == 2
+    for token, first in ((ALICE, alice), (BOB, bob)):
+        again = ask(client, token, epsilon=0.3).json()
+        assert again["cached"] is True and again["query_id"] == first["query_id"]
+        assert again["rows"] == first["rows"]
+    assert charges(service_dir, "dataset/orders") == 2
+
+
+def test_a_query_is_priced_once_by_the_curator(client: TestClient,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service asks the curator for the price (``cost_in``); a query and an explain are
+    each priced once (when prepared), an answer sent again not at all."""
+    import dpcurator.curator._session as session
+
+    calls: list[object] = []
+    real = session.query_cost
+    monkeypatch.setattr(session, "query_cost", lambda *a: calls.append(a) or real(*a))
+    assert ask(client, ALICE, BY_REGION, epsilon=0.4).status_code == 200
+    assert len(calls) == 1
+    assert ask(client, ALICE, BY_REGION, epsilon=0.4).json()["cached"] is True
+    assert len(calls) == 1
+    explained = client.post("/v1/datasets/orders/explain", headers=auth(ALICE),
+                            json={"sql": BY_REGION, "epsilon": 0.5})
+    assert explained.status_code == 200 and len(calls) == 2
+
+
+def test_the_ledger_route_lists_the_analysts_charges(client: TestClient) -> None:
+    from dpcurator.accounting.filters import decode_cost
+
+    made = ask(client, ALICE, epsilon=0.2).json()
+    ask(client, ALICE, epsilon=0.2)  # free: not a charge
+    charged = client.get("/v1/datasets/orders/ledger", headers=auth(ALICE)).json()["charges"]
+    assert [decode_cost(c["cost"]) for c in charged] == [dp.PureDP(0.2)]
+    assert charged[0]["label"] == f"alice: {COUNT}" and charged[0]["time"] > 0
+    assert made["query_id"]  # the releases themselves are in history
+    assert client.get("/v1/datasets/orders/ledger", headers=auth(BOB)).json() == {
+        "charges": []}
+    assert client.get("/v1/datasets/orders/ledger", headers=auth(EVE)).status_code == 404
+
+
 def test_history_and_replay_are_the_analysts_own(client: TestClient) -> None:
     made = ask(client, ALICE, epsilon=0.2).json()
     history = client.get("/v1/datasets/orders/history", headers=auth(ALICE)).json()

@@ -130,8 +130,10 @@ def test_python_and_cli_clients(live: LiveServer, tmp_path: Path) -> None:
     orders = dp.connect(live.url, ALICE, dataset="orders")
     answer = orders.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.25)
     assert answer["privacy"]["epsilon"] == 0.25 and answer["rows"][0]["n"] > 0
-    assert orders.remaining == {"epsilon": 0.75, "delta": 0.0}
-    assert [r["query_id"] for r in orders.ledger] == [answer["query_id"]]
+    # remaining and ledger as a Curator's: an Amount, and a tuple of Charge (CuratorLike)
+    assert orders.remaining == dp.ledger.Amount(epsilon=0.75, delta=0.0)
+    assert [c.cost for c in orders.ledger] == [dp.PureDP(0.25)]
+    assert [r["query_id"] for r in orders.history()] == [answer["query_id"]]
     assert connect(live.url, BOB).dataset == "orders"  # the only one: chosen for you
     from dpcurator.query import Query
 

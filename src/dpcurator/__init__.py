@@ -12,7 +12,7 @@ from dpcurator.accounting.guarantees import ZCDP, ApproxDP, Neighbouring, PureDP
 
 if TYPE_CHECKING:
     from dpcurator import accounting, audit, ledger, local, mechanisms, noise
-    from dpcurator.curator import Curator, Release
+    from dpcurator.curator import Curator, CuratorLike, Release
     from dpcurator.ledger import Budget
     from dpcurator.server.client import connect
 
@@ -23,6 +23,7 @@ __all__ = [
     "ApproxDP",
     "Budget",
     "Curator",
+    "CuratorLike",
     "Neighbouring",
     "PureDP",
     "Release",
@@ -39,6 +40,7 @@ __all__ = [
 __getattr__, __dir__ = exports(__name__, {
     "Budget": "dpcurator.ledger",
     "Curator": "dpcurator.curator",
+    "CuratorLike": "dpcurator.curator",
     "Release": "dpcurator.curator",
     "connect": "dpcurator.server.client",
     **{name: f"dpcurator.{name}" for name in

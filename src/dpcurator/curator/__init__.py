@@ -13,7 +13,8 @@
 
 from dpcurator.curator._privacy import PrivacyRequest
 from dpcurator.curator._session import Curator, CuratorQuery, PreparedQuery, ResolvedQuery
+from dpcurator.curator.protocol import CuratorLike
 from dpcurator.curator.release import Release
 
-__all__ = ["Curator", "CuratorQuery", "PreparedQuery", "PrivacyRequest", "Release",
-           "ResolvedQuery"]
+__all__ = ["Curator", "CuratorLike", "CuratorQuery", "PreparedQuery", "PrivacyRequest",
+           "Release", "ResolvedQuery"]

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dpcurator.errors import InternalError
 from dpcurator.mechanisms import CountIntervals, DiscreteGaussian, DiscreteLaplace, NoiseTails
 from dpcurator.query.bounding import MeasureSpec
 from dpcurator.query.plan import Aggregate, Bounds, Count, CountUnits, Mean, Sum, Variance
@@ -35,7 +36,8 @@ from ._quantiles import QuantileTree
 from ._ratio import FoldedNoise, NumeratorNoise, RatioPivot
 from ._variance import VariancePivot
 
-__all__ = ["TOTAL", "Estimator", "Intervals", "Noisy", "NoisyMeasure", "estimate"]
+__all__ = ["TOTAL", "Estimator", "Intervals", "Noisy", "NoisyMeasure", "describe_with_error_95",
+           "estimate"]
 
 FloatArray = npt.NDArray[np.float64]
 _MEAN_SHARE = 0.05  # of a variance interval's alpha, to the mean (module docstring)
@@ -244,3 +246,22 @@ def _to_real(values: npt.NDArray[Any], unit: Fraction) -> FloatArray:
     if values.dtype == object:
         return np.array([float(Fraction(int(v)) * unit) for v in values], dtype=np.float64)
     return values.astype(np.float64) * float(unit)
+
+
+def describe_with_error_95(estimator: Estimator) -> list[dict[str, Any]]:
+    """``Estimator.describe()``, each noised measure with its mechanism's 95% half-width."""
+    noised: list[NoisyMeasure | QuantileTree] = [
+        *estimator.measures, *([estimator.total] if estimator.total is not None else []),
+        *([estimator.tree] if estimator.tree is not None else [])]
+    described = estimator.describe()
+    if len(described) != len(noised):
+        raise InternalError("an estimator describes other measures than it noises; "
+                            "this is probably a bug")
+    out = []
+    for text, source in zip(described, noised, strict=True):
+        if isinstance(source, QuantileTree):  # a node's noise, in counts of one unit
+            error = float(source.mechanism.accuracy(0.05)) / source.weight
+        else:
+            error = source.half_width(0.05)
+        out.append({**text, "error_95": error})
+    return out

@@ -41,7 +41,7 @@ from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import choose_bounds, outer_names
 from ._compile import CompiledQuery, compile_query
-from ._estimators import Intervals, estimate
+from ._estimators import Intervals, describe_with_error_95, estimate
 from ._prepared import PreparedQuery, ResolvedQuery, charge_cost, profile_query
 from ._privacy import PrivacyRequest, check_delta
 from ._release_stages import add_noise, describe_selection, select_partitions
@@ -314,6 +314,22 @@ class Curator:
         ``total_share``; the default where the caps are chosen from the data:
         ``Release.interval_kinds``).
         """
+        plan = self.parse(query, bounds=bounds, keys=keys, max_partitions=max_partitions,
+                          max_rows_per_partition=max_rows_per_partition, bounding=bounding,
+                          bounds_share=bounds_share, intervals=intervals,
+                          total_share=total_share)
+        return self.run(plan, epsilon=epsilon, delta=delta, rho=rho, noise=noise,
+                        weights=weights, confidence=confidence, cache=cache,
+                        label=label or " ".join(query.split()))
+
+    def parse(self, query: str, *, bounds: Mapping[str, Any] | str | None = None,
+              keys: Any = None, max_partitions: int | str | None = None,
+              max_rows_per_partition: int | str | None = None, bounding: str | None = None,
+              bounds_share: float | None = None, intervals: str | None = None,
+              total_share: float | None = None) -> Plan:
+        """The plan of a DP SQL query about this curator's table (``FROM <table>``), with the
+        options of ``sql``; nothing is resolved, compiled, charged or read. ``sql`` is
+        ``run(parse(...))``, and a service parses with it before its own checks."""
         if isinstance(bounds, Mapping):  # a misspelt column is named, not silently unused
             for name in bounds:
                 match_column(str(name), self._engine.columns(), "bounds")
@@ -332,9 +348,7 @@ class Curator:
                                     total_share=total_share)
             except QueryError as exc:
                 raise UserError(str(exc)) from None
-        return self.run(plan, epsilon=epsilon, delta=delta, rho=rho, noise=noise,
-                        weights=weights, confidence=confidence, cache=cache,
-                        label=label or " ".join(query.split()))
+        return plan
 
     def run(self, query: Query | Plan, *, epsilon: float | None = None,
             delta: float | None = None, rho: float | None = None, noise: str | None = None,
@@ -412,11 +426,24 @@ class Curator:
             return prepared.price()
         return charge_cost(prepared.compiled, composition)
 
+    def describe(self, prepared: PreparedQuery) -> dict[str, Any]:
+        """How a prepared query's answer is noised, as its mechanisms state it (free).
+
+        ``{"noise": {aggregate: [one dict per noised measure]}, "partition_selection": ...}``:
+        each measure's noise (kind, scale or sigma in the query's units, guarantee) and
+        ``error_95``, the half-width w with P[|noise| > w] <= 0.05, computed by the mechanism
+        itself (``accuracy``), on its grid, in the query's units.
+        """
+        compiled = prepared.compiled
+        return {"noise": {e.aggregate.name: describe_with_error_95(e)
+                          for e in compiled.estimators},
+                "partition_selection": repr(compiled.selection) if compiled.selection else None}
+
     def explain(self, query: Query | Plan | str, **privacy: Any) -> dict[str, Any]:
         """What a query would run and cost, and its noise, without charging or reading rows."""
         if isinstance(query, str):
-            plan = parse_sql(query, table=self.table, privacy_unit=self.privacy_unit,
-                             bounds=privacy.pop("bounds", None), keys=privacy.pop("keys", None))
+            plan = self.parse(query, bounds=privacy.pop("bounds", None),
+                              keys=privacy.pop("keys", None))
         else:
             plan = query.plan() if isinstance(query, Query) else query
         if not isinstance(plan, Plan):
@@ -429,8 +456,7 @@ class Curator:
             "plan": plan,
             "cost": prepared.price(),
             "sql": list(statements),
-            "noise": {e.aggregate.name: e.describe() for e in compiled.estimators},
-            "partition_selection": repr(compiled.selection) if compiled.selection else None,
+            **self.describe(prepared),  # "noise" and "partition_selection"
         }
         if compiled.auto is not None:
             auto = compiled.auto

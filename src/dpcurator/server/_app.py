@@ -6,6 +6,7 @@ datasets they have a budget on, and any other name is 404):
     POST /v1/datasets/{name}/queries          answer a DP SQL query (Idempotency-Key optional)
     POST /v1/datasets/{name}/explain          its cost and noise, charging nothing
     GET  /v1/datasets/{name}/budget           the analyst's budget and the dataset's
+    GET  /v1/datasets/{name}/ledger           the charges to the analyst's budget on it
     GET  /v1/datasets/{name}/history          the analyst's releases on the dataset
     GET  /v1/datasets/{name}/queries/{id}     one stored release again, free
     GET  /v1/datasets                         the analyst's datasets (schema, bounds, keys)
@@ -155,6 +156,11 @@ def create_app(config: ServiceConfig | Service, *, docs: bool = True) -> FastAPI
     @app.get("/v1/datasets/{name}/budget", summary="The analyst's and the dataset's budget")
     def budget(name: str, who: Analyst) -> dict[str, Any]:
         return service.budget(who, name)
+
+    @app.get("/v1/datasets/{name}/ledger",
+             summary="The charges to the analyst's budget on the dataset")
+    def ledger(name: str, who: Analyst) -> dict[str, Any]:
+        return {"charges": service.charges(who, name)}
 
     @app.get("/v1/datasets/{name}/history", summary="The analyst's releases on the dataset")
     def history(name: str, who: Analyst) -> dict[str, Any]:

@@ -6,9 +6,11 @@ that colluding analysts together cannot exceed it) and one per analyst and datas
 
 A query goes through these stages, and nothing is read before the charge is committed:
 
-    resolve   the DP SQL with the dataset's defaults and the privacy asked (400 if wrong)
-    replay    the same release made before (any analyst): returned free, ``cached``
-    prepare   compile, cost and check against the table's types (400 if wrong)
+    resolve   the DP SQL, parsed by the dataset's curator, with the dataset's defaults and
+              the privacy asked (400 if wrong)
+    replay    the same release made before for the same analyst: returned free, ``cached``
+    prepare   the curator compiles, prices and checks it against the table's types (400 if
+              wrong); the service asks it for the price in each account's composition
     reserve   one ledger transaction debits the analyst's and the dataset's accounts and
               records the request (403 ``budget_exhausted`` if either does not fit; a retry
               with the same Idempotency-Key finds the request instead of paying again)
@@ -17,6 +19,16 @@ A query goes through these stages, and nothing is read before the charge is comm
 
 A failure after ``reserve`` keeps the charge and sends nothing that was not stored; a retry with
 the same key then completes the request (its charge already covers exactly one release).
+
+The service keeps only what is its own: who asks (tokens), limits, the audit log, the
+reservation in its ledger and the stored releases. Parsing, pricing and describing the noise
+(each mechanism's own ``error_95``) are the curator's (``Curator.parse``, ``prepare``,
+``cost_in``, ``describe``), through its public surface only.
+
+Releases made are remembered per analyst (a bounded cache in front of the ledger's stored
+releases): an analyst gets their own earlier release again for free, never another analyst's.
+The datasets' curators run with ``cache=False``: their cache is one per dataset, shared by
+every analyst, so it must not answer here.
 """
 
 from __future__ import annotations
@@ -26,17 +38,17 @@ import functools
 import hashlib
 import hmac
 import json
-import math
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dpcurator.accounting.filters import Cost, FilterRule
+from dpcurator.accounting import ZCDP, ApproxDP, PureDP
+from dpcurator.accounting.filters import FilterRule, encode_cost
 from dpcurator.curator import Curator, PreparedQuery, Release, ResolvedQuery
 from dpcurator.errors import (
     BudgetExceededError,
@@ -48,13 +60,13 @@ from dpcurator.ledger import Budget, IdempotencyConflict, Ledger, fingerprint
 from dpcurator.noise import RandomSource
 from dpcurator.query import plan_from_json, public_keys
 from dpcurator.query.plan import DEFAULT_AUTO_SHARE, Plan
-from dpcurator.query.sql import parse_sql
 
 from ._config import AnalystConfig, DatasetConfig, ServiceConfig
 
 __all__ = ["QueryBody", "Service", "ServiceError"]
 
 T = TypeVar("T")
+Price = PureDP | ApproxDP | ZCDP  # what a query is charged (``Curator.cost_in``)
 _MAX_SQL = 20_000
 _CACHE_SIZE = 4096
 
@@ -103,6 +115,7 @@ class _Dataset:
     config: DatasetConfig
     curator: Curator
     account: str
+    parse: Callable[..., Plan]  # the curator's parse, remembered (plans are frozen)
 
 
 
@@ -167,8 +180,10 @@ class Service:
                 max_partitions=spec.max_partitions,
                 max_rows_per_partition=spec.max_rows_per_partition,
                 auto_bounds_share=spec.bounds_share,
-                allow_large_delta=spec.allow_large_delta, source=source)
-            self.datasets[name] = _Dataset(spec, curator, budget.account)
+                allow_large_delta=spec.allow_large_delta, source=source,
+                cache=False)  # shared by all analysts: the service keeps its own, per analyst
+            self.datasets[name] = _Dataset(spec, curator, budget.account,
+                                           functools.lru_cache(maxsize=1024)(curator.parse))
         self._analysts = dict(config.analysts)
         for analyst in self._analysts.values():
             for dataset, total in analyst.budgets.items():
@@ -176,7 +191,8 @@ class Service:
                                          FilterRule.make(total))
         self._limiter = _Limiter(config.limits.requests_per_second, config.limits.burst)
         self.audit = _AuditLog(config.audit_log)
-        self._released: OrderedDict[tuple[str, Plan, Any], tuple[str, Release]] = OrderedDict()
+        # (analyst, dataset, plan, privacy asked) -> (request id, release): per analyst
+        self._released: OrderedDict[tuple[str, str, Any], tuple[str, Release]] = OrderedDict()
         self._released_lock = threading.Lock()
 
     # -- who is asking -------------------------------------------------------------------------
@@ -224,7 +240,7 @@ class Service:
             return None
         data = self.dataset(analyst, name)
         resolved = self._resolve(data, body)
-        hit = self._cached(name, resolved)
+        hit = self._cached(analyst, name, resolved)
         if hit is None:
             return None
         return self._response(analyst, name, hit[0], hit[1].to_dict(resolved.level),
@@ -235,11 +251,12 @@ class Service:
         """Answer a query: reserve first, answer, store, send (see the module docstring)."""
         data = self.dataset(analyst, name)
         resolved = self._resolve(data, body)
-        hit = self._cached(name, resolved)
+        hit = self._cached(analyst, name, resolved)
         if hit is not None and idempotency_key is None:
             return self._response(analyst, name, hit[0], hit[1].to_dict(resolved.level),
                                   cached=True)
-        prepared = None
+        prepared: PreparedQuery | None = None
+        costs: dict[str, Price] = {}
         reserve = functools.partial(
             self.ledger.reserve, analyst=analyst.name, dataset=name,
             fingerprint=body.identity(name), label=f"{analyst.name}: {body.text}"[:2000],
@@ -250,7 +267,8 @@ class Service:
                                                              allow_nan=False))
             else:
                 prepared = _user(lambda: data.curator.prepare(resolved))
-                reservation = reserve(self._costs(analyst, data, prepared))
+                costs = self._costs(analyst, data, prepared)
+                reservation = reserve(list(costs.items()))
         except BudgetExceededError as exc:
             raise ServiceError(403, "budget_exhausted", str(exc)) from None
         except IdempotencyConflict as exc:
@@ -265,51 +283,66 @@ class Service:
         # charge covers exactly one release, and none was sent).
         if prepared is None:
             prepared = _user(lambda: data.curator.prepare(resolved))
-        privacy = _user(lambda: data.curator.cost_in(prepared, self._composition(
-            data.account)))
+        # What the release states it cost: the dataset's charge (the curator's own price).
+        privacy = costs[data.account] if costs else self._cost_in(data, prepared, data.account)
         release = data.curator.answer(prepared, privacy)
-        stored = self.ledger.store_release(request.id, json.dumps(
-            release.to_dict(resolved.level), allow_nan=False))
-        with self._released_lock:
-            self._released[(name, resolved.plan, resolved.request)] = (request.id, release)
-            self._released.move_to_end((name, resolved.plan, resolved.request))
-            while len(self._released) > _CACHE_SIZE:
-                self._released.popitem(last=False)
+        ours = json.dumps(release.to_dict(resolved.level), allow_nan=False)
+        stored = self.ledger.store_release(request.id, ours)
+        if stored == ours:  # another worker may have stored first: remember only what was sent
+            self._remember(analyst, name, resolved, request.id, release)
         return self._response(analyst, name, request.id, json.loads(stored),
                               cached=reservation.replayed)
 
-    def _cached(self, name: str, resolved: ResolvedQuery) -> tuple[str, Release] | None:
+    def _cached(self, analyst: AnalystConfig, name: str, resolved: ResolvedQuery
+                ) -> tuple[str, Release] | None:
         with self._released_lock:
-            return self._released.get((name, resolved.plan, resolved.request))
+            return self._released.get((analyst.name, name, resolved.key))
+
+    def _remember(self, analyst: AnalystConfig, name: str, resolved: ResolvedQuery,
+                  request_id: str, release: Release) -> None:
+        key = (analyst.name, name, resolved.key)
+        with self._released_lock:
+            self._released[key] = (request_id, release)
+            self._released.move_to_end(key)
+            while len(self._released) > _CACHE_SIZE:
+                self._released.popitem(last=False)
 
     def _costs(self, analyst: AnalystConfig, data: _Dataset,
-               prepared: PreparedQuery) -> Sequence[tuple[str, Cost]]:
-        """The query's cost in the analyst's account and in the dataset's."""
-        accounts = (self.account_of(analyst, data.config.name), data.account)
-        return [(account, _user(functools.partial(data.curator.cost_in, prepared,
-                                                  self._composition(account))))
-                for account in accounts]
+               prepared: PreparedQuery) -> dict[str, Price]:
+        """The query's price in the analyst's account and in the dataset's, as the curator
+        states it (priced once when prepared, in the dataset's composition)."""
+        return {account: self._cost_in(data, prepared, account)
+                for account in (self.account_of(analyst, data.config.name), data.account)}
+
+    def _cost_in(self, data: _Dataset, prepared: PreparedQuery, account: str) -> Price:
+        composition = self._composition(account)
+        return _user(lambda: data.curator.cost_in(prepared, composition))
 
     def explain(self, analyst: AnalystConfig, name: str, body: QueryBody) -> dict[str, Any]:
         """The cost (in the analyst's and the dataset's budgets) and the noise; free."""
         data = self.dataset(analyst, name)
         prepared = _user(lambda: data.curator.prepare(self._resolve(data, body)))
-        account = self.account_of(analyst, name)
-        cost = _user(lambda: data.curator.cost_in(prepared, self._composition(account)))
-        noise = {e.aggregate.name: [_with_error(d) for d in e.describe()]
-                 for e in prepared.compiled.estimators}
-        return {"cost": _guarantee_json(cost),
-                "dataset_cost": _guarantee_json(_user(lambda: data.curator.cost_in(
-                    prepared, self._composition(data.account)))),
-                "noise": noise,
-                "partition_selection": (repr(prepared.compiled.selection)
-                                        if prepared.compiled.selection else None),
+        costs = self._costs(analyst, data, prepared)
+        described = data.curator.describe(prepared)
+        return {"cost": _guarantee_json(costs[self.account_of(analyst, name)]),
+                "dataset_cost": _guarantee_json(costs[data.account]),
+                "noise": described["noise"],
+                "partition_selection": described["partition_selection"],
                 "confidence": prepared.level}
 
     def budget(self, analyst: AnalystConfig, name: str) -> dict[str, Any]:
         data = self.dataset(analyst, name)
         return {**self._account_view(self.account_of(analyst, name)),
                 "dataset": self._account_view(data.account)}
+
+    def charges(self, analyst: AnalystConfig, name: str) -> list[dict[str, Any]]:
+        """The charges to the analyst's account on the dataset, oldest first, as
+        ``Curator.ledger`` lists a budget's (costs as ``encode_cost`` writes them)."""
+        self.dataset(analyst, name)
+        return [{"sequence": e.seq, "cost": encode_cost(e.cost), "label": e.label,
+                 "time": e.time}
+                for e in self.ledger.entries(self.account_of(analyst, name))
+                if e.kind in ("charge", "migrated") and e.cost is not None]
 
     def history(self, analyst: AnalystConfig, name: str) -> list[dict[str, Any]]:
         """The analyst's own requests on the dataset, with their stored releases."""
@@ -354,12 +387,11 @@ class Service:
     # -- helpers -------------------------------------------------------------------------------
 
     def _resolve(self, data: _Dataset, body: QueryBody) -> ResolvedQuery:
-        unit = data.config.privacy_unit
         if body.plan is not None:
             plan = _plan(body.plan, body.keys)
         else:
             assert body.sql is not None
-            plan = _parse(body.sql, unit, body.keys)
+            plan = _parse(data, body.sql, body.keys)
         configured = data.config.keys
         if body.keys is None and configured and plan.keys is None and len(plan.group_by) == 1:
             # The dataset's public keys apply to a query grouped by exactly that column.
@@ -395,11 +427,6 @@ class Service:
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_cached(sql: str, privacy_unit: str | None, keys: tuple[Any, ...] | None) -> Plan:
-    return parse_sql(sql, table="data", privacy_unit=privacy_unit, keys=keys)
-
-
-@functools.lru_cache(maxsize=1024)
 def _plan_cached(text: str, keys: tuple[Any, ...] | None) -> Plan:
     plan = plan_from_json(json.loads(text))
     if keys is not None:
@@ -411,10 +438,11 @@ def _plan(text: str, keys: tuple[Any, ...] | None) -> Plan:
     return _user(lambda: _plan_cached(text, keys))
 
 
-def _parse(sql: str, privacy_unit: str | None, keys: tuple[Any, ...] | None) -> Plan:
+def _parse(data: _Dataset, sql: str, keys: tuple[Any, ...] | None) -> Plan:
+    """The dataset's curator parses the SQL (it knows its table's name)."""
     if len(sql) > _MAX_SQL:
         raise ServiceError(400, "bad_request", f"sql is longer than {_MAX_SQL} characters")
-    return _user(lambda: _parse_cached(sql, privacy_unit, keys))
+    return _user(lambda: data.parse(sql, keys=keys))
 
 
 def _user(action: Callable[[], T]) -> T:
@@ -443,12 +471,3 @@ def _guarantee_json(cost: Any) -> dict[str, Any]:
 def _amount_json(amount: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(amount).items() if v is not None}
 
-
-def _with_error(described: dict[str, Any]) -> dict[str, Any]:
-    """A measure's noise with the half-width of its 95% error interval."""
-    out = dict(described)
-    if "scale" in out:  # (discrete) Laplace: P(|Z| > t) <= exp(-t / b)
-        out["error_95"] = out["scale"] * math.log(20)
-    elif "sigma" in out:  # (discrete) Gaussian: about 1.96 sigma
-        out["error_95"] = 1.96 * out["sigma"]
-    return out

@@ -5,9 +5,16 @@
     release = orders.sql("SELECT region, COUNT(*) AS n FROM data GROUP BY region", epsilon=0.5)
     release["rows"], orders.remaining, orders.ledger
 
-Standard library only (``urllib``), so an analyst's machine needs nothing but dpcurator. Every
-refusal raises the ``DPCuratorError`` the library would raise (``BudgetExceededError`` for a
-spent budget, ``UserError`` for a bad query), with the service's message.
+``RemoteCurator`` is a ``dpcurator.curator.CuratorLike``, as ``Curator`` is: the same
+``sql``, ``run``, ``explain``, and ``remaining`` (an ``Amount``) and ``ledger`` (a tuple of
+``Charge``), built from the service's JSON. ``sql`` and ``run`` return the JSON object the
+service sends (``Release.to_dict()`` with ``query_id``, ``cached`` and ``remaining``), not a
+``Release``: the service stores and sends releases as that JSON (see ``CuratorLike``).
+
+Standard library (``urllib``) and dpcurator only, so an analyst's machine needs none of the
+``server`` extra. Every refusal raises the ``DPCuratorError`` the library would raise
+(``BudgetExceededError`` for a spent budget, ``UserError`` for a bad query), with the service's
+message.
 """
 
 from __future__ import annotations
@@ -17,9 +24,15 @@ import secrets
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from dpcurator.errors import BudgetExceededError, DPCuratorError, InternalError, UserError
+
+if TYPE_CHECKING:
+    from dpcurator.accounting.filters import Amount
+    from dpcurator.ledger import Charge
+    from dpcurator.query import Plan, Query
 
 __all__ = ["RemoteCurator", "RemoteError", "connect"]
 
@@ -35,8 +48,9 @@ def connect(url: str, token: str, *, dataset: str | None = None,
 
 
 class RemoteCurator:
-    """The same ``.sql()``, ``.explain()``, ``.remaining`` and ``.ledger`` as ``dp.Curator``,
-    answered by a curator service; releases come back as the JSON the service sends."""
+    """The same ``.sql()``, ``.run()``, ``.explain()``, ``.remaining`` and ``.ledger`` as
+    ``dp.Curator`` (both are ``CuratorLike``), answered by a curator service; releases come
+    back as the JSON the service sends."""
 
     def __init__(self, url: str, token: str, *, dataset: str | None = None,
                  timeout: float = 300.0) -> None:
@@ -59,7 +73,7 @@ class RemoteCurator:
 
     def sql(self, query: str, *, epsilon: float | None = None, delta: float | None = None,
             rho: float | None = None, noise: str | None = None,
-            confidence: float | None = None, keys: list[Any] | None = None,
+            confidence: float | None = None, keys: Sequence[Any] | None = None,
             idempotency_key: str | None = None, intervals: str | None = None,
             total_share: float | None = None) -> dict[str, Any]:
         """Answer a DP SQL query: ``{"rows", "intervals", "privacy", "query_id", "cached",
@@ -68,32 +82,32 @@ class RemoteCurator:
         ``intervals``: what the intervals of COUNT(*) and SUM cover ("bounded", "total"), and
         ``total_share`` what the total ones spend."""
         body = _drop_none({"sql": query, "epsilon": epsilon, "delta": delta, "rho": rho,
-                           "noise": noise, "confidence": confidence, "keys": keys,
+                           "noise": noise, "confidence": confidence,
+                           "keys": list(keys) if keys is not None else None,
                            "intervals": intervals, "total_share": total_share})
         key = idempotency_key or secrets.token_hex(16)
         return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/queries", body,
                           {"Idempotency-Key": key}, retries=2)
 
-    def run(self, query: Any, *, epsilon: float | None = None, delta: float | None = None,
-            rho: float | None = None, noise: str | None = None,
+    def run(self, query: Query | Plan, *, epsilon: float | None = None,
+            delta: float | None = None, rho: float | None = None, noise: str | None = None,
             confidence: float | None = None, idempotency_key: str | None = None
             ) -> dict[str, Any]:
         """Answer a query built with ``dpcurator.query.Query`` (or a ``Plan``), sent as the
-        plan's JSON; otherwise as ``sql``."""
-        from dpcurator.query import Plan, Query, plan_to_json
-
-        plan = query.plan() if isinstance(query, Query) else query
-        if not isinstance(plan, Plan):
+        plan's JSON; for SQL text use ``sql``."""
+        if isinstance(query, str):
             raise UserError("run() takes a Query or a Plan; for SQL use sql(...)")
-        body = _drop_none({"plan": plan_to_json(plan), "epsilon": epsilon, "delta": delta,
+        body = _drop_none({**_asked(query), "epsilon": epsilon, "delta": delta,
                            "rho": rho, "noise": noise, "confidence": confidence})
         key = idempotency_key or secrets.token_hex(16)
         return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/queries", body,
                           {"Idempotency-Key": key}, retries=2)
 
-    def explain(self, query: str, **privacy: Any) -> dict[str, Any]:
-        """The cost and noise of a query, charging nothing."""
-        body = _drop_none({"sql": query, **privacy})
+    def explain(self, query: Query | Plan | str, **privacy: Any) -> dict[str, Any]:
+        """The cost and noise of a query (DP SQL, a ``Query`` or a ``Plan``), charging
+        nothing: ``{"cost", "dataset_cost", "noise", "partition_selection", "confidence"}``,
+        each noised measure with its mechanism's ``error_95``."""
+        body = _drop_none({**_asked(query), **privacy})
         return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/explain", body)
 
     @property
@@ -102,14 +116,22 @@ class RemoteCurator:
         return self._call("GET", f"/v1/datasets/{_quote(self.dataset)}/budget")
 
     @property
-    def remaining(self) -> dict[str, Any]:
-        """What is left of this analyst's budget on the dataset."""
-        remaining: dict[str, Any] = self.budget["remaining"]
-        return remaining
+    def remaining(self) -> Amount:
+        """What is left of this analyst's budget on the dataset (rounded down), as
+        ``Curator.remaining`` states it; ``budget`` has the JSON, with the dataset's."""
+        return _amount_of(self.budget["remaining"])
 
     @property
-    def ledger(self) -> list[dict[str, Any]]:
-        """This analyst's releases on the dataset, oldest first, each replayable for free."""
+    def ledger(self) -> tuple[Charge, ...]:
+        """Every charge to this analyst's budget on the dataset, oldest first, as
+        ``Curator.ledger`` lists them (answers sent again for free are not charges);
+        ``history()`` has the releases themselves."""
+        return _charges_of(self._call("GET", f"/v1/datasets/{_quote(self.dataset)}/ledger"))
+
+    def history(self) -> list[dict[str, Any]]:
+        """This analyst's requests on the dataset, oldest first, with their releases, each
+        replayable for free (``release(query_id)``): ``{"query_id", "time", "label",
+        "release"}``."""
         releases: list[dict[str, Any]] = self._call(
             "GET", f"/v1/datasets/{_quote(self.dataset)}/history")["releases"]
         return releases
@@ -164,9 +186,54 @@ def _error_of(exc: urllib.error.HTTPError) -> DPCuratorError:
     return RemoteError(f"the curator answered {exc.code} ({kind}): {message}")
 
 
+def _asked(query: Query | Plan | str) -> dict[str, Any]:
+    """A query as the service's body names it: ``sql`` text, or a ``plan`` as JSON."""
+    from dpcurator.query import Plan, Query, plan_to_json
+
+    if isinstance(query, str):
+        return {"sql": query}
+    plan = query.plan() if isinstance(query, Query) else query
+    if not isinstance(plan, Plan):
+        raise UserError("give DP SQL text, a dpcurator.query.Query or a Plan, got a "
+                        f"{type(query).__name__}")
+    return {"plan": plan_to_json(plan)}
+
+
+def _amount_of(data: Any) -> Amount:
+    """The ``Amount`` a service's JSON states (``{"epsilon", "delta", "rho", "rdp"}``)."""
+    from dpcurator.accounting.filters import Amount
+
+    try:
+        rdp = data.get("rdp")
+        return Amount(**{name: float(data[name]) for name in ("epsilon", "delta", "rho")
+                         if data.get(name) is not None},
+                      rdp=tuple(float(e) for e in rdp) if rdp is not None else None)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise RemoteError("the curator sent a budget this client cannot read") from None
+
+
+def _charges_of(answer: Any) -> tuple[Charge, ...]:
+    """The ``Charge``s a service's ledger JSON lists (costs as ``encode_cost`` writes them)."""
+    from dpcurator.accounting.filters import decode_cost
+    from dpcurator.ledger import Charge
+
+    try:
+        return tuple(Charge(int(c["sequence"]), decode_cost(c["cost"]), str(c["label"]),
+                            float(c["time"])) for c in answer["charges"])
+    except (DPCuratorError, KeyError, TypeError, ValueError):
+        raise RemoteError("the curator sent a ledger this client cannot read") from None
+
+
 def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
 def _quote(text: str) -> str:
     return urllib.parse.quote(text, safe="")
+
+
+if TYPE_CHECKING:  # mypy checks that both curators implement the seam, as the protocol says
+    from dpcurator.curator import Curator, CuratorLike
+
+    def _both_are_curator_like(local: Curator, remote: RemoteCurator) -> list[CuratorLike]:
+        return [local, remote]
