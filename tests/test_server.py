@@ -285,7 +285,7 @@ def test_a_query_is_priced_once_by_the_curator(client: TestClient,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The service asks the curator for the price (``cost_in``); a query and an explain are
     each priced once (when prepared), an answer sent again not at all."""
-    import dpcurator.curator._session as session
+    import dpcurator.curator._prepared as session
 
     calls: list[object] = []
     real = session.query_cost
