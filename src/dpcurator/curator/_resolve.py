@@ -16,7 +16,6 @@ from dpcurator.query.errors import (
     BoundsError,
     QueryError,
     UnknownColumnError,
-    UnsupportedQueryError,
 )
 from dpcurator.query.plan import (
     DEFAULT_AUTO_SHARE,
@@ -64,23 +63,16 @@ def match_column(name: str, columns: Mapping[str, str], what: str) -> str:
                              f"have; its columns are {list(columns)}")
 
 
-def _resolve_expression(text: str, columns: Mapping[str, str], what: str) -> str:
-    import sqlglot
+def _resolve_expression(text: str, columns: Mapping[str, str], what: str) -> ex.Sql:
+    """The expression with each column named as the table names it (its tree, not reparsed)."""
     from sqlglot import exp
-    from sqlglot.errors import SqlglotError
 
-    try:
-        node = sqlglot.parse_one(text, dialect=ex.DIALECT)
-    except SqlglotError:  # sqlglot wrote text it cannot read back
-        raise UnsupportedQueryError(f"{what} could not be compiled (sqlglot cannot read back "
-                                    "its canonical form); write it more simply") from None
-
-    def fix(sub: exp.Expression) -> exp.Expression:
+    def fix(sub: exp.Expr) -> exp.Expr:
         if isinstance(sub, exp.Column):
             return exp.column(match_column(sub.name, columns, what))
         return sub
 
-    return ex.canonical(node.transform(fix))
+    return ex.Sql(ex.tree_of(text).transform(fix, copy=False))
 
 
 def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,

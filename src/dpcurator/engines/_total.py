@@ -60,7 +60,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import sqlglot
 from sqlglot import exp
 
 from dpcurator.engines._sql import case, num, paren, width_bucket_case
@@ -112,7 +111,7 @@ class Total:
 
 def total(text: str, rules: Rules, engine: str, type_of: TypeOf | None = None) -> exp.Expr:
     """The canonical expression ``text`` as an expression that no row can make raise."""
-    node = sqlglot.parse_one(text, dialect=ex.DIALECT)
+    node = ex.tree_of(text)  # the plan's tree (a copy), parsed once where it entered
     ex.check_scalar(node, "expression")  # the plan was checked; check again, cheaply
     node = node.transform(lambda n: width_bucket_case(n) if isinstance(n, exp.WidthBucket)
                           else n)

@@ -53,13 +53,13 @@ def column_key(column: str, name: str | None = None) -> GroupKey:
     """Group by a column (output column ``name``, default the column's name)."""
     if not isinstance(column, str) or not column:
         raise QueryError(f"group_by columns must be non-empty strings, got {column!r}")
-    return GroupKey(name or column, ex.canonical(exp.column(column)))
+    return GroupKey(name or column, ex.Sql(exp.column(column)))
 
 
 def expression_key(expression: str, name: str) -> GroupKey:
     """Group by a scalar SQL expression of one row (checked against the DP-safe subset)."""
     node = ex.parse_scalar(expression, f"group key {name!r}")
-    return GroupKey(name, ex.canonical(node), ex.labels_of(node))
+    return GroupKey(name, ex.Sql(node), ex.labels_of(node))
 
 
 def _number_literal(value: float) -> exp.Expression:
@@ -98,7 +98,7 @@ def bins(column: str, edges: Sequence[float], name: str | None = None,
         cond = exp.and_(exp.GTE(this=col.copy(), expression=_number_literal(a)), upper)
         case = case.when(cond, exp.Literal.string(str(labels[i])))
     ex.check_scalar(case, "bins")
-    return GroupKey(name or column, ex.canonical(case), tuple(str(label) for label in labels))
+    return GroupKey(name or column, ex.Sql(case), tuple(str(label) for label in labels))
 
 
 def width_bucket(column: str, lo: float, hi: float, count: int,
@@ -108,7 +108,7 @@ def width_bucket(column: str, lo: float, hi: float, count: int,
                            max_value=_number_literal(hi),
                            num_buckets=exp.Literal.number(count))
     ex.check_scalar(node, "width_bucket")
-    return GroupKey(name or column, ex.canonical(node), ex.labels_of(node))
+    return GroupKey(name or column, ex.Sql(node), ex.labels_of(node))
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,8 @@ class Query:
         """
         node: exp.Expr = ex.parse_scalar(predicate, "where")
         if self.predicate is not None:
-            node = exp.and_(ex.parse_scalar(self.predicate, "where"), node)
-        return replace(self, predicate=ex.canonical(node))
+            node = exp.and_(ex.tree_of(self.predicate), node)
+        return replace(self, predicate=ex.Sql(node))
 
     def group_by(self, *columns: str | GroupKey, keys: Any = None) -> Query:
         """Group by columns (or ``bins(...)``, ``width_bucket(...)``, ``expression_key(...)``).

@@ -9,7 +9,10 @@ can fail on some values would turn a record's value into an error message or a r
 the engines make these expressions total (``engines._total``: one rule table, the failing
 operation is NULL on every engine) and casts are ``TRY_CAST``.
 
-Expressions are stored in plans as canonical DuckDB-dialect text written by sqlglot.
+Expressions are stored in plans as ``Sql``: their canonical DuckDB-dialect text (written by
+sqlglot once, where the expression enters: DP SQL or the builder), carrying the parsed tree.
+Later stages (resolving column names, the engines) read the tree with ``tree_of`` instead of
+parsing the text again, so a query's text is parsed once.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dpcurator.query.errors import QueryError, UnsupportedQueryError
 
 __all__ = [
     "DIALECT",
+    "Sql",
     "canonical",
     "check_scalar",
     "columns_of",
@@ -31,6 +35,7 @@ __all__ = [
     "labels_of",
     "literal_value",
     "parse_scalar",
+    "tree_of",
 ]
 
 DIALECT = "duckdb"
@@ -136,6 +141,34 @@ def check_scalar(node: exp.Expr, context: str) -> None:
 def canonical(node: exp.Expr) -> str:
     """Canonical text of an expression (DuckDB dialect, identifiers quoted)."""
     return node.sql(dialect=DIALECT, identify=True)
+
+
+class Sql(str):
+    """A scalar expression in a plan: its canonical text (``canonical``), which compares,
+    hashes, prints and serialises as the text, holding the tree it was written from, so that
+    nothing parses it again (``tree_of``). Build it from a tree: ``Sql(node)``."""
+
+    tree: exp.Expr
+
+    def __new__(cls, node: exp.Expr) -> Sql:
+        text = super().__new__(cls, canonical(node))
+        text.tree = node.copy()
+        return text
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:  # pickled as text, parsed on load
+        return (_sql_of_text, (str(self),))
+
+
+def _sql_of_text(text: str) -> Sql:
+    return Sql(sqlglot.parse_one(text, dialect=DIALECT))
+
+
+def tree_of(text: str) -> exp.Expr:
+    """The expression's tree, a copy the caller may change: a plan's ``Sql`` holds it (no
+    parse); other text (a plan read from JSON, a test's) is parsed."""
+    if isinstance(text, Sql):
+        return text.tree.copy()
+    return sqlglot.parse_one(text, dialect=DIALECT)
 
 
 def columns_of(node: exp.Expression) -> list[str]:

@@ -288,7 +288,7 @@ def _parse_sql(sql: str, table: str, privacy_unit: str | None,
                 node = aliases[node.name.lower()]
             ex.check_scalar(node, "GROUP BY")
             group_nodes.append(node)
-    group_texts = [ex.canonical(n) for n in group_nodes]
+    group_texts = [ex.Sql(n) for n in group_nodes]  # each written once, its tree kept
 
     aggregates: list[Aggregate] = []
     key_names: dict[str, str] = {}
@@ -323,7 +323,7 @@ def _parse_sql(sql: str, table: str, privacy_unit: str | None,
     predicate = None
     if where is not None:
         ex.check_scalar(where.this, "WHERE")
-        predicate = ex.canonical(where.this)
+        predicate = ex.Sql(where.this)
     public = public_keys(keys, [g.name for g in group_keys]) if keys is not None else None
     return Plan(
         aggregates=tuple(aggregates),
