@@ -257,6 +257,24 @@ def test_the_curator_on_spark_releases_what_the_curator_on_duckdb_releases(
                               equal_nan=True), name
 
 
+def test_spark_queries_are_refused_free_or_answered_at_their_cost(spark: Any) -> None:
+    """The one-path property (tests/test_one_path.py) on Spark: 20 drawn queries, each refused
+    with the ledger untouched or answered with exactly its stated cost charged."""
+    import test_one_path as one_path
+
+    curator = dp.Curator.from_spark(spark_frame(spark, one_path.frame()), privacy_unit="uid",
+                                    budget=dp.ApproxDP(1e12, 1e-3), cache=False,
+                                    source=dp.noise.SeededRandom(3))
+    try:
+        for sql, options in one_path.sample_queries(20, 3):
+            if "rho" in options:  # this budget is (epsilon, delta): ask it that way
+                options = {**options, "rho": None, "epsilon": 1.0}
+                options.pop("rho")
+            one_path.refused_free_or_answered_at_its_cost(curator, sql, options)
+    finally:
+        curator.close()
+
+
 # -- a real cluster: a master and two workers on loopback ---------------------------------------
 
 _CLUSTER_ROWS = ("SELECT id % 211 AS uid, CAST(id % 7 AS STRING) AS g, "
