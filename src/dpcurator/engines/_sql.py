@@ -30,486 +30,39 @@ contribution stay below 2^52 (checked here), only per-pair raw sums go through `
 
 from __future__ import annotations
 
-import math
-import re
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from collections.abc import Mapping, Sequence
 
-import sqlglot
 from sqlglot import exp
 
-from dpcurator.engines._base import ExactAggregates
-from dpcurator.engines._hash import DEGREE, PREFIX, PRIME, WORD_BITS, hash_parameters
+from dpcurator.engines._dialect import Dialect, HashKind, ValueKind
+from dpcurator.engines._keyed_hash import HashInput, KeyedHash
+from dpcurator.engines._results import CompileCache, CompiledQuery, collect
+from dpcurator.engines._trees import (
+    alias,
+    case,
+    cast,
+    col,
+    div,
+    greatest,
+    least,
+    mul,
+    num,
+    paren,
+    select,
+    star,
+    sub,
+    user_col,
+    width_bucket_case,
+    window,
+    with_ctes,
+)
 from dpcurator.errors import InternalError
-from dpcurator.query import expressions as ex
 from dpcurator.query.bounding import OUTER_KINDS, BoundedQuery, MeasureSpec, ValueSpec
 
 __all__ = ["RELATION", "CompileCache", "CompiledQuery", "Dialect", "HashKind", "ValueKind",
            "collect", "compile_bounding", "width_bucket_case"]
 
-ValueKind = Literal["float", "exact", "other"]
-HashKind = Literal["small", "int32", "int64", "int128", "bool", "float", "date", "timestamp",
-                   "text", "other"]
-
 RELATION = "__dpcurator_relation__"  # stands for the engine's relation until rendering
-_LN2 = 0.6931471805599453
-
-_TYPE_KINDS: dict[str, HashKind] = {
-    # every integer type hashes as 64 bits: a value hashes the same whatever its width
-    **dict.fromkeys(("TINYINT", "SMALLINT", "INT1", "INT2", "UTINYINT", "USMALLINT", "SHORT",
-                     "INTEGER", "INT", "INT4", "SIGNED", "BIGINT", "INT8", "UINTEGER",
-                     "UBIGINT", "LONG"), "int64"),
-    **dict.fromkeys(("HUGEINT", "UHUGEINT", "INT128"), "int128"),
-    **dict.fromkeys(("BOOLEAN", "BOOL", "LOGICAL"), "bool"),
-    **dict.fromkeys(("DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8", "DOUBLE PRECISION"),
-                    "float"),
-    "DATE": "date",
-    **dict.fromkeys(("TIMESTAMP", "DATETIME", "TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE",
-                     "TIMESTAMP WITHOUT TIME ZONE", "TIMESTAMP_US"), "timestamp"),
-    **dict.fromkeys(("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "CHARACTER",
-                     "CHARACTER VARYING", "NAME"), "text"),
-}
-
-
-def base_type(sql_type: str) -> str:
-    """``"DECIMAL(18,3)"`` -> ``"DECIMAL"``; spaces normalised, upper case."""
-    return " ".join(re.sub(r"\(.*\)", "", sql_type).upper().split())
-
-
-# -- small tree builders ------------------------------------------------------------------------
-
-
-def col(name: str, table: str | None = None) -> exp.Column:
-    """An internal column (unquoted: internal names are plain identifiers)."""
-    return exp.column(name, table=table)
-
-
-def user_col(name: str) -> exp.Column:
-    """A column of the user's table, always quoted."""
-    return exp.Column(this=exp.to_identifier(name, quoted=True))
-
-
-def num(value: int) -> exp.Expr:
-    literal = exp.Literal.number(abs(value))
-    return exp.Neg(this=literal) if value < 0 else literal
-
-
-def cast(node: exp.Expr, to: str) -> exp.Cast:
-    return exp.Cast(this=node, to=exp.DataType.build(to))
-
-
-def paren(node: exp.Expr) -> exp.Paren:
-    return exp.Paren(this=node)
-
-
-def case(*whens: tuple[exp.Expr, exp.Expr],
-         default: exp.Expr | None = None) -> exp.Case:
-    node = exp.Case()
-    for condition, value in whens:
-        node = node.when(condition, value, copy=False)
-    if default is not None:
-        node = node.else_(default, copy=False)
-    return node
-
-
-def wrap(node: exp.Expr) -> exp.Expr:
-    """``node`` in parentheses where an operator could bind it wrongly (sqlglot writes trees
-    as they are, without adding parentheses)."""
-    if isinstance(node, exp.Binary | exp.Neg | exp.Not) and not isinstance(node, exp.Paren):
-        return exp.Paren(this=node)
-    return node
-
-
-def add(*terms: exp.Expr) -> exp.Expr:
-    out = terms[0] if isinstance(terms[0], exp.Add) else wrap(terms[0])
-    for term in terms[1:]:
-        out = exp.Add(this=out, expression=wrap(term))
-    return out
-
-
-def sub(a: exp.Expr, b: exp.Expr) -> exp.Sub:
-    return exp.Sub(this=wrap(a), expression=wrap(b))
-
-
-def mul(a: exp.Expr, b: exp.Expr) -> exp.Mul:
-    return exp.Mul(this=wrap(a), expression=wrap(b))
-
-
-def div(a: exp.Expr, b: exp.Expr) -> exp.Div:
-    return exp.Div(this=wrap(a), expression=wrap(b))
-
-
-def mod(a: exp.Expr, b: exp.Expr) -> exp.Mod:
-    return exp.Mod(this=wrap(a), expression=wrap(b))
-
-
-def band(a: exp.Expr, b: exp.Expr) -> exp.BitwiseAnd:
-    return exp.BitwiseAnd(this=wrap(a), expression=wrap(b))
-
-
-def shr(a: exp.Expr, bits: int) -> exp.BitwiseRightShift:
-    return exp.BitwiseRightShift(this=wrap(a), expression=num(bits))
-
-
-def least(a: exp.Expr, b: exp.Expr) -> exp.Least:
-    return exp.Least(this=a, expressions=[b], ignore_nulls=True)
-
-
-def greatest(a: exp.Expr, b: exp.Expr) -> exp.Greatest:
-    return exp.Greatest(this=a, expressions=[b], ignore_nulls=True)
-
-
-def alias(node: exp.Expr, name: str) -> exp.Alias:
-    return exp.Alias(this=node, alias=exp.to_identifier(name))
-
-
-def window(func: exp.Expr, partition: Sequence[exp.Expr],
-           order: Sequence[exp.Expr] = ()) -> exp.Window:
-    node = exp.Window(this=func, partition_by=list(partition))
-    if order:
-        node.set("order", exp.Order(expressions=[exp.Ordered(this=o, nulls_first=False)
-                                                 for o in order]))
-    return node
-
-
-def select(items: Sequence[exp.Expr], source: exp.Expr | str, *,
-           where: exp.Expr | None = None, group: Sequence[exp.Expr] = (),
-           comment: str | None = None) -> exp.Select:
-    """SELECT items FROM source: a table name, or a query (given an alias here)."""
-    if isinstance(source, str):
-        from_: exp.Expr = exp.to_table(source)
-    elif isinstance(source, exp.Query):
-        from_ = exp.Subquery(this=source, alias=exp.TableAlias(this=exp.to_identifier("__q")))
-    else:
-        from_ = source
-    node = exp.Select(expressions=list(items)).from_(from_, copy=False)
-    if where is not None:
-        node = node.where(where, copy=False)
-    if group:
-        node = node.group_by(*group, copy=False)
-    if comment:
-        node.add_comments([f" {comment} "])
-    return node
-
-
-def star() -> exp.Star:
-    return exp.Star()
-
-
-def width_bucket_case(node: exp.WidthBucket) -> exp.Expr:
-    """width_bucket(x, lo, hi, n) as a CASE over doubles (bins 0 and n + 1 outside)."""
-    x = exp.cast(node.this, exp.DataType.build("DOUBLE"))
-    lo = exp.cast(node.args["min_value"], exp.DataType.build("DOUBLE"))
-    hi = exp.cast(node.args["max_value"], exp.DataType.build("DOUBLE"))
-    n = node.args["num_buckets"]
-    inner = sqlglot.parse_one(
-        f"LEAST({n.sql()}, CAST(FLOOR((x - lo) * {n.sql()} / (hi - lo)) AS BIGINT) + 1)",
-        dialect=ex.DIALECT)
-    inner = inner.transform(lambda e: {"x": x, "lo": lo, "hi": hi}.get(
-        e.name, e).copy() if isinstance(e, exp.Column) else e)
-    return (exp.Case()
-            .when(exp.Is(this=x.copy(), expression=exp.Null()), exp.Null())
-            .when(exp.LT(this=x.copy(), expression=lo.copy()), exp.Literal.number(0))
-            .when(exp.GTE(this=x.copy(), expression=hi.copy()),
-                  exp.Literal.number(int(n.name) + 1))
-            .else_(inner))
-
-
-# -- the dialect ----------------------------------------------------------------------------------
-
-
-class Dialect:
-    """One engine's SQL: the primitives the bounding trees are built from.
-
-    The defaults are the SQL that DuckDB and PostgreSQL share; an engine overrides the few
-    primitives where it differs (sqlglot writes each tree in the engine's spelling).
-    """
-
-    sqlglot: ClassVar[str] = "duckdb"
-    guards_underflow: ClassVar[bool] = False  # does a double product that underflows raise?
-    # Plan choices (the same rows and sums either way): each unit's number of partitions by
-    # a window over the pairs instead of a grouped count joined back, and the row stage
-    # behind an optimisation fence, so that an engine that inlines it into the pairs'
-    # aggregates does not evaluate each fixed-point value once per aggregate.
-    partitions_by_window: ClassVar[bool] = False
-    fence_rows: ClassVar[bool] = False
-    # A distributed engine: send each unit's rows to one place first (DISTRIBUTE BY the
-    # unit), so that the pairs, each unit's partition count and its keyed top-k all run where
-    # the rows already are (one shuffle of the rows instead of one for the pairs and another
-    # for the units).
-    distribute_rows: ClassVar[bool] = False
-    # The contribution profile's counts by windows over the rows instead of grouped pairs
-    # and units joined back (Spark: its rows are already distributed by unit).
-    profile_by_window: ClassVar[bool] = False
-    # The pairs' input ordered by (unit, keys) behind a fence, so that the pairs are grouped
-    # by a sort whose order the unit's windows then reuse, instead of hashed and sorted again
-    # (PostgreSQL).
-    sort_pairs_input: ClassVar[bool] = False
-
-    # types -------------------------------------------------------------------------------
-
-    def hash_kind(self, sql_type: str) -> HashKind:
-        return _TYPE_KINDS.get(base_type(sql_type), "other")
-
-    def value_kind(self, sql_type: str) -> ValueKind:
-        """How a column becomes a double: a float (NaN possible), an exact number, or other
-        (a cast that may fail)."""
-        kind = self.hash_kind(sql_type)
-        if kind == "float":
-            return "float"
-        if kind in ("small", "int32", "int64", "int128", "bool") or base_type(sql_type) in (
-                "DECIMAL", "NUMERIC"):
-            return "exact"
-        return "other"
-
-    # expressions -------------------------------------------------------------------------
-
-    def total(self, text: str) -> exp.Expr:
-        """The plan's canonical expression ``text``, written so that no row can make it
-        raise (a failing operation gives NULL)."""
-        raise NotImplementedError
-
-    def group_key(self, text: str) -> exp.Expr:
-        """A group key's expression: a plain column as it is (it cannot raise)."""
-        node = sqlglot.parse_one(text, dialect=ex.DIALECT)
-        if isinstance(node, exp.Column):
-            return user_col(node.name)
-        return self.total(text)
-
-    def safe_cast(self, node: exp.Expr, sql_type: str) -> exp.Expr:
-        return exp.TryCast(this=node, to=exp.DataType.build(sql_type, dialect=self.sqlglot,
-                                                            udt=True))
-
-    def key_column(self, node: exp.Expr, sql_type: str) -> exp.Expr:
-        """A column of the public keys table as the group key's type (NULL if it does not
-        convert; the engine checked the keys when it registered them)."""
-        return self.safe_cast(node, sql_type)
-
-    def to_double(self, node: exp.Expr, sql_type: str) -> exp.Expr:
-        kind = self.value_kind(sql_type)
-        if kind == "float":
-            return node
-        if kind == "exact":
-            return cast(node, "DOUBLE")
-        return self.safe_cast(node, "DOUBLE")
-
-    def is_nan(self, node: exp.Expr) -> exp.Expr:
-        return exp.IsNan(this=node)
-
-    def double(self, value: float) -> exp.Expr:
-        value = float(value)
-        if math.isfinite(value):
-            return cast(exp.Literal.number(repr(value)), "DOUBLE")
-        return cast(exp.Literal.string(repr(value)), "DOUBLE")  # 'inf', '-inf', 'nan'
-
-    def round_half_away(self, node: exp.Expr, sign: int = 0) -> exp.Expr:
-        """ROUND of a double, half away from zero; ``sign`` is the value's sign where it is
-        known (1: never negative, -1: never positive, 0: unknown)."""
-        return exp.Round(this=node)
-
-    def exact_sum(self, node: exp.Expr) -> exp.Expr:
-        return exp.Sum(this=node)
-
-    def pair_sum(self, node: exp.Expr) -> tuple[exp.Expr, exp.Expr]:
-        """A pair's sum of fixed-point values (each below 2^52 in magnitude), as (a BIGINT,
-        exact where the sum is below 2^63: pairs of at most r rows; an exact sum of any
-        size, for the rescale of larger pairs)."""
-        total = self.exact_sum(node)
-        return cast(total, "BIGINT"), total.copy()
-
-    def parameter(self, name: str) -> exp.Expr:
-        return cast(exp.Placeholder(this=name), "BIGINT")
-
-    def epoch_microseconds(self, node: exp.Expr) -> exp.Expr:
-        raise NotImplementedError
-
-    def digest(self, node: exp.Expr) -> exp.Expr:
-        """Text -> its MD5 digest in the form ``digest_words`` reads (computed once a row)."""
-        raise NotImplementedError
-
-    def digest_words(self, node: exp.Expr) -> list[exp.Expr]:
-        """The digest's bytes 0-3 and 4-7, each read little-endian: two 32-bit words."""
-        raise NotImplementedError
-
-    def order_key(self, node: exp.Expr, sql_type: str) -> exp.Expr:
-        """A group key as a sort key that orders the same on every engine (text by bytes)."""
-        return node
-
-    def render(self, tree: exp.Expr) -> str:
-        return tree.sql(dialect=self.sqlglot, pretty=True)
-
-    def runnable(self, text: str, parameters: bool) -> str:
-        """The statement's text as the driver takes it (with parameters bound or not)."""
-        return text
-
-
-# -- the keyed hash -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HashInput:
-    """One value the keyed hash reads: a column of the stage, its kind, whether it may be
-    NULL, and (for text) the column holding its digest."""
-
-    node: exp.Expr
-    kind: HashKind
-    nullable: bool = False
-    digest: str | None = None
-
-
-class KeyedHash:
-    """Writes the keyed hash of ``_hash`` as trees, recording the parameters it uses."""
-
-    def __init__(self, dialect: Dialect) -> None:
-        self.d = dialect
-        self.names: list[str] = []
-
-    def param(self, name: str) -> exp.Expr:
-        full = PREFIX + name
-        if full not in self.names:
-            self.names.append(full)
-        return self.d.parameter(full)
-
-    def _words(self, value: HashInput) -> list[exp.Expr]:
-        """The value as 30-bit words (each below p, so distinct words stay distinct mod p)."""
-        node, kind = value.node, value.kind
-
-        def chunks(n: exp.Expr, count: int, last_bits: int = WORD_BITS
-                   ) -> list[exp.Expr]:
-            out: list[exp.Expr] = []
-            for i in range(count):
-                bits = last_bits if i == count - 1 else WORD_BITS
-                part = shr(n.copy(), WORD_BITS * i) if i else n.copy()
-                out.append(band(part, num(2**bits - 1)))
-            return out
-
-        if kind in ("text", "other"):
-            assert value.digest is not None
-            return self.d.digest_words(col(value.digest))
-        if kind == "small":  # below 2^29 in magnitude
-            return chunks(cast(node, "BIGINT"), 1)
-        if kind == "bool":
-            return [cast(cast(node.copy(), "INT"), "BIGINT")]
-        if kind == "int32":
-            return chunks(cast(node, "BIGINT"), 2, 2)
-        if kind == "int64":
-            return chunks(node, 3, 4)
-        if kind == "int128":
-            return [cast(w, "BIGINT") for w in chunks(node, 5, 8)]
-        if kind == "date":
-            days = cast(sub(node.copy(), exp.cast(exp.Literal.string("1970-01-01"), "DATE")),
-                        "BIGINT")
-            return chunks(days, 2, 2)
-        if kind == "timestamp":
-            return chunks(self.d.epoch_microseconds(node.copy()), 3, 4)
-        if kind == "float":
-            # x = m * 2^(e - 53) exactly, e = floor(log2 |x|) as ln computes it (within one of
-            # the true exponent, so m is an integer below 2^55): an injective integer pair.
-            e = cast(exp.Floor(this=div(exp.Ln(this=exp.Abs(this=node.copy())),
-                                        self.d.double(_LN2))), "BIGINT")
-            h = sub(num(53), e)
-            h1 = cast(exp.Floor(this=div(h, self.d.double(2.0))), "BIGINT")
-            h2 = sub(h.copy(), h1)
-            two = self.d.double(2.0)
-            m = cast(mul(mul(node.copy(), exp.Pow(this=two, expression=cast(h1.copy(),
-                                                                             "DOUBLE"))),
-                         exp.Pow(this=two.copy(), expression=cast(h2, "DOUBLE"))), "BIGINT")
-            return [*chunks(e.copy(), 1), *chunks(m, 3, 4)]
-        raise InternalError(f"no hash words for kind {kind}; this is a bug")
-
-    def _term(self, lane: str, position: str, value: HashInput) -> exp.Expr:
-        """The value's contribution to a lane: sum of c_i * w_i, each product below 2^61 and
-        reduced mod p every three; NULL and special values give a random constant instead."""
-        words = self._words(value)
-        products = [mul(self.param(f"{lane}c{position}_{i}"), w) for i, w in enumerate(words)]
-        term: exp.Expr = add(*products[:3])
-        for i in range(3, len(products), 2):
-            term = add(mod(term, num(PRIME)), *products[i:i + 2])
-        term = paren(term)
-        specials: list[tuple[exp.Expr, exp.Expr]] = []
-        node = value.node
-        if value.nullable and value.kind not in ("float", "date", "timestamp"):
-            # a NULL value has NULL words: its term is NULL, and COALESCE (cheaper than a
-            # CASE) gives the constant instead
-            return exp.Coalesce(this=term, expressions=[self.param(f"{lane}n{position}")])
-        if value.nullable:
-            specials.append((exp.Is(this=node.copy(), expression=exp.Null()),
-                             self.param(f"{lane}n{position}")))
-        if value.kind == "float":
-            inf = self.d.double(float("inf"))
-            specials += [
-                (self.d.is_nan(node.copy()), self.param(f"{lane}nan{position}")),
-                (exp.EQ(this=node.copy(), expression=inf), self.param(f"{lane}pinf{position}")),
-                (exp.EQ(this=node.copy(), expression=exp.Neg(this=inf.copy())),
-                 self.param(f"{lane}minf{position}")),
-                (exp.EQ(this=node.copy(), expression=self.d.double(0.0)),
-                 self.param(f"{lane}zero{position}")),
-            ]
-        if value.kind in ("date", "timestamp"):
-            finite = exp.Anonymous(this="isfinite", expressions=[node.copy()])
-            specials.append((exp.Not(this=finite), case(
-                (exp.GT(this=node.copy(), expression=exp.cast(exp.Literal.string("1970-01-01"),
-                                                                "DATE")),
-                 self.param(f"{lane}pinf{position}")),
-                default=self.param(f"{lane}minf{position}"))))
-        return case(*specials, default=term) if specials else term
-
-    def accumulate(self, lane: str, start: exp.Expr | None, values: Sequence[HashInput],
-                   offset: int) -> exp.Expr:
-        """x = (start + sum of the values' terms) mod p, reduced after each value (below
-        2^31 + 3 * 2^61 < 2^63); ``start`` None is the lane's seed."""
-        acc = self.param(f"{lane}s") if start is None else start
-        for i, value in enumerate(values):
-            acc = mod(add(acc, self._term(lane, str(offset + i), value)), num(PRIME))
-        return acc
-
-    def priority(self, use: str, xa: exp.Expr, xb: exp.Expr) -> exp.Expr:
-        """poly(xa) * 2^31 + xb: a 62-bit priority, as a non-negative BIGINT. The order is
-        lane a's polynomial; lane b only breaks its ties (probability 2^-31 a pair)."""
-        r = self.param(f"a{use}{DEGREE}")
-        for j in range(DEGREE - 1, -1, -1):
-            r = mod(add(mul(r, xa.copy()), self.param(f"a{use}{j}")), num(PRIME))
-        return add(mul(r, num(2**31)), xb)
-
-
-# -- the compiled query ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompiledQuery:
-    """One bounded query compiled for one engine: its statement and what running it needs."""
-
-    query: BoundedQuery
-    statement: str
-    parameter_names: tuple[str, ...]
-    keys_table: str | None
-    key_types: tuple[str, ...]
-    sql: list[str] = field(default_factory=list)  # as shown in releases (no key)
-
-    def parameters(self, key: int) -> dict[str, int]:
-        return hash_parameters(key, self.parameter_names)
-
-
-class CompileCache:
-    """An engine's compiled queries, each compiled once and kept (least recently used out):
-    validation and computation of one query share its statement, and a repeated query is
-    not compiled again. The caller holds the engine's lock."""
-
-    def __init__(self, size: int = 64) -> None:
-        self.size = size
-        self._items: OrderedDict[BoundedQuery, CompiledQuery] = OrderedDict()
-
-    def get(self, query: BoundedQuery, compile_: Callable[[], CompiledQuery]) -> CompiledQuery:
-        compiled = self._items.get(query)
-        if compiled is None:
-            compiled = self._items[query] = compile_()
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        else:
-            self._items.move_to_end(query)
-        return compiled
 
 
 #: The magnitude steps of a profile's value buckets: 2^(q/4), 2^-20 to 2^40.
@@ -1040,7 +593,7 @@ class _Builder:
             body: exp.Query = main
             if keyed:
                 body = self._indexed(body, names)
-            return self._with(ctes, body)
+            return with_ctes(ctes, body)
         # Histograms share the bounded rows with the sums: one statement, so the bounding
         # pipeline runs once. Each row is tagged with __part: 0 for the sums, 1 + i for
         # histogram i.
@@ -1067,9 +620,9 @@ class _Builder:
             union = exp.Union(this=union, expression=branch, distinct=False)
         columns = ["__part", *names, "__bin", "__count"]
         if keyed:
-            return self._with(ctes, self._indexed(union, columns))
+            return with_ctes(ctes, self._indexed(union, columns))
         # the key columns first, as in the statement without histograms
-        return self._with(ctes, select([*self.keys(), *(col(c) for c in columns)], union))
+        return with_ctes(ctes, select([*self.keys(), *(col(c) for c in columns)], union))
 
     # the contribution profile (contribution bounds chosen from the data) ---------------------
 
@@ -1144,7 +697,7 @@ class _Builder:
         union: exp.Query = branches[0]
         for branch in branches[1:]:
             union = exp.Union(this=union, expression=branch, distinct=False)
-        return self._with(ctes, union)
+        return with_ctes(ctes, union)
 
     def _profile_grouped(self, source: str) -> list[tuple[str, exp.Query]]:
         """The profile's views by grouped aggregates (pairs, then units, joined back): the
@@ -1215,12 +768,6 @@ class _Builder:
                   for b in range(4, 41)]
         return case(*whens, default=num(2**41))
 
-    @staticmethod
-    def _with(ctes: Sequence[tuple[str, exp.Query]], body: exp.Query) -> exp.Query:
-        for name, query in ctes:
-            body = body.with_(name, as_=query, copy=False)
-        return body
-
     def _key_match(self, side: str) -> exp.Expr:
         """The join condition of ``side``'s group keys with the public keys table.
 
@@ -1245,53 +792,3 @@ class _Builder:
         sub = exp.Subquery(this=statement, alias=exp.TableAlias(this=exp.to_identifier("agg")))
         return exp.Select(expressions=items).from_(sub, copy=False).join(
             exp.to_table(self.keys_table), on=self._key_match("agg"), copy=False)
-
-
-# -- results ---------------------------------------------------------------------------------------
-
-
-def _split_parts(query: BoundedQuery, rows: Sequence[tuple[Any, ...]]
-                 ) -> list[list[tuple[Any, ...]]]:
-    """One tagged result (keys, __part, sums..., __bin, __count) -> [sums rows, histogram
-    rows...], each shaped as its own statement would return it."""
-    width = 1 if query.keys is not None else len(query.group_keys)
-    parts: list[list[tuple[Any, ...]]] = [[] for _ in range(1 + len(query.histograms))]
-    for row in rows:
-        part = int(row[width])
-        if part == 0:
-            parts[0].append(row[:width] + row[width + 1:-2])
-        else:
-            parts[part].append(row[:width] + row[-2:])
-    return parts
-
-
-def collect(compiled: CompiledQuery, rows: Sequence[tuple[Any, ...]]) -> ExactAggregates:
-    """The statement's result rows as exact aggregates (Python ints, whatever the engine's
-    exact type: HUGEINT, NUMERIC or DECIMAL)."""
-    query = compiled.query
-    if query.profile is not None:
-        return ExactAggregates([], {}, sql=list(compiled.sql), profile=[
-            tuple(None if v is None else int(v) for v in row) for row in rows])
-    results = _split_parts(query, rows) if query.histograms else [list(rows)]
-    # With public keys the statement returns the key's index in ``query.keys`` instead of
-    # the key itself (so a key given as "1" for an integer column is still the same key).
-    width = 1 if query.keys is not None else len(query.group_keys)
-    main = results[0]
-    keys = [tuple(row[:width]) for row in main]
-    if query.keys is not None:
-        keys = [(int(k[0]),) for k in keys]
-    measures: dict[str, list[int]] = {}
-    for j, measure in enumerate(query.measures):
-        measures[measure.name] = [int(row[width + j] or 0) for row in main]
-    selection = None
-    if query.selection_units:
-        selection = [int(row[width + len(query.measures)] or 0) for row in main]
-    histograms: dict[str, dict[tuple[Any, ...], list[int]]] = {}
-    for spec, part in zip(query.histograms, results[1:], strict=True):
-        table: dict[tuple[Any, ...], list[int]] = {}
-        for row in part:
-            key = tuple(row[:width]) if query.keys is None else (int(row[0]),)
-            counts = table.setdefault(key, [0] * spec.bins)
-            counts[int(row[width])] = int(row[width + 1])
-        histograms[spec.name] = table
-    return ExactAggregates(keys, measures, selection, histograms, list(compiled.sql))
