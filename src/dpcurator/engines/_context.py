@@ -142,6 +142,9 @@ def partition_order(ctx: Context) -> list[exp.Expr]:
     return [col("__hp"), *keys]
 
 
+# -- the public keys ----------------------------------------------------------------------------
+
+
 def key_match(ctx: Context, side: str) -> exp.Expr:
     """The join condition of ``side``'s group keys with the public keys table.
 
