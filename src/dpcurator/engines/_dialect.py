@@ -2,7 +2,9 @@
 
 The primitives are listed in ``_sql``'s docstring; DuckDB, PostgreSQL and Spark subclass
 ``Dialect`` and override the few where they differ. The boolean class attributes are plan
-choices that change no result (tests/test_dialect_flags.py runs each on and off).
+choices that change no result (``PLAN_FLAGS``; tests/test_engine_contract.py runs each
+off and on, on every engine). They are not independent: Spark refuses
+``sort_pairs_input``'s ORDER BY beside ``distribute_rows``' DISTRIBUTE BY.
 """
 
 from __future__ import annotations
