@@ -25,6 +25,8 @@ import pytest
 
 import dpcurator as dp
 from dpcurator.engines import DuckDBEngine, Engine, ExactAggregates
+from dpcurator.engines._sql import PLAN_FLAGS, compile_bounding
+from dpcurator.engines.spark import SparkDialect
 from dpcurator.errors import UserError
 from dpcurator.query import GroupKey, PublicKeys
 from dpcurator.query.bounding import BoundedQuery, HistogramSpec, MeasureSpec, ValueSpec
@@ -649,6 +651,136 @@ def test_one_heavy_unit_moves_the_outer_capped_sum_by_at_most_its_cap(make: Make
     loose = moved_by_the_extreme_unit(make, spec(2**40))
     assert sum(abs(d) for d in loose) > 10**9  # the twin: the unit's values, nearly as they are
     assert not within_sensitivity(spec(50), loose)
+
+
+# -- the dialects' plan flags: each changes the statement, never a result ----------------------
+
+
+FlagCase = tuple[str, pd.DataFrame, BoundedQuery, Any]
+
+
+def flag_cases() -> list[FlagCase]:
+    """Queries whose statements every plan flag changes (rescaled and sampled rows and
+    partitions, public keys, histograms, outer caps, the contribution profile), each with
+    its plain-Python reference where the suite has one (``None``: checked against DuckDB's
+    plan without the flag)."""
+    cases: list[FlagCase] = [("rescale reference", frame(0), query(),
+                              reference_rescale(frame(0), k=2, r=3, one=300))]
+    for public in (False, True):
+        keys = PublicKeys((("a",), ("b",), ("zz1",))) if public else None
+        spec = MeasureSpec("total", "unit_rows", weight=3, outer=7)
+        expected = reference_unit_rows(frame(4), 7, 3, ["a", "b", "zz1"] if public else None)
+        cases.append((f"outer-capped count, public={public}", frame(4),
+                      BoundedQuery("uid", GROUP, None, keys, 2, 3, "rescale", "rescale",
+                                   (MeasureSpec("rows", "rows", weight=3), spec)),
+                      ("total", public, expected)))
+    df = frame(5)
+    df["w"] = df["w"] * np.where(np.arange(len(df)) % 3 == 0, -7, 5)
+    spec = MeasureSpec("total", "unit_values", ValueSpec("w", -30, 30, 0.0, 1.0), outer=30)
+    cases.append(("outer-capped sum", df, BoundedQuery("uid", GROUP, None, None, 2, 3,
+                                                         "rescale", "rescale", (spec,)),
+                  ("total", False, reference_unit_values(df, 30))))
+    shapes = SHAPES["variances"] + SHAPES["distinct units"]
+    for modes in MODES:
+        cases.append(("-".join(modes), contract_frame(1),
+                      bounded(shapes, modes, (KEYS["text"],)), None))
+    cases.append(("public keys", contract_frame(4), bounded(
+        shapes, ("rescale", "rescale"), (KEYS["text"],),
+        public=PublicKeys((("a",), (None,), ("nope",), ("ä",))), k=1), None))
+    cases.append(("histograms", contract_frame(5), bounded(
+        SHAPES["counts"], ("sample", "sample"), (KEYS["text"],),
+        histograms=(HistogramSpec("hv", "v", -50.0, 150.0, 64),)), None))
+    cases.append(("profile", contract_frame(4), BoundedQuery(
+        "tuid", (KEYS["text"],), None, None, 1, 1, "rescale", "rescale", (),
+        profile=("v", "w"), profile_sums=("w", "v")), None))
+    return cases
+
+
+def flag_result(result: ExactAggregates) -> Any:
+    """The aggregates (or the contribution profile), order-free and comparable."""
+    if result.profile is not None:
+        return sorted(result.profile, key=lambda r: tuple(-999 if v is None else v for v in r))
+    return normalised(result)
+
+
+def assert_reference(got: ExactAggregates, reference: Any, name: str) -> None:
+    """``got`` as ``flag_cases`` states it: the whole table, or (measure, keyed by the public
+    keys' index, its partitions' nonzero values)."""
+    if not isinstance(reference, tuple):
+        assert as_table(got) == reference, name
+        return
+    measure, public, expected = reference
+    table = as_table(got)[measure]
+    if public:  # keyed by the key's index in the public keys
+        table = {("a", "b", "zz1")[int(i)]: v for i, v in table.items()}
+    assert {g: v for g, v in table.items() if v} == \
+        {g: v for g, v in expected.items() if v}, name
+
+
+@pytest.mark.parametrize("flag", PLAN_FLAGS)
+def test_every_plan_flag_changes_no_result(make: Make, flag: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of the dialect's plan choices (``Dialect``'s boolean class attributes), forced
+    off and on over the engine's own setting of the others: the same exact aggregates both
+    ways, equal to the plain-Python reference where there is one and to DuckDB's (its own
+    plan) otherwise. ``guards_underflow`` off is a plan choice only where no double product
+    underflows, as in these frames (the engines whose products raise need it on). The flags
+    are not independent: Spark refuses ``sort_pairs_input``'s ORDER BY beside
+    ``distribute_rows``' DISTRIBUTE BY, so that one is run with the rows not distributed."""
+    for name, df, q, reference in flag_cases():
+        dialect = type(make(df).dialect)  # type: ignore[attr-defined]
+        got = []
+        for value in (False, True):
+            if flag == "sort_pairs_input" and dialect.distribute_rows:
+                monkeypatch.setattr(dialect, "distribute_rows", False)
+            monkeypatch.setattr(dialect, flag, value)
+            got.append(make(df).compute_exact_aggregates(q, 11))
+        monkeypatch.undo()
+        off, on = (flag_result(r) for r in got)
+        assert off == on, (flag, name)
+        if reference is None:
+            assert off == flag_result(duckdb_engine(df).compute_exact_aggregates(q, 11)), name
+        else:
+            assert_reference(got[0], reference, f"{flag}: {name}")
+
+
+AGGREGATE_FLAGS = ("guards_underflow", "partitions_by_window", "fence_rows", "sort_pairs_input")
+
+
+@pytest.mark.parametrize("flags", list(itertools.product((False, True),
+                                                         repeat=len(AGGREGATE_FLAGS))),
+                         ids=lambda bits: "".join(str(int(b)) for b in bits))
+def test_every_combination_of_the_aggregate_flags_matches_the_references_on_duckdb(
+        flags: tuple[bool, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """All 16 combinations of the flags that change an aggregate statement DuckDB runs
+    (``distribute_rows`` is Spark's syntax, ``profile_by_window`` changes only the profile)
+    on the queries that have a plain-Python reference."""
+    from dpcurator.engines.duckdb import DuckDBDialect
+
+    for flag, value in zip(AGGREGATE_FLAGS, flags, strict=True):
+        monkeypatch.setattr(DuckDBDialect, flag, value)
+    for name, df, q, reference in flag_cases():
+        if reference is None:
+            continue
+        assert_reference(duckdb_engine(df).compute_exact_aggregates(q, 11), reference, name)
+
+
+def test_the_flags_change_the_statements_they_name() -> None:
+    """Each plan flag changes the statement of at least one query above on the engine that
+    can run it (so the test above compares two plans, not one twice): DISTRIBUTE BY is
+    Spark's, and sqlglot drops it from the other engines' SQL."""
+    columns = {"uid": "BIGINT", "tuid": "VARCHAR", "g": "VARCHAR", "gi": "BIGINT",
+               "gf": "DOUBLE", "gd": "DATE", "v": "DOUBLE", "w": "BIGINT"}
+    for flag in PLAN_FLAGS:
+        changed = False
+        for _, _, q, _ in flag_cases():
+            texts = []
+            for value in (False, True):
+                dialect = type("Forced", (SparkDialect,), {flag: value})()
+                texts.append(compile_bounding(q, dialect, columns, ["VARCHAR"] * len(
+                    q.group_keys), "t", "k" if q.keys is not None else None).sql[0])
+            changed = changed or texts[0] != texts[1]
+        assert changed, flag
 
 
 def test_public_key_text_round_trips_every_supported_type() -> None:

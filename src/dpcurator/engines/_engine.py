@@ -1,5 +1,5 @@
 """What every SQL engine shares: a query compiled once, validated before its charge, its public
-keys checked, its exact aggregates computed. An engine is a dialect (``_sql.Dialect``) plus
+keys checked, its exact aggregates computed. An engine is a dialect (``_dialect.Dialect``) plus
 the transport a subclass gives: run a statement, bind one without reading a row, register the
 public keys as a table, and name its errors. No engine's message ever quotes the database's
 error text (it could quote a value of the data).
@@ -20,7 +20,9 @@ from typing import Any
 from sqlglot.errors import SqlglotError
 
 from dpcurator.engines._base import ExactAggregates
-from dpcurator.engines._sql import CompileCache, CompiledQuery, Dialect, collect, compile_bounding
+from dpcurator.engines._dialect import Dialect
+from dpcurator.engines._results import CompileCache, CompiledQuery, collect
+from dpcurator.engines._sql import compile_bounding
 from dpcurator.errors import InternalError, UserError
 from dpcurator.query.bounding import BoundedQuery
 

@@ -31,7 +31,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpcurator.engines import _total
-from dpcurator.engines._sql import base_type, cast, num, paren
+from dpcurator.engines._dialect import base_type
 from dpcurator.engines._total import (
     INTEGER_TEXT,
     NUMBER_TEXT,
@@ -41,6 +41,7 @@ from dpcurator.engines._total import (
     TypeOf,
     power_domain,
 )
+from dpcurator.engines._trees import cast, num, paren
 from dpcurator.errors import UserError
 from dpcurator.query import expressions as ex
 

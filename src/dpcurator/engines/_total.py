@@ -62,7 +62,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from sqlglot import exp
 
-from dpcurator.engines._sql import case, num, paren, width_bucket_case
+from dpcurator.engines._trees import case, num, paren, width_bucket_case
 from dpcurator.errors import InternalError, UserError
 from dpcurator.query import expressions as ex
 

@@ -27,17 +27,12 @@ import duckdb
 from sqlglot import exp
 
 from dpcurator.engines import _total
+from dpcurator.engines._dialect import Dialect
 from dpcurator.engines._duckdb_csv import check_csv
 from dpcurator.engines._engine import SqlEngine
 from dpcurator.engines._hash import WORD_BITS
-from dpcurator.engines._sql import (
-    CompiledQuery,
-    Dialect,
-    band,
-    cast,
-    num,
-    shr,
-)
+from dpcurator.engines._results import CompiledQuery
+from dpcurator.engines._trees import band, cast, num, shr
 from dpcurator.errors import UserError
 from dpcurator.query.bounding import BoundedQuery
 

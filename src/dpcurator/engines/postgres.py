@@ -24,20 +24,11 @@ import psycopg
 from sqlglot import exp
 
 from dpcurator.engines import _postgres_expressions as pe
+from dpcurator.engines._dialect import Dialect, ValueKind, base_type
 from dpcurator.engines._engine import SqlEngine, key_text
 from dpcurator.engines._hash import PREFIX, WORD_BITS
-from dpcurator.engines._sql import (
-    CompiledQuery,
-    Dialect,
-    ValueKind,
-    add,
-    band,
-    base_type,
-    cast,
-    mul,
-    num,
-    shr,
-)
+from dpcurator.engines._results import CompiledQuery
+from dpcurator.engines._trees import add, band, cast, mul, num, shr
 from dpcurator.errors import InternalError, UserError
 from dpcurator.ledger import mask_url
 from dpcurator.query.bounding import BoundedQuery

@@ -30,20 +30,11 @@ from typing import Any
 from sqlglot import exp
 
 from dpcurator.engines import _total
+from dpcurator.engines._dialect import Dialect
 from dpcurator.engines._engine import SqlEngine, key_text
 from dpcurator.engines._hash import WORD_BITS
-from dpcurator.engines._sql import (
-    CompiledQuery,
-    Dialect,
-    add,
-    band,
-    case,
-    cast,
-    mul,
-    num,
-    paren,
-    shr,
-)
+from dpcurator.engines._results import CompiledQuery
+from dpcurator.engines._trees import add, band, case, cast, mul, num, paren, shr
 from dpcurator.errors import UserError
 from dpcurator.query.bounding import BoundedQuery
 

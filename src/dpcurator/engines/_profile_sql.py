@@ -1,0 +1,160 @@
+"""The contribution profile's statement (``BoundedQuery.profile``): the counts that bounds
+chosen from the data (``bounds="auto"``) are chosen from, as counts only."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpcurator.engines._context import Context
+from dpcurator.engines._rows import rows
+from dpcurator.engines._trees import alias, case, cast, col, num, select, star, window, with_ctes
+
+__all__ = ["PROFILE_STEPS", "profile_statement"]
+
+#: The magnitude steps of a profile's value buckets: 2^(q/4), 2^-20 to 2^40.
+PROFILE_STEPS = tuple(range(-80, 161))
+
+
+def profile_statement(ctx: Context) -> exp.Query:
+    """The shape of the units' contributions (``BoundedQuery.profile``), as counts only.
+
+    Part 0 counts the (unit, partition) pairs by (``__pb``: the unit's number of
+    partitions, ``__nb``: the pair's number of rows, ``__b``: the unit's number of rows);
+    part -1 - c by (``__pb``, ``__b``: the bucket of the unit's sum of |x| of column c of
+    ``profile_sums``; NULL and NaN left out, +-inf in the top bucket).
+    Part 1 + c counts column c's non-missing values by (``__pb``: the unit's number of
+    rows, ``__s``: sign, ``__b``: the largest q with |x| > 2^(q/4), q in
+    ``PROFILE_STEPS``; one less if none). Every
+    count of a unit's partitions or rows is rounded up (``_up``), so that weights
+    computed as 1 / count never exceed the exact ones."""
+    q = ctx.q
+    ctes, source = rows(ctx)
+    rows_view = "shaped"  # one row per value, with its unit's rows (__tb)
+    if q.unit is None:  # each row its own unit: one partition, one row
+        ones = [alias(num(1), name) for name in ("__pb", "__nb", "__tb")]
+        ctes.append(("shaped", select([star(), *ones], source)))
+    elif ctx.d.profile_by_window:
+        ctes += _profile_windows(ctx, source)
+        rows_view = "valued"
+    else:
+        ctes += _profile_grouped(ctx, source)
+        rows_view = "units"  # values counted per unit, joined to its row count below
+    null = cast(exp.Null(), "BIGINT")
+    branches: list[exp.Query] = [select(
+        [alias(num(0), "__part"), col("__pb"), col("__nb"), alias(null, "__s"),
+         alias(col("__tb"), "__b"), alias(exp.Count(this=exp.Star()), "__c")], "shaped",
+        group=[col("__pb"), col("__nb"), col("__tb")],
+        comment="pairs by (partitions of the unit, rows of the pair, rows of the unit)")]
+    for c in range(len(q.profile_sums)):
+        bucket = _bucket(ctx, col(f"__us{c}"), PROFILE_STEPS[0], PROFILE_STEPS[-1])
+        sums_of = select([col("__pb"), alias(bucket, "__b")], "shaped")
+        branches.append(select(
+            [alias(num(-1 - c), "__part"), col("__pb"), alias(null.copy(), "__nb"),
+             alias(null.copy(), "__s"), col("__b"), alias(exp.Count(this=exp.Star()),
+                                                          "__c")], sums_of,
+            group=[col("__pb"), col("__b")],
+            comment=f"pairs by (partitions of the unit, the unit's sum of |value| of "
+                    f"column {c} of the sums)"))
+    for c, column in enumerate(q.profile or ()):
+        x = col(ctx.x(column))
+        sign = case((exp.LT(this=x.copy(), expression=ctx.d.double(0.0)), num(-1)),
+                    default=num(1))
+        magnitude = exp.Abs(this=x.copy())
+        bucket = _bucket(ctx, magnitude, PROFILE_STEPS[0], PROFILE_STEPS[-1])
+        present = exp.Not(this=exp.Is(this=x, expression=exp.Null()))
+        count: exp.Expr = exp.Count(this=exp.Star())
+        if rows_view == "units":  # each unit's values counted by (sign, magnitude) first,
+            # then joined to its rows: a join of a few rows per unit, not of every row
+            per_unit = [col("__u"), alias(sign, "__s"), alias(bucket, "__b")]
+            counted = select([*per_unit, alias(exp.Count(this=exp.Star()), "__n")], source,
+                             where=present, group=[col("__u"), col("__s"), col("__b")])
+            values: exp.Expr = exp.Select(expressions=[
+                alias(up(col("__t")), "__tb"), col("__s"), col("__b"), col("__n")]
+            ).from_(exp.Subquery(this=counted, alias=exp.TableAlias(
+                this=exp.to_identifier("__v"))), copy=False).join(
+                "units", using=["__u"], copy=False)
+            count = exp.Sum(this=col("__n"))
+        else:
+            values = select([col("__tb"), alias(sign, "__s"), alias(bucket, "__b")],
+                            rows_view, where=present)
+        branches.append(select(
+            [alias(num(c + 1), "__part"), col("__tb"), alias(null.copy(), "__nb"),
+             col("__s"), col("__b"), alias(count, "__c")], values,
+            group=[col("__tb"), col("__s"), col("__b")],
+            comment=f"values of column {c} by (rows of the unit, sign, magnitude)"))
+    union: exp.Query = branches[0]
+    for branch in branches[1:]:
+        union = exp.Union(this=union, expression=branch, distinct=False)
+    return with_ctes(ctes, union)
+
+
+def _profile_grouped(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
+    """The profile's views by grouped aggregates (pairs, then units, joined back): the
+    profile 2.4x faster than by windows over the rows on DuckDB, an auto-bounded release
+    14% faster on PostgreSQL. ``shaped``: one row per pair; ``units``: one row per unit
+    (the values' counts per unit are joined to it in ``profile_statement``)."""
+    q = ctx.q
+    pair = [col("__u"), *ctx.keys()]
+    sums = [alias(exp.Sum(this=exp.Abs(this=col(ctx.x(column)))), f"__a{c}")
+            for c, column in enumerate(q.profile_sums)]
+    ctes: list[tuple[str, exp.Query]] = [("pairs", select(
+        [*pair, alias(exp.Count(this=exp.Star()), "__n"), *sums], source, group=pair,
+        comment="one row per (unit, partition): its rows and sums of |value|"))]
+    ctes.append(("units", select(
+        [col("__u"), alias(exp.Count(this=exp.Star()), "__p"),
+         alias(exp.Sum(this=col("__n")), "__t"),
+         *(alias(exp.Sum(this=col(f"__a{c}")), f"__us{c}")
+           for c in range(len(q.profile_sums)))], "pairs", group=[col("__u")],
+        comment="one row per unit: its partitions, rows and sums of |value|")))
+    ctes.append(("shaped", exp.Select(expressions=[
+        alias(up(col("__p")), "__pb"), alias(up(col("__n")), "__nb"),
+        alias(up(col("__t")), "__tb"),
+        *(col(f"__us{c}") for c in range(len(q.profile_sums)))]).from_(
+        "pairs", copy=False).join("units", using=["__u"], copy=False)))
+    return ctes
+
+
+def _profile_windows(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
+    """The same views by windows over the rows, for an engine that has distributed the
+    rows by unit (Spark: each window runs where the unit's rows are, where a grouped
+    CTE read twice would be computed twice)."""
+    q = ctx.q
+    pair = [col("__u"), *ctx.keys()]
+    sums = [alias(window(exp.Sum(this=exp.Abs(this=col(ctx.x(column)))),
+                         [col("__u")]), f"__us{c}")
+            for c, column in enumerate(q.profile_sums)]
+    counted = select([star(), alias(window(exp.Count(this=exp.Star()), pair), "__n"),
+                      alias(window(exp.Count(this=exp.Star()), [col("__u")]), "__t"),
+                      alias(window(exp.RowNumber(), pair, [col("__u")]), "__i"),
+                      *sums],
+                     source, comment="each row with its pair's and its unit's rows")
+    first = case((exp.EQ(this=col("__i"), expression=num(1)), num(1)), default=num(0))
+    spread = select([star(), alias(window(exp.Sum(this=first), [col("__u")]), "__p")],
+                    "counted", comment="and its unit's number of partitions")
+    valued = select([star(), alias(up(col("__p")), "__pb"),
+                     alias(up(col("__n")), "__nb"),
+                     alias(up(col("__t")), "__tb")], "spread")
+    shaped = select([star()], "valued", where=exp.EQ(this=col("__i"), expression=num(1)))
+    return [("counted", counted), ("spread", spread), ("valued", valued),
+            ("shaped", shaped)]
+
+
+def _bucket(ctx: Context, magnitude: exp.Expr, lo: int, hi: int) -> exp.Expr:
+    """The largest q in [lo, hi] with magnitude > 2^(q/4), or lo - 1: a binary search of
+    nested CASEs (8 comparisons a value), given magnitude > 2^((lo-1)/4) is known or lo is
+    the first step, and magnitude <= 2^((hi+1)/4) known or hi the last."""
+    if lo > hi:
+        return num(lo - 1)
+    mid = (lo + hi) // 2
+    return case((exp.GT(this=magnitude.copy(), expression=ctx.d.double(2.0 ** (mid / 4))),
+                 _bucket(ctx, magnitude, mid + 1, hi)),
+                default=_bucket(ctx, magnitude, lo, mid - 1) if lo <= mid - 1
+                else num(lo - 1))
+
+
+def up(node: exp.Expr) -> exp.Expr:
+    """A count >= 1 as itself up to 8, else rounded up to a power of two (at most 2^40)."""
+    whens = [(exp.LTE(this=node.copy(), expression=num(8)), node.copy())]
+    whens += [(exp.LTE(this=node.copy(), expression=num(2**b)), num(2**b))
+              for b in range(4, 41)]
+    return case(*whens, default=num(2**41))
