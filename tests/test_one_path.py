@@ -314,3 +314,34 @@ def test_a_query_is_priced_once(monkeypatch: pytest.MonkeyPatch,
         k: v for k, v in options.items() if k in ("epsilon", "delta", "rho")}))
     assert curator.cost_in(prepared, curator.budget.composition) is prepared.cost
     assert len(calls) == 2  # the second prepare, once
+
+
+@pytest.mark.parametrize(("sql", "options"), [
+    ("SELECT width_bucket(x, -5, 5, 4) AS k, COUNT(*) AS n, SUM(x) AS t FROM data "
+     "WHERE n % 2 = 0 GROUP BY k", {"epsilon": 1.0, "keys": [1, 2, 3], "bounds": GIVEN,
+                                    "max_partitions": 1, "max_rows_per_partition": 3}),
+    ("SELECT s, COUNT(*) AS n, AVG(x) AS m FROM data WHERE NOT (ln(x) > 0.5) GROUP BY s",
+     {"epsilon": 1.0, "delta": 1e-6}),  # private keys, bounds chosen from the data
+    ("SELECT CASE WHEN x < 0 THEN 'a' ELSE 'b' END AS k, MEDIAN(x) AS m FROM data GROUP BY k",
+     {"epsilon": 1.0, "bounds": "auto"}),
+])
+def test_a_query_text_is_parsed_once(monkeypatch: pytest.MonkeyPatch, sql: str,
+                                     options: dict[str, Any]) -> None:
+    """The plan holds the parsed trees (``query.expressions.Sql``): resolving its columns,
+    proving the bounds' candidates, making its expressions total and writing the engine's SQL
+    read them, and sqlglot's parser runs once per query (it ran 9 times for the first)."""
+    import sqlglot.parser
+
+    curator = Curator(frame(), privacy_unit="uid", budget=dp.ApproxDP(100, 1e-5),
+                      source=SeededRandom(9), cache=False)
+    curator.sql(sql, **options)  # templates the engines parse once per process
+    calls: list[object] = []
+    real = sqlglot.parser.Parser.parse
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sqlglot.parser.Parser, "parse", counted)
+    curator.sql(sql, **options)
+    assert len(calls) == 1

@@ -157,8 +157,9 @@ def bounded(ctx: Context) -> exp.Select:
     if q.partitions_mode == "rescale" and ctx.d.partitions_by_window:
         return select(items, "pairs", comment=comment)
     if q.partitions_mode == "rescale":
-        joined = exp.Select(expressions=items).from_("pairs", copy=False).join(
-            "units", using=["__u"], copy=False)
+        joined = exp.Select(expressions=items).from_(exp.table_("pairs"), copy=False)
+        joined.set("joins", [exp.Join(this=exp.table_("units"),
+                                      using=[exp.to_identifier("__u")])])
         joined.add_comments([f" {comment} "])
         return joined
     # the unit's first k partitions in the keyed order: a window over the pairs, about

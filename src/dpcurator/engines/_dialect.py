@@ -13,7 +13,6 @@ import math
 import re
 from typing import ClassVar, Literal
 
-import sqlglot
 from sqlglot import exp
 
 from dpcurator.engines._trees import cast, user_col
@@ -100,7 +99,7 @@ class Dialect:
 
     def group_key(self, text: str) -> exp.Expr:
         """A group key's expression: a plain column as it is (it cannot raise)."""
-        node = sqlglot.parse_one(text, dialect=ex.DIALECT)
+        node = ex.tree_of(text)  # the plan's tree: parsed once, where the query entered
         if isinstance(node, exp.Column):
             return user_col(node.name)
         return self.total(text)

@@ -234,6 +234,13 @@ def safe_cast(node: exp.Expr, source: str, target: str) -> exp.Expr:
 
 def _valid_date(text: exp.Expr) -> exp.Expr:
     """YYYY-MM-DD text names a real day (leap years counted)."""
+    return _valid_date_template().transform(
+        lambda n: text.copy() if isinstance(n, exp.Column) else n)
+
+
+@functools.cache
+def _valid_date_template() -> exp.Expr:
+    """``_valid_date`` over a column t, parsed once per process (transform copies it)."""
     sql = ("CASE WHEN CAST(substr(t, 6, 2) AS INT) BETWEEN 1 AND 12 "
            "AND CAST(substr(t, 1, 4) AS INT) >= 1 THEN CAST(substr(t, 9, 2) AS INT) BETWEEN 1 "
            "AND CASE WHEN CAST(substr(t, 6, 2) AS INT) IN (4, 6, 9, 11) THEN 30 "
@@ -241,8 +248,7 @@ def _valid_date(text: exp.Expr) -> exp.Expr:
            "CAST(substr(t, 1, 4) AS INT) % 4 = 0 AND (CAST(substr(t, 1, 4) AS INT) % 100 <> 0 "
            "OR CAST(substr(t, 1, 4) AS INT) % 400 = 0) THEN 29 ELSE 28 END ELSE 31 END "
            "ELSE FALSE END")
-    tree = sqlglot.parse_one(sql, dialect="postgres")
-    return tree.transform(lambda n: text.copy() if isinstance(n, exp.Column) else n)
+    return sqlglot.parse_one(sql, dialect="postgres")
 
 
 # -- PostgreSQL's entries of the rule table (engines._total) -------------------------------------

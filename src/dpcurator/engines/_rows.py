@@ -137,9 +137,9 @@ def rows(ctx: Context) -> tuple[list[tuple[str, exp.Query]], str]:
     source = "rows"
     if ctx.keys_table is not None:
         keyed = exp.Select(expressions=[exp.Column(this=exp.Star(), table=exp.to_identifier(
-            "rows"))]).from_(
-            "rows", copy=False).join(exp.to_table(ctx.keys_table), on=key_match(ctx, "rows"),
-                                     join_type="SEMI", copy=False)
+            "rows"))]).from_(exp.table_("rows"), copy=False)
+        keyed.set("joins", [exp.Join(this=exp.table_(ctx.keys_table),
+                                     on=key_match(ctx, "rows"), kind="SEMI")])
         keyed.add_comments([" the same rows, restricted to the public keys "])
         ctes.append(("keyed", keyed))
         source = "keyed"

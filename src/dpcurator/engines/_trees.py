@@ -7,6 +7,7 @@ primitives (``_dialect.Dialect``) are built from these.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import sqlglot
@@ -136,16 +137,20 @@ def star() -> exp.Star:
     return exp.Star()
 
 
+@functools.cache
+def _bucket_template() -> exp.Expr:
+    """The bin of x in [lo, hi) with n bins, parsed once per process (transform copies it)."""
+    return sqlglot.parse_one("LEAST(n, CAST(FLOOR((x - lo) * n / (hi - lo)) AS BIGINT) + 1)",
+                             dialect=ex.DIALECT)
+
+
 def width_bucket_case(node: exp.WidthBucket) -> exp.Expr:
     """width_bucket(x, lo, hi, n) as a CASE over doubles (bins 0 and n + 1 outside)."""
     x = exp.cast(node.this, exp.DataType.build("DOUBLE"))
     lo = exp.cast(node.args["min_value"], exp.DataType.build("DOUBLE"))
     hi = exp.cast(node.args["max_value"], exp.DataType.build("DOUBLE"))
     n = node.args["num_buckets"]
-    inner = sqlglot.parse_one(
-        f"LEAST({n.sql()}, CAST(FLOOR((x - lo) * {n.sql()} / (hi - lo)) AS BIGINT) + 1)",
-        dialect=ex.DIALECT)
-    inner = inner.transform(lambda e: {"x": x, "lo": lo, "hi": hi}.get(
+    inner = _bucket_template().transform(lambda e: {"x": x, "lo": lo, "hi": hi, "n": n}.get(
         e.name, e).copy() if isinstance(e, exp.Column) else e)
     return (exp.Case()
             .when(exp.Is(this=x.copy(), expression=exp.Null()), exp.Null())
