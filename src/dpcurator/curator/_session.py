@@ -1,16 +1,20 @@
 """The Curator: one table, one privacy unit, one budget; DP answers to aggregate questions.
 
-The central path reads like the data flow, one call per stage, and nothing leaves before the
-charge is durable:
+The central path reads like the data flow, one call per stage, each taking a frozen value and
+returning a new one; everything that can refuse a query runs before the charge, and after it
+only the engine runs and the noise is drawn:
 
-    plan     = resolve_plan(parse_sql(...) or query.plan())   # checked, nothing read
-    compiled = compile_query(plan, request)                    # grids, sensitivities, noise
-    engine.validate(compiled.bounded)                          # binds the SQL, reads no row
-    charge(compiled)                                           # its events, priced once
-    exact    = engine.compute_exact_aggregates(bounded, key)   # bounding inside the engine
-    kept     = select_partitions(compiled, exact)              # private keys only
-    noisy    = add_noise(compiled, exact, kept)                # secure exact noise
-    values   = estimate(compiled.estimators, noisy)            # post-processing
+    plan     = self.parse(text)                        # sqlglot, once: the plan holds trees
+    resolved = self.resolve(plan, epsilon=...)         # _resolve: defaults, schema, request
+    prepared = self.prepare(resolved)                  # _compile (every bound the choice may
+                                                       # pick proven: _candidates), the engine
+                                                       # binds the SQL, priced once (_prepared)
+    compiled, cost = self._charge(prepared, label)     # one ledger transaction, or refused
+    chosen   = self._choose_bounds(compiled, key)      # bounds from the data: among the proven
+    exact    = engine.compute_exact_aggregates(...)    # bounding inside the engine
+    kept     = select_partitions(compiled, exact)      # _release_stages (private keys)
+    noisy    = add_noise(compiled, exact, kept)        # secure exact noise
+    values   = estimate(compiled.estimators, noisy)    # post-processing
 """
 
 from __future__ import annotations
