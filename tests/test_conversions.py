@@ -143,3 +143,31 @@ def test_bad_delta_is_named(bad: float) -> None:
         rdp_to_epsilon(RDP((2.0,), (1.0,)), bad)
     with pytest.raises(ValueError, match="delta"):
         gdp_mu_for(1.0, bad)
+
+
+@pytest.mark.parametrize("epsilon", [1e-3, 1e-6, 1e-9, 1e-14, 1e-100])
+@pytest.mark.parametrize("delta", [1e-5, 1e-7, 1e-12])
+def test_zcdp_rho_for_a_tiny_epsilon_is_found_and_sound(epsilon: float, delta: float) -> None:
+    """Below epsilon ~ 1e-4 the rho lies under the search's old bracket (1e-12) and scipy's
+    root finder raised; the bracket now moves down until delta fits. The rho found converts
+    back within delta, and the Gaussian mechanism of that rho (a rho-zCDP mechanism) has an
+    exact delta at most the conversion's. Where the conversion (its orders alpha up to
+    1 + e^20) certifies no rho at all, a UserError says so at once."""
+    import math
+
+    from scipy.stats import norm
+
+    from dpcurator.accounting.conversions import zcdp_rho_for, zcdp_to_delta
+    from dpcurator.errors import UserError
+
+    try:
+        rho = zcdp_rho_for(epsilon, delta)
+    except UserError as exc:
+        assert "too small" in str(exc)
+        assert epsilon <= 1e-9  # only where epsilon is far below what delta allows
+        return
+    assert rho > 0 and zcdp_to_delta(rho, epsilon) <= delta
+    sigma = 1 / math.sqrt(2 * rho)
+    exact = norm.cdf(-epsilon * sigma + 1 / (2 * sigma)) - math.exp(epsilon) * norm.cdf(
+        -epsilon * sigma - 1 / (2 * sigma))
+    assert exact <= zcdp_to_delta(rho, epsilon) * (1 + 1e-9)

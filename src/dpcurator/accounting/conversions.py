@@ -158,13 +158,17 @@ def zcdp_rho_for(epsilon: float, delta: float) -> float:
     """The largest rho (to 1e-12 relative, rounded down) with zcdp_to_delta(rho, eps) <= delta."""
     if not (epsilon > 0 and 0 < delta < 1):
         raise UserError("epsilon must be > 0 and delta in (0, 1)")
-    rho = brentq(
-        lambda r: _zcdp_log_delta(r, epsilon) - math.log(delta),
-        1e-12,
-        epsilon * 10 + 10,
-        xtol=1e-15,
-        rtol=1e-12,
-    )
+
+    def excess(r: float) -> float:
+        return _zcdp_log_delta(r, epsilon) - math.log(delta)
+
+    low = 1e-12  # below it for a small epsilon: the bracket moves down until delta fits
+    while excess(low) > 0:
+        if low < 1e-280:
+            raise UserError(f"epsilon {epsilon:g} is too small for delta {delta:g}: no rho "
+                            "above 1e-280 converts to it")
+        low *= 1e-6
+    rho = brentq(excess, low, epsilon * 10 + 10, xtol=min(1e-15, low * 1e-3), rtol=1e-12)
     rho = float(rho)
     step = 1e-12
     while zcdp_to_delta(rho, epsilon) > delta:
