@@ -623,3 +623,42 @@ def test_the_benchmarks_exact_choice_law_is_permute_and_flips() -> None:
         law = module.permute_and_flip_probabilities(scores, epsilon, sensitivity)
         assert np.allclose(law, enumerated(scores, epsilon / (2 * sensitivity)), atol=1e-12)
         assert abs(law.sum() - 1.0) < 1e-12
+
+
+def test_the_joint_choice_stays_within_the_proven_candidates(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rows_for`` (``_candidates``: the row caps proven to compile at each k) restricts the
+    joint choice: over 200 draws every (k, r) chosen is among them; and a ``rows_for`` that
+    allows every candidate is the unrestricted choice, draw for draw (the law is unchanged
+    where nothing is left out)."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+    import dpcurator.curator._session as session
+
+    captured: dict[str, object] = {}
+    real = session.choose_bounds
+
+    def spy(auto_plan: object, plan: object, *args: object) -> object:
+        captured.update(auto_plan=auto_plan, plan=plan)
+        return real(auto_plan, plan, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(session, "choose_bounds", spy)
+    frame = random_frame(3)
+    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(3))
+    keys = [f"g{i}" for i in range(4)]
+    curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1, keys=keys,
+                bounds="auto")
+    auto_plan, plan, stats = captured["auto_plan"], captured["plan"], profile_of(frame)
+    ks = auto_bounds.partition_candidates(plan)  # type: ignore[arg-type]
+    restricted = tuple((k, 1 + (7 * i) % 20) for i, k in enumerate(ks) if i != 1)
+    allowed = {k: set(ROW_CANDIDATES[:n]) for k, n in restricted}
+    for seed in range(200):
+        k, r, _ = auto_bounds._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
+                                            SeededRandom(seed), restricted)
+        assert k in allowed and r in allowed[k], (k, r)
+    everything = tuple((k, len(ROW_CANDIDATES)) for k in ks)
+    for seed in range(20):
+        assert auto_bounds._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
+                                         SeededRandom(seed), everything) == \
+            auto_bounds._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
+                                      SeededRandom(seed))

@@ -28,7 +28,7 @@ calibration of its own, so the release is as private as stated and says which bo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,11 +66,6 @@ class Candidates:
     frontier: dict[int, CompiledQuery]
     compile: Compile
 
-    def row_caps(self, k: int, caps: Sequence[int]) -> list[int]:
-        """The row candidates proven at ``k``."""
-        count = dict(self.rows_for)[k]
-        return list(caps[:count])
-
     def bind(self, plan: Plan, chosen: dict[str, Any]) -> CompiledQuery:
         """The chosen bounds compiled (proven before the charge), else k's frontier query,
         with ``chosen`` updated to the bounds it uses."""
@@ -80,6 +75,11 @@ class Candidates:
             fallback = self.frontier[plan.max_partitions or 1]
             used = fallback.plan
             chosen["max_rows_per_partition"] = used.max_rows_per_partition
+            if "max_unit_rows" in chosen:  # the frontier's outer caps are the widest
+                chosen["max_unit_rows"] = used.max_unit_rows
+            if "max_unit_sums" in chosen:
+                chosen["max_unit_sums"] = {c: v for c, v in used.max_unit_sums
+                                           if c in chosen["max_unit_sums"]}
             chosen["bounds"] = {a.column: (a.bounds.lo, a.bounds.hi)
                                 for a in used.aggregates
                                 if a.column is not None and a.bounds is not None
