@@ -157,7 +157,8 @@ from . import _privacy
 from ._privacy import PrivacyRequest
 from ._profile import Profile
 
-__all__ = ["AutoPlan", "Profile", "choose_bounds", "plan_auto"]
+__all__ = ["AutoPlan", "JointScores", "Profile", "choose_bounds", "joint_scores", "plan_auto",
+           "sign_scores"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -378,6 +379,29 @@ def partition_candidates(plan: Plan) -> list[int]:
     return candidates
 
 
+@dataclass(frozen=True)
+class JointScores:
+    """The joint choice's candidates and scores, before the draw: ``scores[index]`` for the
+    candidate ``decode(index)`` = (k, r, the first column's magnitude index or None), with
+    ``epsilon`` the choice's (permute-and-flip, sensitivity ``SENSITIVITY``). Public so that
+    the benchmarks weigh each candidate by its exact probability."""
+
+    scores: FloatArray
+    epsilon: float
+    ks: tuple[int, ...]
+    rs: tuple[int, ...]
+    sizes: tuple[int, ...]  # row candidates allowed at each k
+    width: int  # magnitudes per (k, r): len(MAGNITUDES), or 1 when no column is chosen
+
+    def decode(self, index: int) -> tuple[int, int, int | None]:
+        for a, size in enumerate(self.sizes):  # the block of k, then r and m in it
+            if index < size * self.width:
+                j, m = divmod(index, self.width)
+                return self.ks[a], self.rs[j], (m if self.width > 1 else None)
+            index -= size * self.width
+        raise InternalError("the joint choice's index is out of range; this is a bug")
+
+
 def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
                   source: RandomSource | None,
                   rows_for: Sequence[tuple[int, int]] | None = None
@@ -385,6 +409,13 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     """The joint choice: (k, r, the first column's magnitude index or None), over the
     candidates ``rows_for`` allows ((k, how many row candidates at k): those proven to compile
     before the charge, ``_candidates``; all of them when None)."""
+    joint = joint_scores(auto_plan, plan, stats, rows_for)
+    return joint.decode(_release(joint.scores, joint.epsilon, source))
+
+
+def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
+                 rows_for: Sequence[tuple[int, int]] | None = None) -> JointScores:
+    """The joint choice's scores (``_choose_joint``) over the allowed candidates."""
     auto = auto_plan.auto
     name = "+".join(_joint_parts(auto))
     epsilon = auto_plan.epsilons[name]
@@ -428,13 +459,8 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
                             LAMBDA)
             block = np.maximum(block[:, None], pm[None, :]).ravel()
         blocks.append(block)
-    index = _release(-np.concatenate(blocks), epsilon, source)
-    for a, block in enumerate(blocks):  # the block, then the row cap and magnitude in it
-        if index < block.size:
-            j, m = divmod(index, width)
-            return ks[a], all_rs[j], (m if magnitude else None)
-        index -= block.size
-    raise InternalError("the joint choice's index is out of range; this is a bug")
+    return JointScores(-np.concatenate(blocks), epsilon, tuple(ks), tuple(all_rs),
+                       tuple(allowed[k] for k in ks), width)
 
 
 def _per_k_rows(auto_plan: AutoPlan, factor: float, epsilon: float, k: int) -> bool:
@@ -485,6 +511,16 @@ def _outer_index(stats: Sequence[float], octaves: npt.NDArray[np.float64], epsil
                     monotonic=True)
 
 
+def sign_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str
+                ) -> tuple[list[float], float]:
+    """The scores of a column's signs, [0, M], [-M, 0] and [-M, M], and their epsilon (a
+    monotonic permute-and-flip; ``choose_bounds``)."""
+    choice = f"signs:{column}"
+    negative, positive = stats.signs(index)
+    both = auto_plan.floor(choice, 3, BETA_BOUNDED, monotonic=True)
+    return [-negative, -positive, -both], auto_plan.epsilons[choice]
+
+
 def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
                   columns: Sequence[str], source: RandomSource | None,
                   rows_for: Sequence[tuple[int, int]] | None = None
@@ -518,11 +554,9 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
         # the signs: [0, M] costs the negative values, [-M, 0] the positive ones, [-M, M] a
         # fixed price (twice the width: twice the noise of a mean); adding a unit lowers or
         # keeps every score (monotonic)
-        choice = f"signs:{column}"
-        negative, positive = stats.signs(index)
-        both = auto_plan.floor(choice, 3, BETA_BOUNDED, monotonic=True)
+        scores, epsilon = sign_scores(auto_plan, stats, index, column)
         lo, hi = ((0.0, magnitude), (-magnitude, 0.0), (-magnitude, magnitude))[
-            _release([-negative, -positive, -both], eps[choice], source, monotonic=True)]
+            _release(scores, epsilon, source, monotonic=True)]
         bounds[column] = Bounds(lo, hi)
     if bounds:
         chosen["bounds"] = {c: (b.lo, b.hi) for c, b in bounds.items()}
