@@ -206,15 +206,15 @@ def test_a_query_is_charged_to_the_analyst_and_the_dataset(client: TestClient,
 
 
 def test_a_query_may_ask_what_its_count_intervals_cover(client: TestClient) -> None:
-    """The dataset's caps are chosen from the data, so COUNT(*) and SUM get total intervals
-    by default; ``intervals`` asks for either kind, and an unknown kind is a 400."""
+    """Intervals cover the bounded answers by default (the dataset's caps are chosen from the
+    data); ``intervals`` asks for either kind, and an unknown kind is a 400."""
     default = ask(client, BOB, BY_REGION, epsilon=0.4).json()
-    assert default["interval_kinds"] == {"n": "total", "total": "total"}
-    assert default["max_unit_rows"] >= 1 and len(default["bounded_intervals"]) == 4
-    assert set(default["max_unit_sums"]) == {"amount"}
-    bounded = ask(client, BOB, BY_REGION, epsilon=0.4, intervals="bounded").json()
-    assert bounded["interval_kinds"] == {"n": "bounded", "total": "bounded"}
-    assert "bounded_intervals" not in bounded
+    assert default["interval_kinds"] == {"n": "bounded", "total": "bounded"}
+    assert "bounded_intervals" not in default
+    total = ask(client, BOB, BY_REGION, epsilon=0.4, intervals="total").json()
+    assert total["interval_kinds"] == {"n": "total", "total": "total"}
+    assert total["max_unit_rows"] >= 1 and len(total["bounded_intervals"]) == 4
+    assert set(total["max_unit_sums"]) == {"amount"}
     assert ask(client, BOB, BY_REGION, epsilon=0.4, intervals="wide").status_code == 400
     shared = ask(client, BOB, BY_REGION, epsilon=0.4, total_share=0.3).json()
     assert shared["interval_kinds"] == {"n": "total", "total": "total"}

@@ -86,7 +86,12 @@ def test_total_intervals_cover_the_count_without_the_caps_and_bounded_ones_do_no
 def test_the_total_share_and_the_bounds_share_are_shares_of_the_whole_budget() -> None:
     df = heavy_frame(600)
     cur = curator(df, 10.0, 4)
-    release = cur.sql(COUNT, epsilon=1.0, keys=KEYS)  # caps chosen: total by default
+    assert cur.sql(COUNT, epsilon=1.0, keys=KEYS).interval_kinds == {"n": "bounded"}
+    release = cur.sql(COUNT, epsilon=1.0, keys=KEYS, intervals="total")  # asked for
+    assert release.interval_kinds == {"n": "total"}
+    assert release.epsilon == 1.0 and cur.spent.epsilon == pytest.approx(2.0)
+    cur = curator(df, 10.0, 4)
+    release = cur.sql(COUNT, epsilon=1.0, keys=KEYS, total_share=0.1)  # a share asks too
     assert release.interval_kinds == {"n": "total"}
     assert release.epsilon == 1.0 and cur.spent.epsilon == pytest.approx(1.0)
     chosen = release.bounds_chosen
@@ -127,7 +132,7 @@ def test_defaults_explicit_caps_and_row_level_privacy() -> None:
     assert np.array_equal(low, b_low) and np.array_equal(high, b_high)
     mixed = curator(df, 10.0, 9).sql(
         "SELECT g, COUNT(*) AS n, AVG(x) AS m FROM data GROUP BY g", epsilon=1.0, keys=KEYS,
-        bounds={"x": (0, 1)})
+        bounds={"x": (0, 1)}, intervals="total")
     assert mixed.interval_kinds == {"n": "total", "m": "bounded"}
     out = mixed.to_dict()
     assert out["interval_kinds"] == {"n": "total", "m": "bounded"}

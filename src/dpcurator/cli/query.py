@@ -185,8 +185,7 @@ def query(
     interval_kind: str | None = typer.Option(
         None, "--intervals", help="What the intervals of COUNT(*) and SUM cover: 'total' "
                                   "(the answer without the caps and the clamping, for 10%% of "
-                                  "--epsilon; the default where the caps are chosen from the "
-                                  "data) or 'bounded'."),
+                                  "--epsilon) or 'bounded' (the default)."),
     total_share: float | None = typer.Option(
         None, "--total-share", help="The share of --epsilon the total intervals spend, in "
                                     "(0, 1) (default 0.1)."),

@@ -340,28 +340,29 @@ def with_bounds(agg: Aggregate, bounds: dict[str, Bounds]) -> Aggregate:
     return type(agg)(agg.column, chosen, agg.name)
 
 
-def _penalties(stats: Sequence[float], candidates: Sequence[float],
-               targets: Sequence[float], cap: float, epsilon: float,
+def _penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
+               targets: Sequence[float] | FloatArray, cap: float, epsilon: float,
                ramp: float, knee: float | None = None, far: float = 0.0) -> FloatArray:
     """The penalties p_j of the module docstring: max(0, stat_j - t_j, max_(i<j) h_ij -
     stat_i), the first term left out at the last candidate, h_ij = t_i + 2 ``ramp``
     log2(c_j / c_i) / epsilon (``far`` instead of ``ramp`` per octave beyond ``knee``
     octaves), at most ``cap`` (and at least t_i). Each term is one statistic plus a constant,
-    so p moves by at most as much as the statistics."""
+    so p moves by at most as much as the statistics. ``stats`` and ``targets`` may hold
+    several series (the last axis runs over the candidates): one penalty series each."""
     stat = np.asarray(stats, dtype=np.float64)
-    target = np.asarray(targets, dtype=np.float64)
+    target = np.broadcast_to(np.asarray(targets, dtype=np.float64), stat.shape)
     octaves = np.log2(np.asarray(candidates, dtype=np.float64))
-    n = stat.size
+    n = stat.shape[-1]
     low = stat - target
-    low[-1] = -math.inf  # no larger candidate to move to
+    low[..., -1] = -math.inf  # no larger candidate to move to
     above = np.maximum(octaves[:, None] - octaves[None, :], 0.0)  # [j, i]: c_i up to c_j
     rise = ramp * above
     if knee is not None:
         rise = ramp * np.minimum(above, knee) + max(far, ramp) * np.maximum(above - knee, 0.0)
-    high = target[None, :] + 2.0 * rise / epsilon
-    high = np.maximum(target[None, :], np.minimum(cap, high)) - stat[None, :]
-    high[np.arange(n)[None, :] >= np.arange(n)[:, None]] = -math.inf  # i < j only
-    return np.asarray(np.maximum(0.0, np.maximum(low, high.max(axis=1))), dtype=np.float64)
+    high = target[..., None, :] + 2.0 * rise / epsilon
+    high = np.maximum(target[..., None, :], np.minimum(cap, high)) - stat[..., None, :]
+    high[..., np.arange(n)[None, :] >= np.arange(n)[:, None]] = -math.inf  # i < j only
+    return np.asarray(np.maximum(0.0, np.maximum(low, high.max(axis=-1))), dtype=np.float64)
 
 
 def _release(scores: FloatArray | Sequence[float], epsilon: float,
@@ -434,7 +435,13 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     if auto.max_partitions:
         targets = [auto_plan.target(k, per_partition=True) for k in ks]
         pk = _penalties(stats.partitions(ks), ks, targets, cap, epsilon, K_LAMBDA)
-    value_stats = stats.magnitudes(0) if magnitude else []
+    # the magnitude's statistic per row cap (a row weighs 1 / max(T, r)): its penalties per r
+    # and k (the target's rate depends on k)
+    # (read at the power of two at or below r: a valid weight, 1 / max(T, r') <= 1 / T, on 13
+    # series instead of 49)
+    octave = {r: 1 << (r.bit_length() - 1) for r in all_rs}
+    value_stats = stats.magnitudes_by_cap(0, sorted(set(octave.values()))) if magnitude \
+        else {}
     values = any(not isinstance(agg, Count | CountUnits) for agg in plan.aggregates)
     factor = ROW_FACTOR_VALUES if values else ROW_FACTOR
     per_k = _per_k_rows(auto_plan, factor, epsilon, max(ks))
@@ -455,9 +462,11 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
             block = np.maximum(block, _penalties(stat, rs, [target] * len(rs), cap, epsilon,
                                                  ramp, *knee))
         if magnitude:
-            pm = _penalties(value_stats, MAGNITUDES, [rate] * len(MAGNITUDES), cap, epsilon,
-                            LAMBDA)
-            block = np.maximum(block[:, None], pm[None, :]).ravel()
+            lows = sorted({octave[r] for r in rs})
+            per = _penalties(np.array([value_stats[r] for r in lows]), MAGNITUDES, rate, cap,
+                             epsilon, LAMBDA)
+            pm = per[[lows.index(octave[r]) for r in rs]]
+            block = np.maximum(block[:, None], pm).ravel()
         blocks.append(block)
     return JointScores(-np.concatenate(blocks), epsilon, tuple(ks), tuple(all_rs),
                        tuple(allowed[k] for k in ks), width)
@@ -548,7 +557,8 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
         else:
             choice = f"magnitude:{column}"
             cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
-            penalties = _penalties(stats.magnitudes(index), MAGNITUDES,
+            penalties = _penalties(stats.magnitudes(index, 1 << (r.bit_length() - 1)),
+                                   MAGNITUDES,
                                    [rate] * len(MAGNITUDES), cap, eps[choice], LAMBDA)
             magnitude = MAGNITUDES[_release(-penalties, eps[choice], source)]
         # the signs: [0, M] costs the negative values, [-M, 0] the positive ones, [-M, M] a

@@ -119,10 +119,31 @@ class Profile:
         1 / P; the engine's bucket is the largest q with the sum above 2^(q/4))."""
         return _beyond_buckets((b, Fraction(c, p)) for p, b, c in self.sums.get(column, []))
 
-    def magnitudes(self, column: int) -> list[float]:
-        """Values above 2^(q/4) in magnitude, q in ``PROFILE_STEPS`` (each weighs 1 / T)."""
-        return _beyond_buckets((b, Fraction(c, t)) for t, _, b, c in
-                               self.values.get(column, []))
+    def magnitudes(self, column: int, r: int = 1) -> list[float]:
+        """Values above 2^(q/4) in magnitude, q in ``PROFILE_STEPS``, each weighing
+        1 / max(T, r): a row's share of what the row cap r keeps of its unit, over r (a unit
+        adds at most T / max(T, r) <= 1)."""
+        return self.magnitudes_by_cap(column, [r])[r]
+
+    def magnitudes_by_cap(self, column: int, caps: Sequence[int]) -> dict[int, list[float]]:
+        """``magnitudes`` for each row cap in ``caps``, exactly as sums of fractions, in
+        integers over one common denominator per cap (the T are few: 1 to 8 and powers of
+        two)."""
+        per: dict[tuple[int, int], int] = {}  # (T, bucket) -> values
+        for t, _, b, c in self.values.get(column, []):
+            per[(t, b)] = per.get((t, b), 0) + c
+        out = {}
+        for r in caps:
+            d = math.lcm(1, *(max(t, r) for t, _ in per))
+            per_bucket: dict[int, int] = {}
+            for (t, b), c in per.items():
+                per_bucket[b] = per_bucket.get(b, 0) + c * (d // max(t, r))
+            beyond, series = 0, []
+            for q in reversed(PROFILE_STEPS):  # exact suffix sums, each then as ``_down``
+                beyond += per_bucket.get(q, 0)
+                series.append(min(beyond * GRID // d, STAT_CAP * GRID) / GRID)
+            out[r] = series[::-1]
+        return out
 
     def signs(self, column: int) -> tuple[float, float]:
         """(negative, positive) values above 2^-20 in magnitude (each weighs 1 / T)."""

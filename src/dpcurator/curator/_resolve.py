@@ -44,7 +44,7 @@ class Defaults:
     max_rows_per_partition: int | None = None
     bounding: str = "rescale"
     auto: AutoBounds | None = None
-    intervals: str | None = None  # None: "total" where the caps are chosen and it can be had
+    intervals: str | None = None  # None: "bounded"; "total" on request
     total_share: float | None = None  # None: _total.SHARE
 
 
@@ -149,9 +149,10 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     # what the intervals of COUNT(*) and SUM cover (``_total``): a measured total needs outer
     # caps, given or chosen
     total_share = resolved.total_share or defaults.total_share or _total.SHARE
-    kind, measured = _total.resolve(resolved, privacy_unit, defaults.intervals,
-                                    choose_k or choose_r, share if auto is not None else 0.0,
-                                    total_share)
+    # asking for a total's share asks for the totals
+    shared = resolved.total_share is not None or defaults.total_share is not None
+    kind, measured = _total.resolve(resolved, privacy_unit,
+                                    defaults.intervals or ("total" if shared else None))
     if measured:
         given = {match_column(c, columns, "max_unit_sums"): v
                  for c, v in resolved.max_unit_sums}

@@ -199,8 +199,8 @@ class Curator:
             for column in auto.columns:
                 match_column(column, columns, "bounds")
         if intervals is not None and intervals not in INTERVAL_KINDS:
-            raise UserError(f"intervals must be 'bounded' or 'total' (or None: 'total' where "
-                            f"the caps are chosen from the data), got {intervals!r}")
+            raise UserError(f"intervals must be 'bounded' or 'total' (or None: 'bounded'), "
+                            f"got {intervals!r}")
         try:  # validated as a plan's
             Plan(aggregates=(Query().count().plan().aggregates[0],), total_share=total_share)
         except QueryError as exc:
@@ -315,8 +315,7 @@ class Curator:
         and what choosing them cost (``Release.bounds_chosen``). ``intervals`` says what
         the intervals of COUNT(*) and SUM cover: ``"bounded"`` (the capped answer) or
         ``"total"`` (the answer without the caps and the clamping, for a 10% share, or
-        ``total_share``; the default where the caps are chosen from the data:
-        ``Release.interval_kinds``).
+        ``total_share``; asked for only: ``Release.interval_kinds``).
         """
         plan = self.parse(query, bounds=bounds, keys=keys, max_partitions=max_partitions,
                           max_rows_per_partition=max_rows_per_partition, bounding=bounding,

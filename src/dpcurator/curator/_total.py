@@ -107,14 +107,11 @@ def available(plan: Plan, privacy_unit: str | None) -> bool:
             and not any(isinstance(a, Quantile) for a in plan.aggregates))
 
 
-def resolve(plan: Plan, privacy_unit: str | None, default: str | None,
-            caps_chosen: bool, bounds_share: float = 0.0, share: float = SHARE
-            ) -> tuple[str, bool]:
+def resolve(plan: Plan, privacy_unit: str | None, default: str | None) -> tuple[str, bool]:
     """The plan's interval kind and whether it measures a total (an outer cap and its noise).
 
     Asked for (by the query, else the curator's ``default``), ``"total"`` must be available;
-    by default it is ``"total"`` where the caps are chosen from the data, it is available and
-    the bounds' share (``bounds_share``) leaves room for its own."""
+    not asked for, the kind is ``"bounded"``."""
     asked = plan.intervals or default
     counts = any(type(a) is Count for a in plan.aggregates)
     if not _totals(plan) or (privacy_unit is None and not counts):
@@ -130,10 +127,10 @@ def resolve(plan: Plan, privacy_unit: str | None, default: str | None,
                          "no GROUP BY, "
                          "bounding='rescale' and no quantile in the same query; ask for "
                          "intervals='bounded'")
-    if asked is None:
-        room = bounds_share + share < 1.0
-        asked = "total" if caps_chosen and room and available(plan, privacy_unit) else \
-            "bounded"
+    # Not asked for: bounded. A total interval's share (10%) costs every release 1 / 0.9 of
+    # its noise, more than the 1.25x that bounds chosen from the data may cost in all (issue
+    # 26: ``benchmarks/auto_bounds.py --family``), so it is had on request only.
+    asked = asked or "bounded"
     return asked, asked == "total"
 
 

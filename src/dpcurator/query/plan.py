@@ -395,8 +395,8 @@ class Plan:
     - ``intervals``: what the intervals of COUNT(*) and SUM cover: ``"bounded"`` (the answer
       after the caps and the clamping) or ``"total"`` (the answer without them, for units of
       at most ``max_unit_rows`` rows and ``max_unit_sums`` in all;
-      ``dpcurator.curator._total``); None: the curator's default (``"total"``
-      where the caps are chosen from the data and the query can have it).
+      ``dpcurator.curator._total``); None: the curator's default (``"bounded"``
+      unless the curator was made with another).
     - ``max_unit_rows``: the outer cap of a ``"total"`` interval (None: chosen from the data).
     - ``max_unit_sums``: ((column, V), ...): the outer cap of a total SUM over the column, on
       a unit's sum of |value| (a column not named: chosen from the data).

@@ -1,0 +1,439 @@
+"""Bounds chosen from the data, on a generated family of shapes (issue 26): never far worse
+than the best fixed bounds in hindsight?
+
+Each shape (``family_shapes``) is a table of (unit, group, value): 2 to 64 public groups
+(popularity from uniform to Zipf-like), 5,000 to 200,000 units, 1% to 20% heavy units with 10
+to 1,000 rows each (light units 1 to 3), 1 to 8 groups per heavy unit, and values uniform,
+lognormal, mostly zero or signed, heavier for heavy units; pure DP (epsilon 0.3, 1, 3) or
+zCDP (rho 0.05, 0.5, 2), alternating. On each, four questions per group: COUNT(*),
+COUNT(DISTINCT unit), SUM(x), AVG(x), asked with no bounds (the default: the caps and the
+clamp chosen from the data, total intervals where the query has them).
+
+What is measured, per shape and question, against the true *unbounded* answers:
+
+- the best fixed bounds in hindsight: every power of two for ``max_partitions`` (and the
+  number of groups), ``max_rows_per_partition`` (1 .. 1024) and the clamp's magnitude, the
+  clamp's signs those of the data; the whole budget spent on the answer (bounded intervals,
+  nothing chosen): its expected RMSE over the groups, exactly (the bounded answer's bias,
+  computed with the curator's rescaling rules, and the noise's variance; for AVG the noise's
+  effect through the ratio is averaged over ``--draws`` common draws);
+- the default's expected RMSE, *exactly over its choice's law*: one release is made (its
+  choice's inputs captured), the joint choice's scores are recomputed
+  (``_auto_bounds.joint_scores``) and each candidate weighed by its permute-and-flip
+  probability (``auto_bounds.permute_and_flip_probabilities``), the signs' likewise
+  (``sign_scores``); each candidate's error is its exact bias and the noise the release
+  actually calibrates (the release's own noise per unit of sensitivity, so everything the
+  default spends besides the answer, the choice and the total intervals, is counted);
+- the probability that one release's RMSE over the groups exceeds 3x the best fixed expected
+  RMSE: per candidate over ``--draws`` draws of the noise, weighed by the choice's law.
+
+    .venv/bin/python benchmarks/auto_bounds.py --family              # 52 shapes, ~15 min
+    .venv/bin/python benchmarks/auto_bounds.py --family --shapes 8 --json fam.json
+
+Targets (issue 26): on every shape, expected RMSE <= 1.25x the best fixed and P[error > 3x the
+best] <= 1%.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+import dpcurator as dp
+
+QUESTIONS = {"COUNT": "COUNT(*)", "COUNT_DISTINCT": "COUNT(DISTINCT user)",
+             "SUM": "SUM(x)", "AVG": "AVG(x)"}
+PURE = (0.3, 1.0, 3.0)
+RHOS = (0.05, 0.5, 2.0)
+MAX_ROWS = 3_000_000
+
+
+@dataclass(frozen=True)
+class Shape:
+    seed: int
+    groups: int
+    units: int
+    heavy: float
+    heavy_rows: tuple[int, int]
+    heavy_groups: int
+    popularity: float  # Zipf exponent of the groups' popularity (0: uniform)
+    values: str  # uniform | lognormal | zeros | signed
+    scale: float
+    heavy_factor: float
+    epsilon: float | None
+    rho: float | None
+
+    def label(self) -> str:
+        privacy = f"eps {self.epsilon:g}" if self.rho is None else f"rho {self.rho:g}"
+        return (f"#{self.seed} G{self.groups} U{self.units} h{self.heavy:.2f} "
+                f"r{self.heavy_rows[0]}-{self.heavy_rows[1]} P{self.heavy_groups} "
+                f"{self.values} {privacy}")
+
+
+def family_shapes(count: int = 52, seed: int = 2026) -> list[Shape]:
+    """``count`` shapes spread over the issue's ranges (log-uniform where a range spans
+    decades), privacy alternating between pure DP and zCDP; at most ``MAX_ROWS`` rows each
+    (the units are lowered where the heavy rows would exceed it)."""
+    rng = np.random.default_rng(seed)
+    kinds = ("uniform", "lognormal", "zeros", "signed")
+    shapes = []
+    for i in range(count):
+        groups = int(round(math.exp(rng.uniform(math.log(2), math.log(64)))))
+        units = int(round(math.exp(rng.uniform(math.log(5_000), math.log(200_000)))))
+        heavy = float(math.exp(rng.uniform(math.log(0.01), math.log(0.2))))
+        low = int(round(math.exp(rng.uniform(math.log(10), math.log(1000)))))
+        high = int(min(1000, max(low, round(low * rng.uniform(1.0, 4.0)))))
+        rows = units * ((1 - heavy) * 2 + heavy * (low + high) / 2)
+        if rows > MAX_ROWS:
+            units = max(5_000, int(units * MAX_ROWS / rows))
+        kind = kinds[i % len(kinds)] if i < len(kinds) else kinds[int(rng.integers(4))]
+        pure = i % 2 == 0
+        shapes.append(Shape(
+            seed=i, groups=groups, units=units, heavy=round(heavy, 4), heavy_rows=(low, high),
+            heavy_groups=int(min(groups, rng.integers(1, 9))),
+            popularity=float(rng.choice([0.0, 0.5, 1.0, 1.5])), values=kind,
+            scale=float(math.exp(rng.uniform(0.0, math.log(1e4)))),
+            heavy_factor=float(rng.uniform(1.0, 4.0)),
+            epsilon=float(PURE[(i // 2) % 3]) if pure else None,
+            rho=None if pure else float(RHOS[(i // 2) % 3])))
+    return shapes
+
+
+def shape_table(shape: Shape) -> pd.DataFrame:
+    """The shape's rows: ``user`` (the unit), ``g`` (the group key), ``x`` (the value)."""
+    rng = np.random.default_rng(10_000 + shape.seed)
+    units, groups = shape.units, shape.groups
+    heavy = rng.random(units) < shape.heavy
+    rows = np.where(heavy, rng.integers(shape.heavy_rows[0], shape.heavy_rows[1] + 1, units),
+                    rng.integers(1, 4, units))
+    spread = np.where(heavy, rng.integers(1, shape.heavy_groups + 1, units),
+                      rng.integers(1, min(2, groups) + 1, units))
+    weights = 1.0 / np.arange(1, groups + 1) ** shape.popularity
+    first = rng.choice(groups, size=units, p=weights / weights.sum())
+    user = np.repeat(np.arange(units), rows)
+    offset = rng.integers(0, np.repeat(spread, rows))
+    group = (np.repeat(first, rows) + offset) % groups
+    size = user.size
+    if shape.values == "uniform":
+        x = rng.uniform(0.0, shape.scale, size)
+    elif shape.values == "lognormal":
+        x = rng.lognormal(math.log(shape.scale) - 2.0, 1.5, size)
+    elif shape.values == "zeros":
+        x = np.where(rng.random(size) < 0.9, 0.0, rng.lognormal(math.log(shape.scale) - 1.0,
+                                                               1.0, size))
+    else:  # signed: mostly positive, a fifth negative
+        x = rng.uniform(-0.25 * shape.scale, shape.scale, size)
+    x = np.where(np.repeat(heavy, rows), x * shape.heavy_factor, x).round(3)
+    return pd.DataFrame({"user": user, "g": np.array([f"g{i}" for i in range(groups)])[group],
+                         "x": x})
+
+
+class Pairs:
+    """The table's (unit, group) pairs in classes of equal (group, partitions m, rows n): the
+    bounded answers, linear in what each class holds, for many caps at once."""
+
+    def __init__(self, table: pd.DataFrame, groups: int) -> None:
+        self.groups = groups
+        g = table.g.str.slice(1).astype(np.int64).to_numpy()
+        user = table.user.to_numpy()
+        pair_key = user.astype(np.int64) * groups + g
+        pairs, self.row_pair, n = np.unique(pair_key, return_inverse=True, return_counts=True)
+        pair_user = pairs // groups
+        _, user_index, m_per_user = np.unique(pair_user, return_inverse=True,
+                                              return_counts=True)
+        m = m_per_user[user_index]
+        pair_group = pairs % groups
+        classes, self.pair_class = np.unique(np.stack([pair_group, m, n]), axis=1,
+                                             return_inverse=True)
+        self.pair_class = self.pair_class.ravel()
+        self.group, self.m, self.n = classes
+        self.pairs_per_class = np.bincount(self.pair_class, minlength=classes.shape[1])
+        self.onehot = sp.csr_matrix((np.ones(self.group.size), (self.group,
+                                                                np.arange(self.group.size))),
+                                    shape=(groups, self.group.size))
+        self.x = table.x.to_numpy()
+        self.row_class = self.pair_class[self.row_pair]
+        self.truth_rows = np.bincount(g, minlength=groups).astype(float)
+        self.truth_units = np.bincount(pair_group, minlength=groups).astype(float)
+        self.truth_sum = np.bincount(g, weights=self.x, minlength=groups)
+
+    def class_sums(self, lo: float | None, hi: float | None) -> np.ndarray:
+        """Per class, the sum of its rows' values clamped to [lo, hi] (rows when None)."""
+        if lo is None:
+            return self.pairs_per_class * self.n.astype(float)
+        return np.bincount(self.row_class, weights=np.clip(self.x, lo, hi),
+                           minlength=self.group.size)
+
+    def answers(self, sums: np.ndarray, k: int, rs: np.ndarray | None) -> np.ndarray:
+        """Per (group, r): sum over classes of min(1, k / m) min(1, r / n) sums (no r: the
+        units, COUNT(DISTINCT))."""
+        a = np.minimum(1.0, k / self.m) * sums
+        if rs is None:
+            return np.asarray(self.onehot @ a)[:, None]
+        b = np.minimum(1.0, rs[None, :] / self.n[:, None])
+        return np.asarray(self.onehot @ (a[:, None] * b))
+
+
+def _law(scores: np.ndarray, epsilon: float, sensitivity: float, monotonic: bool = False
+         ) -> np.ndarray:
+    from auto_bounds import permute_and_flip_probabilities
+
+    return permute_and_flip_probabilities(np.asarray(scores, dtype=np.float64),
+                                          epsilon * (2.0 if monotonic else 1.0), sensitivity)
+
+
+def _capture(curator: dp.Curator, sql: str, keys: list[str], request: dict[str, float]
+             ) -> tuple[dict[str, Any], Any]:
+    from dpcurator.curator import _auto_bounds
+
+    captured: dict[str, Any] = {}
+    real = _auto_bounds._choose_joint
+
+    def spy(auto_plan: Any, plan: Any, stats: Any, source: Any, rows_for: Any = None) -> Any:
+        captured.update(auto_plan=auto_plan, plan=plan, stats=stats, rows_for=rows_for)
+        return real(auto_plan, plan, stats, source, rows_for)
+
+    _auto_bounds._choose_joint = spy  # type: ignore[assignment]
+    try:
+        release = curator.sql(sql, keys=keys, **request)  # type: ignore[arg-type]
+    finally:
+        _auto_bounds._choose_joint = real  # type: ignore[assignment]
+    return captured, release
+
+
+@dataclass
+class Outcome:
+    shape: str
+    question: str
+    best: float
+    best_bounds: tuple[float, ...]
+    auto: float
+    ratio: float
+    p_far: float
+    likeliest: list[tuple[float, ...]]
+    note: str = ""
+
+
+class Noise:
+    """Noise draws shared by every candidate (common random numbers): per group, standard
+    Laplace (variance 2) or normal."""
+
+    def __init__(self, groups: int, draws: int, gaussian: bool, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.gaussian = gaussian
+        shape = (draws, groups)
+        self.a = rng.normal(size=shape) if gaussian else rng.laplace(size=shape)
+        self.b = rng.normal(size=shape) if gaussian else rng.laplace(size=shape)
+
+    def var(self, scale: float) -> float:
+        return scale * scale * (1.0 if self.gaussian else 2.0)
+
+
+def _sensitivity(k: int, r: int, width: float, gaussian: bool) -> float:
+    return (math.sqrt(k) if gaussian else k) * r * width
+
+
+def _avg_errors(count: np.ndarray, total: np.ndarray, truth: np.ndarray, lo: float, hi: float,
+                count_scale: float, total_scale: float, noise: Noise, keep: np.ndarray
+                ) -> np.ndarray:
+    """Per draw, the squared error over groups (mean over ``keep``) of the curator's AVG:
+    mid + clip((S + Z_s) / max(C + Z_c, 1), -half, half), S the bounded centred sum."""
+    mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
+    centred = total - mid * count
+    c = count[None, keep] + count_scale * noise.a[:, keep]
+    s = centred[None, keep] + total_scale * noise.b[:, keep]
+    value = mid + np.clip(s / np.maximum(c, 1.0), -half, half)
+    return np.mean((value - truth[None, keep]) ** 2, axis=1)
+
+
+def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
+    """The outcome of one question on one shape (the module docstring)."""
+    from dpcurator.curator import _auto_bounds
+
+    table = shape_table(shape)
+    pairs = Pairs(table, shape.groups)
+    keys = [f"g{i}" for i in range(shape.groups)]
+    gaussian = shape.rho is not None
+    request: dict[str, float] = {"rho": shape.rho} if gaussian else {"epsilon": shape.epsilon}
+    whole = float(shape.rho if gaussian else shape.epsilon)  # type: ignore[arg-type]
+    budget = dp.ZCDP(1e9) if gaussian else dp.PureDP(1e9)
+    curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=budget, cache=False)
+    sql = f"SELECT g, {QUESTIONS[question]} AS v FROM data GROUP BY g"
+    captured, release = _capture(curator, sql, keys, request)
+    noise = Noise(shape.groups, draws, gaussian, shape.seed)
+    values = question in ("SUM", "AVG")
+    rows = question != "COUNT_DISTINCT"
+    truth = {"COUNT": pairs.truth_rows, "COUNT_DISTINCT": pairs.truth_units,
+             "SUM": pairs.truth_sum,
+             "AVG": pairs.truth_sum / np.maximum(pairs.truth_rows, 1.0)}[question]
+    keep = pairs.truth_rows > 0 if question == "AVG" else np.ones(shape.groups, bool)
+    positive = bool((pairs.x >= 0).all())
+
+    def widths(lo: float, hi: float) -> tuple[float, float]:
+        return (max(abs(lo), abs(hi)), 1.0) if question == "SUM" else ((hi - lo) / 2.0, 1.0)
+
+    def errors(k: int, r_list: list[int], lo: float | None, hi: float | None,
+               scales: tuple[float, float]) -> list[tuple[float, float]]:
+        """(expected squared error, P[release RMSE > 3 best] placeholder draws) per r."""
+        rs = np.asarray(r_list, dtype=float) if rows else None
+        if question == "AVG":
+            assert lo is not None and hi is not None
+            count = pairs.answers(pairs.class_sums(None, None), k, rs)
+            total = pairs.answers(pairs.class_sums(lo, hi), k, rs)
+            out = []
+            for j, r in enumerate(r_list):
+                cs = scales[0] * _sensitivity(k, r, 1.0, gaussian)
+                ts = scales[1] * _sensitivity(k, r, (hi - lo) / 2.0, gaussian)
+                per = _avg_errors(count[:, j], total[:, j], truth, lo, hi, cs, ts, noise, keep)
+                out.append(per)
+            return out
+        answers = pairs.answers(pairs.class_sums(lo, hi) if values else
+                                pairs.class_sums(None, None) if rows else
+                                pairs.pairs_per_class.astype(float), k, rs)
+        out = []
+        for j, r in enumerate(r_list if rows else [1]):
+            width = widths(lo, hi)[0] if values else 1.0  # type: ignore[arg-type]
+            scale = scales[0] * _sensitivity(k, r if rows else 1, width, gaussian)
+            bias = answers[:, j] - truth
+            per = np.mean((bias[None, :] + scale * noise.a) ** 2, axis=1)
+            out.append(per)
+        return out
+
+    # -- the best fixed bounds in hindsight, the whole budget on the answer ---------------------
+    measures = 2 if question == "AVG" else 1
+    part = whole / measures
+    fixed_scale = 1.0 / math.sqrt(2.0 * part) if gaussian else 1.0 / part
+    ks = sorted({2**i for i in range(7) if 2**i < shape.groups} | {shape.groups})
+    rs_fixed = [2**i for i in range(11)] if rows else [1]
+    if values:
+        top = float(np.abs(pairs.x).max()) or 1.0
+        j_hi = math.ceil(math.log2(top)) + 1
+        magnitudes = [2.0**j for j in range(j_hi - 16, j_hi + 1)]
+        signs = [(0.0, 1.0)] if positive else [(0.0, 1.0), (-1.0, 1.0)]
+        clamps = [(a * m, b * m) for m in magnitudes for a, b in signs]
+    else:
+        clamps = [(None, None)]
+    best, best_bounds = math.inf, ()
+    for k in ks:
+        for lo, hi in clamps:
+            per_r = errors(k, rs_fixed, lo, hi, (fixed_scale, fixed_scale))
+            for r, per in zip(rs_fixed, per_r, strict=True):
+                mse = float(per.mean())
+                if mse < best:
+                    best, best_bounds = mse, (k, r, lo or 0.0, hi or 0.0)
+    best_rmse = math.sqrt(best)
+
+    # -- the default: its choice's exact law, the noise it calibrates ---------------------------
+    chosen = release.chosen or {}
+    mech = release.mechanisms["v"]
+    spread = "sigma" if gaussian else "scale"
+    k0 = int(chosen.get("max_partitions", release.plan.max_partitions or 1))
+    r0 = int(chosen.get("max_rows_per_partition", release.plan.max_rows_per_partition or 1))
+    lo0, hi0 = chosen.get("bounds", {}).get("x", (None, None))
+    if question == "AVG":
+        scales = (mech[0][spread] / _sensitivity(k0, r0, 1.0, gaussian),
+                  mech[1][spread] / _sensitivity(k0, r0, (hi0 - lo0) / 2.0, gaussian))
+    else:
+        width0 = widths(lo0, hi0)[0] if values else 1.0
+        scales = (mech[0][spread] / _sensitivity(k0, r0 if rows else 1, width0, gaussian),
+                  0.0)
+    if "auto_plan" not in captured:
+        raise RuntimeError(f"{question} on {shape.label()}: no joint choice was made")
+    joint = _auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],
+                                      captured["stats"], captured["rows_for"])
+    probabilities = _law(np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
+                         _auto_bounds.SENSITIVITY)
+    sign_law = [(1.0, (0.0, 1.0))]
+    if values:
+        sscores, seps = _auto_bounds.sign_scores(captured["auto_plan"], captured["stats"], 0,
+                                                 "x")
+        law = _law(np.asarray(sscores), seps, _auto_bounds.SENSITIVITY, monotonic=True)
+        sign_law = [(float(p), b) for p, b in zip(law, ((0.0, 1.0), (-1.0, 0.0), (-1.0, 1.0)),
+                                                   strict=True) if p > 1e-9]
+    by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}
+    for index in np.flatnonzero(probabilities > 1e-12):
+        k, r, m = joint.decode(int(index))
+        by_km.setdefault((k, m), []).append((r, float(probabilities[index])))
+    total = mass = far = 0.0
+    likeliest: list[tuple[float, ...]] = []
+    threshold = 9.0 * best
+    for (k, m), entries in by_km.items():
+        r_list = [r for r, _ in entries]
+        for sign_p, (a, b) in sign_law:
+            if values:
+                assert m is not None
+                magnitude = float(_auto_bounds.MAGNITUDES[m])
+                lo, hi = a * magnitude, b * magnitude
+                if hi <= lo:
+                    hi = lo + 1e-12
+            else:
+                lo = hi = None
+            per_r = errors(k, r_list, lo, hi, scales)
+            for (r, p), per in zip(entries, per_r, strict=True):
+                weight = p * sign_p
+                mse = float(per.mean())
+                total += weight * mse
+                mass += weight
+                far += weight * float((per > threshold).mean())
+                likeliest.append((round(weight, 4), k, r, round(lo or 0.0, 3),
+                                  round(hi or 0.0, 3)))
+    auto_rmse = math.sqrt(total / mass)
+    likeliest.sort(reverse=True)
+    return Outcome(shape.label(), question, best_rmse, best_bounds, auto_rmse,
+                   auto_rmse / best_rmse, far / mass, likeliest[:3])
+
+
+def run_family(count: int, questions: list[str], draws: int, only: list[int] | None = None
+               ) -> list[Outcome]:
+    shapes = family_shapes(count)
+    outcomes = []
+    for shape in shapes:
+        if only is not None and shape.seed not in only:
+            continue
+        for question in questions:
+            started = time.perf_counter()
+            try:
+                outcome = evaluate(shape, question, draws)
+            except Exception as error:  # noqa: BLE001 - a refusal is an outcome too
+                outcome = Outcome(shape.label(), question, math.nan, (), math.nan, math.nan,
+                                  math.nan, [], note=f"{type(error).__name__}: {error}"[:200])
+            outcomes.append(outcome)
+            print(f"{outcome.shape:58s} {question:15s} best {outcome.best:12.4g} "
+                  f"auto {outcome.ratio:6.2f}x  P[>3x] {outcome.p_far:7.2%}  "
+                  f"{outcome.likeliest[:1]} {outcome.note} "
+                  f"[{time.perf_counter() - started:.0f} s]", flush=True)
+    return outcomes
+
+
+def summary(outcomes: list[Outcome]) -> dict[str, Any]:
+    ratios = np.array([o.ratio for o in outcomes if not math.isnan(o.ratio)])
+    far = np.array([o.p_far for o in outcomes if not math.isnan(o.p_far)])
+    out: dict[str, Any] = {"cases": len(outcomes), "refused": int(np.isnan(
+        [o.ratio for o in outcomes]).sum())}
+    if ratios.size:
+        worst = max((o for o in outcomes if not math.isnan(o.ratio)), key=lambda o: o.ratio)
+        out.update(median_ratio=float(np.median(ratios)), worst_ratio=float(ratios.max()),
+                   worst_case=f"{worst.shape} {worst.question}",
+                   over_1_25=int((ratios > 1.25).sum()), p_far_max=float(far.max()),
+                   p_far_over_1pct=int((far > 0.01).sum()))
+        for question in sorted({o.question for o in outcomes}):
+            sub = np.array([o.ratio for o in outcomes if o.question == question
+                            and not math.isnan(o.ratio)])
+            if sub.size:
+                out[f"{question}_median"] = float(np.median(sub))
+                out[f"{question}_worst"] = float(sub.max())
+    return out
+
+
+def as_json(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    return [asdict(o) for o in outcomes]
+
+
+__all__ = ["Shape", "as_json", "evaluate", "family_shapes", "run_family", "summary",
+           "shape_table"]
