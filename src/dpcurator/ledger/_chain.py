@@ -55,7 +55,7 @@ def genesis(ledger_id: str) -> str:
     return hashlib.sha256(f"{FORMAT}-v{VERSION}:{ledger_id}".encode()).hexdigest()
 
 
-def canonical(body: dict[str, Any]) -> str:
+def canonical(body: Any) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                       allow_nan=False)
 
