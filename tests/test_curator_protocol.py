@@ -110,7 +110,8 @@ class _InProcess(RemoteCurator):
         super().__init__("http://testserver", token, dataset=dataset)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
-              headers: dict[str, str] | None = None, retries: int = 0) -> dict[str, Any]:
+              headers: dict[str, str] | None = None, retries: int = 0,
+              key: str | None = None) -> dict[str, Any]:
         answer = self._client.request(method, path, json=body, headers={
             "Authorization": f"Bearer {self._token}", **(headers or {})})
         assert answer.status_code == 200, answer.text

@@ -215,11 +215,11 @@ def test_a_query_may_ask_what_its_count_intervals_cover(client: TestClient) -> N
     assert total["interval_kinds"] == {"n": "total", "total": "total"}
     assert total["max_unit_rows"] >= 1 and len(total["bounded_intervals"]) == 4
     assert set(total["max_unit_sums"]) == {"amount"}
-    assert ask(client, BOB, BY_REGION, epsilon=0.4, intervals="wide").status_code == 400
+    assert ask(client, BOB, BY_REGION, epsilon=0.4, intervals="wide").status_code == 422
     shared = ask(client, BOB, BY_REGION, epsilon=0.4, total_share=0.3).json()
     assert shared["interval_kinds"] == {"n": "total", "total": "total"}
     assert shared["bounds_chosen"]["outer_caps_epsilon"] == pytest.approx(0.06)
-    assert ask(client, BOB, BY_REGION, epsilon=0.4, total_share=1.5).status_code == 400
+    assert ask(client, BOB, BY_REGION, epsilon=0.4, total_share=1.5).status_code == 422
 
 
 def test_a_spent_budget_is_403_and_charges_nothing(client: TestClient,
@@ -359,17 +359,22 @@ REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
                               "epsilon": 0.1}}, 400, "bad_request"),
     ("unknown column", {"json": {"sql": "SELECT SUM(secret) FROM data", "epsilon": 0.1}},
      400, "bad_request"),
-    ("negative epsilon", {"json": {"sql": COUNT, "epsilon": -1}}, 400, "bad_request"),
+    ("negative epsilon", {"json": {"sql": COUNT, "epsilon": -1}}, 422, "invalid_request"),
+    ("epsilon as text", {"json": {"sql": COUNT, "epsilon": "0.1"}}, 422, "invalid_request"),
+    ("epsilon as a boolean", {"json": {"sql": COUNT, "epsilon": True}}, 422, "invalid_request"),
+    ("delta as text", {"json": {"sql": COUNT, "epsilon": 0.1, "delta": "1e-9"}}, 422,
+     "invalid_request"),
+    ("sql as a number", {"json": {"sql": 7, "epsilon": 0.1}}, 422, "invalid_request"),
     ("huge epsilon", {"json": {"sql": COUNT, "epsilon": 1e308}}, 400, "bad_request"),
     ("epsilon past the budget", {"json": {"sql": COUNT, "epsilon": 2.0}}, 403,
      "budget_exhausted"),
     ("delta too large", {"json": {"sql": COUNT, "epsilon": 0.1, "delta": 0.5}}, 400,
      "bad_request"),
     ("no privacy", {"json": {"sql": COUNT}}, 400, "bad_request"),
-    ("extra field", {"json": {"sql": COUNT, "epsilon": 0.1, "x": 1}}, 400, "bad_request"),
+    ("extra field", {"json": {"sql": COUNT, "epsilon": 0.1, "x": 1}}, 422, "invalid_request"),
     ("malformed JSON", {"content": b'{"sql": "SELECT', "headers_extra": {
         "Content-Type": "application/json"}}, 400, "bad_request"),
-    ("not an object", {"json": [1, 2]}, 400, "bad_request"),
+    ("not an object", {"json": [1, 2]}, 422, "invalid_request"),
     ("body of 10 MB", {"content": b" " * 10_000_000, "headers_extra": {
         "Content-Type": "application/json"}}, 413, "too_large"),
 ]
@@ -419,7 +424,8 @@ def test_the_audit_log_says_who_asked_what_and_what_it_cost(client: TestClient,
 
 
 def test_health_and_docs(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok"}
+    health = client.get("/healthz").json()
+    assert health["status"] == "ok" and health["ledger"]["verified"] is True
     spec = client.get("/openapi.json").json()
     assert "/v1/datasets/{name}/queries" in spec["paths"]
     assert client.get("/docs").status_code == 200
@@ -450,9 +456,11 @@ def test_the_service_on_a_postgresql_ledger(tmp_path: Path, postgres_ledger_url:
             "dataset"]["spent"]["epsilon"] == 0.5
     ledger = app.state.service.ledger
     assert len([e for e in ledger.entries("dataset/orders") if e.kind == "charge"]) == 1
-    assert ledger.verify().entries == 8  # 6 accounts opened, one debit of two accounts
+    # 6 accounts opened, one debit of two accounts, the request and its release recorded
+    assert ledger.verify().entries == 10
     app.state.service.close()
-    assert (tmp_path / "audit.jsonl").read_text().count('"status": 200') == 2
+    # two answers and the budget read (every request is audited)
+    assert (tmp_path / "audit.jsonl").read_text().count('"status": 200') == 3
 
 
 def test_a_plan_from_the_builder_is_answered_like_its_sql(client: TestClient,

@@ -33,7 +33,8 @@ from test_server import ALICE, SECRET, auth, write_service
 
 _FOLDER = Path(tempfile.mkdtemp(prefix="dpcurator-fuzz-"))
 _APP = create_app(load_config(write_service(
-    _FOLDER, rows=400, extra="[limits]\nrequests_per_second = 100000\nburst = 100000\n")))
+    _FOLDER, rows=400, extra="[limits]\nrequests_per_second = 100000\nburst = 100000\n"
+                             "address_requests_per_second = 100000\naddress_burst = 100000\n")))
 schema = schemathesis.openapi.from_asgi("/openapi.json", _APP)
 _ANSWERED: list[str] = []  # query ids of fresh (charged) answers
 _HOSTILE: list[int] = []  # statuses of the hostile requests

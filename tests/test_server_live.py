@@ -14,8 +14,10 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,9 +31,10 @@ pytest.importorskip("uvicorn", reason="the server extra is not installed")
 
 import dpcurator as dp
 from dpcurator.ledger import SQLiteLedger
-from dpcurator.server.client import connect
+from dpcurator.server.client import RemoteError, connect
 
 LOAD = str(Path(__file__).with_name("_service_load.py"))
+SLOW = str(Path(__file__).with_name("_slow_server.py"))
 ALICE, BOB = "alice-live-token-000000", "bob-live-token-000000"
 STEP = Fraction(1, 32)
 
@@ -67,23 +70,29 @@ budgets = {{ orders = {{ epsilon = 1.0 }} }}
 [limits]
 requests_per_second = 10000
 burst = 10000
+address_requests_per_second = 10000
+address_burst = 10000
 """)
     return config
 
 
 class LiveServer:
-    """``python -m dpcurator serve`` in a process of its own, on a free loopback port."""
+    """``python -m dpcurator serve`` in a process of its own, on a free loopback port
+    (``program``: what runs instead of ``python -m dpcurator``; ``options``: more options)."""
 
-    def __init__(self, config: Path) -> None:
+    def __init__(self, config: Path, program: list[str] | None = None,
+                 options: list[str] | None = None) -> None:
         self.config = config
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
+        self.program = program or [sys.executable, "-m", "dpcurator"]
+        self.options = options or []
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dpcurator", "serve", "--config", str(self.config),
-             "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [*self.program, "serve", "--config", str(self.config), "--port", str(self.port),
+             *self.options], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -240,3 +249,71 @@ def test_kill_9_under_load_then_restart(live: LiveServer, tmp_path: Path) -> Non
         requests)
     assert all(r.release is not None for name in ("alice", "bob")
                for r in after.requests(name, "orders"))
+
+
+def test_a_stranded_request_is_completed_by_the_same_call(tmp_path: Path) -> None:
+    """A server killed (-9) after charging a query and before answering it: the client's
+    RemoteError carries the request's Idempotency-Key, and the same call made again (by the
+    same client, by a new one as a re-run script would, or with the key given) completes that
+    request, for free; a second deliberate identical call is a request of its own."""
+    config = write_config(tmp_path)
+    access = tmp_path / "access.log"
+    server = LiveServer(config, program=[sys.executable, SLOW, "120"],
+                        options=["--access-log", str(access)])
+    server.start()
+    try:
+        orders = dp.connect(server.url, ALICE, dataset="orders")
+        query = "SELECT COUNT(*) AS n FROM data"
+        outcome: list[BaseException | dict[str, object]] = []
+
+        def ask() -> None:
+            try:
+                outcome.append(orders.sql(query, epsilon=0.25))
+            except BaseException as exc:  # what the test looks at
+                outcome.append(exc)
+
+        caller = threading.Thread(target=ask)
+        caller.start()
+        ledger_file = config.parent / "ledger.sqlite"
+        deadline, stranded = time.monotonic() + 60, None
+        while stranded is None and time.monotonic() < deadline:
+            with sqlite3.connect(ledger_file) as db:
+                stranded = db.execute("SELECT id FROM requests WHERE release IS NULL"
+                                      ).fetchone()
+            time.sleep(0.05)
+        assert stranded is not None, "the request was never charged"
+        server.kill()  # charged, not answered
+        caller.join(timeout=60)
+        (error,) = outcome
+        assert isinstance(error, RemoteError), error
+        assert error.idempotency_key and error.idempotency_key in str(error)
+    finally:
+        server.stop()
+    server.program = [sys.executable, "-m", "dpcurator"]  # the same port, answers at once
+    server.start()
+    try:
+        def charges() -> int:
+            ledger = SQLiteLedger(ledger_file, create=False)
+            try:
+                return sum(e.kind == "charge" for e in ledger.entries("dataset/orders"))
+            finally:
+                ledger.close()
+
+        assert charges() == 1
+        retried = orders.sql(query, epsilon=0.25)  # the same call, the same client
+        assert retried["query_id"] == stranded[0] and retried["cached"] is True
+        rerun = dp.connect(server.url, ALICE, dataset="orders").sql(query, epsilon=0.25)
+        assert rerun["query_id"] == stranded[0]  # a re-run script derives the same key
+        keyed = dp.connect(server.url, ALICE, dataset="orders").sql(
+            query, epsilon=0.25, idempotency_key=error.idempotency_key)
+        assert keyed["query_id"] == stranded[0]
+        assert charges() == 1  # completed for free
+        second = orders.sql(query, epsilon=0.25)  # a deliberate second call: its own request
+        assert second["query_id"] != stranded[0]
+        other = orders.sql("SELECT COUNT(*) AS m FROM data", epsilon=0.25)
+        assert other["cached"] is False and charges() == 2
+    finally:
+        server.stop()
+    logged = access.read_text()  # the access log, one bounded line per request
+    assert '"GET /healthz" 200' in logged and '"POST /v1/datasets/orders/queries" 200' in logged
+    assert "alice" in logged

@@ -79,7 +79,8 @@ def verify(
                                     "chain (detects a rollback or rewrite from there on)."),
     as_json: bool = _JSON,
 ) -> None:
-    """Check every entry's hash and link, the running sums, and the head."""
+    """Check every entry's hash and link, the running sums, the head, and every request
+    (who asked what, and its stored release) against the entries that record it."""
     from dpcurator.errors import LedgerIntegrityError
 
     with user_errors(as_json):
@@ -97,7 +98,7 @@ def verify(
             emit(failed, as_json, lambda r: typer.echo(f"NOT OK: {r['error']}"))
             raise typer.Exit(code=1) from None
     result: dict[str, Any] = {"ok": True, "ledger": _shown(path), "entries": report.entries,
-                              "head": report.head,
+                              "requests": report.requests, "head": report.head,
                               "accounts": {k: _account_view(v)
                                            for k, v in report.accounts.items()}}
     if expect_head is not None:
@@ -115,7 +116,8 @@ def _render_verify(result: dict[str, Any]) -> None:
     if not result["ok"]:
         typer.echo(f"NOT OK: {result['error']}")
         return
-    typer.echo(f"OK: {result['entries']} entries, head {result['head']}")
+    typer.echo(f"OK: {result['entries']} entries, {result['requests']} requests, head "
+               f"{result['head']}")
     _render_accounts(result)
 
 

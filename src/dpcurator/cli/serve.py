@@ -1,7 +1,9 @@
 """``dpcurator serve``: run the curator service, and make analysts' tokens.
 
     dpcurator serve --config curator.toml [--host 127.0.0.1] [--port 8000]
+                    [--access-log -|PATH|off]
     dpcurator serve token alice          # a fresh token, and the line for the config
+    dpcurator serve token alice --token-file alice.token >> curator.toml
 
 The service needs the ``server`` extra (``pip install 'dpcurator[server]'``).
 """
@@ -9,7 +11,10 @@ The service needs the ``server`` extra (``pip install 'dpcurator[server]'``).
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import secrets
+import sys
 from pathlib import Path
 
 import typer
@@ -31,6 +36,10 @@ def serve(
         None, "--config", help="The service's configuration (TOML): datasets, analysts, ledger."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
+    access_log: str = typer.Option(
+        "-", "--access-log", help="Where each request's access-log line goes: - (stderr), a "
+                                  "file (appended, created 0600), or off. The audit log is "
+                                  "separate and always on."),
     as_json: bool = typer.Option(False, "--json", help="Errors as one JSON object."),
 ) -> None:
     """Serve the datasets of a configuration until stopped (Ctrl-C)."""
@@ -46,20 +55,63 @@ def serve(
         except ImportError:
             raise UserError("the service needs the server extra: pip install "
                             "'dpcurator[server]'") from None
+        handler = _access_handler(access_log)
         app = create_app(load_config(config))
+    if handler is not None:
+        logger = logging.getLogger("dpcurator.server.access")
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        logger.propagate = False
+    # uvicorn's own access log is off: the service writes its own, with bounded fields.
     uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+
+
+def _access_handler(target: str) -> logging.Handler | None:
+    """The access log's handler: stderr (``-``), a file (appended, owner-only), or none."""
+    if target == "off":
+        return None
+    if target == "-":
+        handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    else:
+        path = Path(target)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+        except OSError as exc:
+            raise UserError(f"cannot write the access log {path}: {exc.strerror}") from None
+        handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    return handler
 
 
 @serve_app.command()
 def token(
     name: str = typer.Argument(..., help="The analyst's name, as in [analysts.NAME]."),
+    token_file: Path | None = typer.Option(
+        None, "--token-file", help="Write the token to this new file (owner-only) instead of "
+                                   "printing it, and print only the configuration's lines "
+                                   "(to append to curator.toml)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """A fresh analyst token (give it to the analyst) and the line to put in the config."""
     fresh = "dpc_" + secrets.token_urlsafe(32)
     digest = hashlib.sha256(fresh.encode()).hexdigest()
-    result = {"analyst": name, "token": fresh, "token_sha256": digest,
-              "config": f'[analysts.{name}]\ntoken_sha256 = "{digest}"'}
+    lines = f'[analysts.{name}]\ntoken_sha256 = "{digest}"'
+    if token_file is not None:
+        with user_errors(as_json):
+            try:
+                fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                raise UserError(f"{token_file} exists; a token file is never "
+                                "overwritten") from None
+            except OSError as exc:
+                raise UserError(f"cannot write {token_file}: {exc.strerror}") from None
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(fresh + "\n")
+        written = {"analyst": name, "token_file": str(token_file), "token_sha256": digest,
+                   "config": lines}
+        emit(written, as_json, lambda r: typer.echo(r["config"]))
+        return
+    result = {"analyst": name, "token": fresh, "token_sha256": digest, "config": lines}
     emit(result, as_json, lambda r: typer.echo(
         f"token for {name} (give it to them; it is not stored anywhere):\n  {r['token']}\n\n"
         f"in the configuration:\n{r['config']}"))

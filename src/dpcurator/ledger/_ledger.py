@@ -3,13 +3,22 @@
 A ledger is a set of *accounts* (a budget each: the library's ``Budget`` uses one, the service
 one per dataset and one per analyst and dataset) in one hash-chained, append-only sequence of
 entries (``_chain``), plus a table of *requests* (the service's record of who asked what, and
-the release it got). A subclass supplies the database: a transaction context that takes the
-writers' lock before it reads anything, and the SQL execution (``?`` placeholders). Everything
-else lives here, once:
+the release it got), which the chain covers too: each request row and each stored release is
+recorded by an entry holding its digest. A subclass supplies the database: a transaction
+context that takes the writers' lock before it reads anything, and the SQL execution (``?``
+placeholders). Everything else lives here, once:
 
+- opening a ledger checks the whole chain, and every request row against it;
 - before each operation the ledger checks the entries appended since it last looked (and that
   the last one it verified is still there, unchanged) and that the ``head`` row names the
-  newest entry; opening a ledger checks the whole chain;
+  newest entry; each write also re-reads the entries it depends on (each debited account's
+  opening, total and newest sums) and the next few old entries in turn (a sweep that comes
+  round the whole chain every ``len / SWEEP`` writes), comparing each with the hash this
+  process verified; each request row read (a retry's, a replay's, a history's) is checked
+  against the entries that record it;
+- ``verify`` checks everything again, from the first entry; the service runs it on a timer;
+- once a check fails, this ledger object refuses every operation (``LedgerIntegrityError``)
+  until the owner restores the ledger and the process opens it again;
 - a reservation is one transaction: every account's debit fits or nothing is written, and the
   request is recorded with them (a retry with the same idempotency key finds it instead of
   paying again);
@@ -19,6 +28,7 @@ else lives here, once:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import threading
@@ -34,7 +44,20 @@ from typing import Any, Protocol
 from dpcurator.accounting.filters import Cost, FilterRule
 from dpcurator.errors import BudgetExceededError, LedgerIntegrityError, UserError
 
-from ._chain import AccountState, Entry, Replay, copy_state, entry_hash, genesis, make_body
+from ._chain import (
+    DIGEST_BYTES,
+    REQUEST_ACCOUNT,
+    AccountState,
+    Entry,
+    Recorded,
+    Replay,
+    copy_state,
+    entry_hash,
+    genesis,
+    make_body,
+    request_digest,
+    text_digest,
+)
 
 __all__ = ["Ledger", "LedgerReport", "Reservation", "StoredRequest"]
 
@@ -61,6 +84,7 @@ class LedgerReport:
     entries: int
     head: str
     accounts: dict[str, AccountState]
+    requests: int = 0  # request rows, each checked against the entries that record it
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,7 @@ class Reservation:
 
 _REQUEST_COLUMNS = ("id, analyst, dataset, idempotency_key, fingerprint, created, first_entry, "
                     "label, release")
+SWEEP = 64  # old entries re-checked by each write, in turn
 
 
 class Ledger(ABC):
@@ -101,11 +126,114 @@ class Ledger(ABC):
         self._lock = threading.RLock()
         _LIVE.add(self)
         self._ledger_id = ledger_id
-        self._replay = Replay(self.where, genesis(ledger_id))
+        self._failure: str | None = None
+        self._swept = 0  # the sweep's place: entries after it are re-checked next
+        # The first look replays the whole chain, collecting what it records of the requests
+        # to check the table against; later looks keep no such map.
+        self._replay = Replay(self.where, genesis(ledger_id), collect_requests=True)
         self._published: dict[str, AccountState] = {}
         self._published_seq = -1
-        with self._transaction(write=False):
-            pass
+        with self._transaction(write=False) as db, self._tripwire():
+            recorded, self._replay.requests = self._replay.requests, None
+            assert recorded is not None
+            unrecorded = self._replay.records == 0 and db.execute(
+                "SELECT 1 FROM requests LIMIT 1").fetchone() is not None
+            if not unrecorded:
+                self._check_table(db, recorded)
+        if unrecorded:
+            self._record_old_requests()
+
+    # -- integrity -----------------------------------------------------------------------------
+
+    @property
+    def integrity_failure(self) -> str | None:
+        """Why this ledger object refuses every operation, or None while it verifies."""
+        return self._failure
+
+    def refuse(self, reason: str) -> None:
+        """Refuse every later operation of this object (another check of the same ledger,
+        on another connection, found it does not verify)."""
+        if self._failure is None:
+            self._failure = reason
+
+    @contextmanager
+    def _tripwire(self) -> Iterator[None]:
+        """A check that fails leaves this object refusing everything (not a database error:
+        those may pass; a chain that does not verify does not mend itself)."""
+        try:
+            yield
+        except LedgerIntegrityError as exc:
+            self.refuse(str(exc))
+            raise
+
+    def _check_entries(self, db: Connection, seqs: set[int]) -> None:
+        """Entries this process verified are still there, each unchanged (its body, its hash,
+        and the hash remembered for it)."""
+        wanted = sorted(s for s in seqs if 0 < s <= self._replay.seq)
+        if not wanted:
+            return
+        marks = ", ".join("?" for _ in wanted)
+        rows = {int(seq): (str(body), str(stored)) for seq, body, stored in db.execute(
+            f"SELECT seq, body, hash FROM entries WHERE seq IN ({marks})", wanted)}
+        for seq in wanted:
+            self._check_entry(seq, rows.get(seq))
+
+    def _check_entry(self, seq: int, row: tuple[str, str] | None) -> None:
+        if row is None:
+            why = "deleted"
+        elif entry_hash(row[0]) != row[1] or (
+                row[1][: 2 * DIGEST_BYTES] != self._replay.digest_of(seq).hex()):
+            why = "changed"
+        else:
+            return
+        raise LedgerIntegrityError(
+            f"ledger {self.where}: entry {seq}, verified earlier by this process, was {why} "
+            "since; the ledger refuses to charge until its owner restores it")
+
+    def _sweep(self, db: Connection) -> None:
+        """Re-check the next ``SWEEP`` old entries (round the whole chain, write by write)."""
+        newest = self._replay.seq
+        if newest == 0:
+            return
+        start = self._swept + 1 if self._swept < newest else 1
+        end = min(start + SWEEP - 1, newest)
+        rows = {int(seq): (str(body), str(stored)) for seq, body, stored in db.execute(
+            "SELECT seq, body, hash FROM entries WHERE seq >= ? AND seq <= ?", (start, end))}
+        for seq in range(start, end + 1):
+            self._check_entry(seq, rows.get(seq))
+        self._swept = end if end < newest else 0  # at the newest: round again from entry 1
+
+    def _check_requests(self, db: Connection, found: Sequence[StoredRequest]) -> None:
+        """Each request row read matches the entries that record it (and its release)."""
+        if not found:
+            return
+        recorded: dict[str, list[tuple[int, str, str, str]]] = {}
+        for start in range(0, len(found), 500):
+            chunk = found[start:start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            for seq, account, kind, body, stored in db.execute(
+                    f"SELECT seq, account, kind, body, hash FROM entries WHERE account IN "
+                    f"({marks}) ORDER BY seq", [REQUEST_ACCOUNT + r.id for r in chunk]):
+                recorded.setdefault(str(account), []).append(
+                    (int(seq), str(kind), str(body), str(stored)))
+        for request in found:
+            chain = _recorded(recorded.get(REQUEST_ACCOUNT + request.id, []), self._check_entry)
+            why = _mismatch(request, chain)
+            if why is not None:
+                raise LedgerIntegrityError(
+                    f"ledger {self.where}: request {request.id} {why}; the ledger refuses to "
+                    "charge until its owner restores it")
+
+    def _record_old_requests(self) -> None:
+        """Record, once, the request rows of a ledger made before the chain covered them
+        (trusted as they stand when this version first opens the ledger)."""
+        with self._transaction(write=True) as db:
+            if db.execute("SELECT 1 FROM entries WHERE kind = 'request' LIMIT 1").fetchone():
+                return  # another process did it first
+            rows = db.execute(f"SELECT {_REQUEST_COLUMNS} FROM requests "
+                              "ORDER BY created, id").fetchall()
+            for request in (_request_of(row) for row in rows):
+                self._append_request(db, request)
 
     # -- what a subclass provides --------------------------------------------------------------
 
@@ -125,14 +253,21 @@ class Ledger(ABC):
     def _transaction(self, write: bool) -> Iterator[Connection]:
         """One transaction, after checking every entry appended since the last look."""
         with self._lock:
+            if self._failure is not None:
+                raise LedgerIntegrityError(self._failure)
             saved = self._replay.snapshot()
+            swept = self._swept
             try:
                 with self._database(write) as db:
-                    self._catch_up(db)
+                    with self._tripwire():
+                        self._catch_up(db)
+                        if write:
+                            self._sweep(db)
                     yield db
             except BaseException:
                 # Entries appended in a transaction that did not commit are not the ledger's.
                 self._replay.restore(saved)
+                self._swept = swept
                 raise
             if self._replay.seq != self._published_seq:
                 self._published = {k: copy_state(v) for k, v in self._replay.accounts.items()}
@@ -167,12 +302,13 @@ class Ledger(ABC):
 
     def _append(self, db: Connection, account: str, kind: str, spent: list[Fraction],
                 limits: list[Fraction], *, label: str = "", cost: Cost | None = None,
-                price: list[Fraction] | None = None, rule: FilterRule | None = None) -> Entry:
+                price: list[Fraction] | None = None, rule: FilterRule | None = None,
+                record: dict[str, str] | None = None) -> Entry:
         r = self._replay
         seq = r.seq + 1
         body = make_body(seq=seq, prev=r.hash, kind=kind, account=account, time=time.time(),
                          spent=spent, limits=limits, label=label, cost=cost, price=price,
-                         rule=rule)
+                         rule=rule, record=record)
         digest = entry_hash(body)
         db.execute("INSERT INTO entries (seq, account, kind, body, hash) VALUES (?, ?, ?, ?, ?)",
                    (seq, account, kind, body, digest))
@@ -227,6 +363,9 @@ class Ledger(ABC):
     def _debit_all(self, db: Connection, debits: Sequence[tuple[str, Cost]],
                    label: str) -> list[Entry]:
         """Every debit fits, and all are appended; or none is (``BudgetExceededError``)."""
+        with self._tripwire():
+            self._check_entries(db, set().union(*(self._state(name).depends_on()
+                                                  for name, _ in debits)))
         priced = []
         for name, cost in debits:
             state = self._state(name)
@@ -296,8 +435,9 @@ class Ledger(ABC):
             raise UserError("a request without debits must come with its release")
         with self._transaction(write=True) as db:
             if idempotency_key is not None:
-                found = _one_request(db, "analyst = ? AND dataset = ? AND idempotency_key = ?",
-                                     (analyst, dataset, idempotency_key))
+                found = self._one_request(db, "analyst = ? AND dataset = ? AND "
+                                               "idempotency_key = ?",
+                                          (analyst, dataset, idempotency_key))
                 if found is not None:
                     if found.fingerprint != fingerprint:
                         raise IdempotencyConflict(
@@ -312,9 +452,19 @@ class Ledger(ABC):
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (request_id, analyst, dataset, idempotency_key, fingerprint, created,
                         first, label, release))
-            return Reservation(StoredRequest(request_id, analyst, dataset, idempotency_key,
-                                             fingerprint, created, first, label, release),
-                               tuple(entries), replayed=False)
+            request = StoredRequest(request_id, analyst, dataset, idempotency_key, fingerprint,
+                                    created, first, label, release)
+            self._append_request(db, request)
+            return Reservation(request, tuple(entries), replayed=False)
+
+    def _append_request(self, db: Connection, request: StoredRequest) -> None:
+        """The entries that put a request row (and its release, if it has one) in the chain."""
+        account = REQUEST_ACCOUNT + request.id
+        self._append(db, account, "request", [], [], record={
+            "id": request.id, "digest": _row_digest(request)})
+        if request.release is not None:
+            self._append(db, account, "release", [], [], record={
+                "id": request.id, "digest": text_digest(request.release)})
 
     def store_release(self, request_id: str, release: str) -> str:
         """Store the request's release unless one is stored already; return the stored one.
@@ -323,25 +473,44 @@ class Ledger(ABC):
         one release, and a release is never replaced.
         """
         with self._transaction(write=True) as db:
+            found = self._one_request(db, "id = ?", (request_id,))
+            if found is None:
+                raise self._vanished(request_id)
+            if found.release is not None:
+                return found.release
             db.execute("UPDATE requests SET release = ? WHERE id = ? AND release IS NULL",
                        (release, request_id))
-            row = db.execute("SELECT release FROM requests WHERE id = ?",
-                             (request_id,)).fetchone()
-            if row is None or row[0] is None:
-                raise LedgerIntegrityError(f"ledger {self.where}: request {request_id} vanished "
-                                           "before its release was stored")
-            return str(row[0])
+            self._append(db, REQUEST_ACCOUNT + request_id, "release", [], [],
+                         record={"id": request_id, "digest": text_digest(release)})
+            return release
+
+    def _vanished(self, request_id: str) -> LedgerIntegrityError:
+        return LedgerIntegrityError(f"ledger {self.where}: request {request_id} vanished "
+                                    "before its release was stored")
+
+    def _one_request(self, db: Connection, where: str,
+                     parameters: Sequence[Any]) -> StoredRequest | None:
+        found = _one_request(db, where, parameters)
+        if found is not None:
+            with self._tripwire():
+                self._check_requests(db, [found])
+        return found
 
     def request(self, request_id: str) -> StoredRequest | None:
+        """A request and its release, checked against the entries that record them."""
         with self._transaction(write=False) as db:
-            return _one_request(db, "id = ?", (request_id,))
+            return self._one_request(db, "id = ?", (request_id,))
 
     def requests(self, analyst: str, dataset: str) -> list[StoredRequest]:
-        """The analyst's requests on the dataset, oldest first."""
+        """The analyst's requests on the dataset, oldest first, each checked against the
+        entries that record it."""
         with self._transaction(write=False) as db:
             rows = db.execute(f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE analyst = ? AND "
                               "dataset = ? ORDER BY created, id", (analyst, dataset)).fetchall()
-            return [_request_of(row) for row in rows]
+            found = [_request_of(row) for row in rows]
+            with self._tripwire():
+                self._check_requests(db, found)
+            return found
 
     # -- the owner's view ----------------------------------------------------------------------
 
@@ -359,17 +528,41 @@ class Ledger(ABC):
             return out
 
     def verify(self) -> LedgerReport:
-        """Check the whole chain from its first entry, and the head."""
-        with self._transaction(write=False) as db:
-            replay = Replay(self.where, genesis(self._ledger_id))
+        """Check the whole chain from its first entry, the head, and every request row (and
+        its release) against the entries that record it. A failure also leaves this object
+        refusing every later operation."""
+        with self._transaction(write=False) as db, self._tripwire():
+            replay = Replay(self.where, genesis(self._ledger_id), collect_requests=True)
             for row in db.execute("SELECT seq, account, kind, body, hash FROM entries "
                                   "ORDER BY seq"):
                 replay.apply(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]))
             if replay.seq != self._replay.seq or replay.hash != self._replay.hash:
                 raise LedgerIntegrityError(f"ledger {self.where}: the chain changed while it "
                                            "was being verified")
+            assert replay.requests is not None
+            rows = self._check_table(db, replay.requests)
             return LedgerReport(self.where, replay.seq, replay.hash,
-                                {k: copy_state(v) for k, v in replay.accounts.items()})
+                                {k: copy_state(v) for k, v in replay.accounts.items()}, rows)
+
+    def _check_table(self, db: Connection, recorded: dict[str, Recorded]) -> int:
+        """Every request row matches what the chain recorded of it, and every request the
+        chain recorded has its row; returns the number of rows. Consumes ``recorded``."""
+        rows = 0
+        for row in db.execute(f"SELECT {_REQUEST_COLUMNS} FROM requests"):
+            request = _request_of(row)
+            rows += 1
+            why = _mismatch(request, recorded.pop(request.id, None))
+            if why is not None:
+                raise LedgerIntegrityError(
+                    f"ledger {self.where}: request {request.id} {why}; the ledger refuses "
+                    "to charge until its owner restores it")
+        if recorded:
+            gone = min(recorded.values(), key=lambda r: r.entry)
+            raise LedgerIntegrityError(
+                f"ledger {self.where}: the request recorded by entry {gone.entry} was "
+                "deleted from the requests table; the ledger refuses to charge until its "
+                "owner restores it")
+        return rows
 
 
 _LIVE: weakref.WeakSet[Ledger] = weakref.WeakSet()
@@ -407,6 +600,47 @@ def _one_request(db: Connection, where: str, parameters: Sequence[Any]) -> Store
     return None if row is None else _request_of(row)
 
 
+def _row_digest(request: StoredRequest) -> str:
+    return request_digest(request.id, request.analyst, request.dataset,
+                          request.idempotency_key, request.fingerprint, request.created,
+                          request.first_entry, request.label)
+
+
+def _recorded(rows: list[tuple[int, str, str, str]],
+              check: Any) -> Recorded | None:
+    """What a request's entries (``seq, kind, body, hash``, oldest first) say of it, each
+    entry checked by ``check(seq, (body, hash))`` against what the process verified."""
+    found: Recorded | None = None
+    for seq, kind, body, stored in rows:
+        check(seq, (body, stored))
+        digest = str(json.loads(body)["record"]["digest"])
+        if kind == "request" and found is None:
+            found = Recorded(seq, digest)
+        elif kind == "release" and found is not None and found.release is None:
+            found = Recorded(found.entry, found.digest, digest, seq)
+        else:
+            return Recorded(seq, "", "unordered")
+    return found
+
+
+def _mismatch(request: StoredRequest, chain: Recorded | None) -> str | None:
+    """Why a request row does not match what the chain records of it, or None."""
+    if chain is None:
+        return "is recorded by no entry (inserted?)"
+    if chain.release == "unordered":
+        return f"has entries out of order (entry {chain.entry})"
+    if chain.digest != _row_digest(request):
+        return f"does not match entry {chain.entry}, which recorded it (edited?)"
+    if request.release is None and chain.release is not None:
+        return f"lost the release that entry {chain.release_entry} recorded (deleted?)"
+    if request.release is not None and chain.release is None:
+        return "holds a release that no entry recorded (inserted?)"
+    if request.release is not None and text_digest(request.release) != chain.release:
+        return (f"holds a release that does not match entry {chain.release_entry}, which "
+                "recorded it (edited?)")
+    return None
+
+
 def _request_of(row: Sequence[Any]) -> StoredRequest:
     return StoredRequest(str(row[0]), str(row[1]), str(row[2]),
                          None if row[3] is None else str(row[3]), str(row[4]), float(row[5]),
@@ -416,3 +650,6 @@ def _request_of(row: Sequence[Any]) -> StoredRequest:
 def _check_account_name(name: str) -> None:
     if not isinstance(name, str) or not name or len(name) > 200 or not name.isprintable():
         raise UserError(f"account must be a printable name of 1 to 200 characters, got {name!r}")
+    if name.startswith(REQUEST_ACCOUNT):
+        raise UserError(f"account names starting with {REQUEST_ACCOUNT!r} are the ledger's "
+                        f"own (its requests' entries), got {name!r}")

@@ -13,7 +13,10 @@ holds it in SQLite. Correctness across threads, processes and crashes rests on S
 - the journal is write-ahead (WAL) with ``synchronous=FULL``: a transaction that returned
   from COMMIT is on disk, and a process killed at any point leaves either all of a
   transaction or none of it;
-- triggers refuse UPDATE and DELETE on entries, so honest code can only append.
+- triggers refuse UPDATE and DELETE on entries, so honest code can only append;
+- the file is created readable and writable by its owner only (0600), and so are the
+  ``-wal`` and ``-shm`` files SQLite makes beside it (it copies the database's mode) and the
+  ``.lock`` file: a ledger holds every analyst's SQL and every stored release.
 
 What the files themselves cannot show: someone who rewrites the chain consistently from some
 entry on (recomputing every later hash and the head), restores an older copy of the file, or
@@ -248,6 +251,11 @@ def _create_atomically(path: Path) -> None:
     """Build the empty ledger beside ``path`` and link it into place; losing a race is fine."""
     scratch = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
     try:
+        # Owner-only from the start (it holds every analyst's SQL and every release): SQLite
+        # opens the empty file as a new database, and gives its -wal and -shm files the
+        # database file's permissions.
+        os.close(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.chmod(scratch, 0o600)  # whatever the umask left
         db = _connect(str(scratch))
         try:
             _initialise(db, in_memory=False)

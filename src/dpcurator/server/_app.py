@@ -10,13 +10,25 @@ datasets they have a budget on, and any other name is 404):
     GET  /v1/datasets/{name}/history          the analyst's releases on the dataset
     GET  /v1/datasets/{name}/queries/{id}     one stored release again, free
     GET  /v1/datasets                         the analyst's datasets (schema, bounds, keys)
-    GET  /healthz                             liveness and the ledger's readability
+    GET  /healthz                             liveness; whether the ledger verifies, and when
+                                              it was last verified whole
+    GET  /docs                                the API's documentation (Swagger UI, served from
+                                              the swagger-ui-bundle package: no CDN)
 
-Errors are ``{"error": {"type", "message"}}`` with 400 (bad request), 401 (no or wrong token),
-404 (no such dataset or release), 403 ``budget_exhausted``, 409 (idempotency key reused for
-another request), 413 (body too large), 429 (rate limited); nothing is charged for any of
-them. Messages name what was wrong with the request and never hold a record; whether a
+Errors are ``{"error": {"type", "message"}}`` with 400 (bad request, or a body that is not
+JSON), 401 (no or wrong token), 404 (no such dataset or release), 403 ``budget_exhausted``,
+409 (idempotency key reused for another request), 413 (body too large, declared or
+streamed), 422 ``invalid_request`` (a field of the wrong type or out of range, named: JSON
+types are strict, so ``"epsilon": "0.1"`` and ``"epsilon": true`` are refused), 429 (rate
+limited), 503 ``ledger_unavailable`` (the ledger does not verify); nothing is charged for any
+of them. Messages name what was wrong with the request and never hold a record; whether a
 query is refused depends only on the query, the schema and the budgets, never on the rows.
+
+Every request, whatever its outcome, is written to the audit log as one line of bounded
+size (who, from where, what, the outcome and its cost), and to the access log (the logger
+``dpcurator.server.access``, which ``dpcurator serve --access-log`` sends to stderr or a
+file). Before authentication, requests are limited per client address
+(``[limits] address_requests_per_second``); after it, per analyst.
 """
 
 from __future__ import annotations
@@ -24,16 +36,21 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dpcurator.errors import LedgerIntegrityError
 
 from ._config import AnalystConfig, ServiceConfig
 from ._service import QueryBody, Service, ServiceError
@@ -41,7 +58,9 @@ from ._service import QueryBody, Service, ServiceError
 __all__ = ["create_app"]
 
 _log = logging.getLogger("dpcurator.server")
+_access = logging.getLogger("dpcurator.server.access")
 T = TypeVar("T")
+_NOTES = "dpcurator.notes"  # the scope's key for what a request's audit line says
 
 Scalar = str | int | float | bool | None
 Message = MutableMapping[str, Any]
@@ -50,9 +69,12 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 class QueryRequest(BaseModel):
-    """A DP SQL query (or the builder's plan as JSON) and the privacy it may spend."""
+    """A DP SQL query (or the builder's plan as JSON) and the privacy it may spend.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict JSON types: a number is a JSON number (``"0.1"`` and ``true`` are refused, 422,
+    naming the field), text is a JSON string."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     sql: str | None = Field(None, min_length=1, max_length=20_000,
                             description="DP SQL: SELECT ... FROM data [WHERE ...] [GROUP BY ...]")
@@ -102,7 +124,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text} for code, text in (
         (400, "bad request"), (401, "no or wrong token"), (403, "budget exhausted"),
         (404, "no such dataset or release"), (409, "idempotency key reused"),
-        (413, "body too large"), (429, "rate limited"))}
+        (413, "body too large"), (422, "a field of the wrong type or out of range"),
+        (429, "rate limited"), (503, "the ledger does not verify"))}
 
 
 _bearer = HTTPBearer(auto_error=False, description="the analyst's token")
@@ -112,9 +135,12 @@ async def _analyst(request: Request, credentials: Annotated[
         HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> AnalystConfig:
     """The analyst a request's bearer token names (401 otherwise), within their rate (429).
 
-    On the event loop: a hash and a dictionary, no thread hop."""
+    On the event loop: a hash and a dictionary, no thread hop. A request that authenticates
+    is counted against its analyst's rate, not its address's (see ``_Front``)."""
     service: Service = request.app.state.service
     who = service.authenticate(credentials.credentials if credentials else None)
+    _notes(request)["analyst"] = who.name
+    service.addresses.give_back(_client(request.scope))
     service.admit(who)
     return who
 
@@ -129,76 +155,97 @@ def create_app(config: ServiceConfig | Service, *, docs: bool = True) -> FastAPI
                   description="A trusted curator: differentially private answers to aggregate "
                               "questions, each charged to the asking analyst's budget and the "
                               "dataset's.",
-                  docs_url="/docs" if docs else None, redoc_url=None)
+                  docs_url=None, redoc_url=None)
     app.state.service = service
 
     @app.post("/v1/datasets/{name}/queries", summary="Answer a DP SQL query")
-    async def query(name: str, body: QueryRequest, who: Analyst,
+    async def query(name: str, body: QueryRequest, who: Analyst, request: Request,
                     idempotency_key: Annotated[str | None, Header(max_length=200)] = None
                     ) -> dict[str, Any]:
-        asked = _audited(service, who, name, "query", body.text, body.body)
+        notes = _notes(request, action="query", sql=body.text)
+        asked = body.body()
+        notes["sql"] = asked.text
         # A release already made is sent from the event loop (no engine, no database);
         # anything else runs in a worker thread: reserve, answer, store.
-        fast = _audited(service, who, name, "query", asked.text,
-                        lambda: service.cached_answer(who, name, asked, idempotency_key))
-        if fast is not None:
-            return fast
-        return await run_in_threadpool(
-            _audited, service, who, name, "query", asked.text,
-            lambda: service.query(who, name, asked, idempotency_key))
+        answer = service.cached_answer(who, name, asked, idempotency_key)
+        if answer is None:
+            answer = await run_in_threadpool(service.query, who, name, asked, idempotency_key)
+        notes.update(query_id=answer.get("query_id"), cached=answer.get("cached"),
+                     cost=answer.get("privacy"))
+        return answer
 
     @app.post("/v1/datasets/{name}/explain", summary="Cost and noise of a query (free)")
-    def explain(name: str, body: QueryRequest, who: Analyst) -> dict[str, Any]:
-        asked = _audited(service, who, name, "explain", body.text, body.body)
-        return _audited(service, who, name, "explain", asked.text,
-                        lambda: service.explain(who, name, asked))
+    def explain(name: str, body: QueryRequest, who: Analyst, request: Request
+                ) -> dict[str, Any]:
+        notes = _notes(request, action="explain", sql=body.text)
+        asked = body.body()
+        notes["sql"] = asked.text
+        return service.explain(who, name, asked)
 
     @app.get("/v1/datasets/{name}/budget", summary="The analyst's and the dataset's budget")
-    def budget(name: str, who: Analyst) -> dict[str, Any]:
+    def budget(name: str, who: Analyst, request: Request) -> dict[str, Any]:
+        _notes(request, action="budget")
         return service.budget(who, name)
 
     @app.get("/v1/datasets/{name}/ledger",
              summary="The charges to the analyst's budget on the dataset")
-    def ledger(name: str, who: Analyst) -> dict[str, Any]:
+    def ledger(name: str, who: Analyst, request: Request) -> dict[str, Any]:
+        _notes(request, action="ledger")
         return {"charges": service.charges(who, name)}
 
     @app.get("/v1/datasets/{name}/history", summary="The analyst's releases on the dataset")
-    def history(name: str, who: Analyst) -> dict[str, Any]:
+    def history(name: str, who: Analyst, request: Request) -> dict[str, Any]:
+        _notes(request, action="history")
         return {"releases": service.history(who, name)}
 
     @app.get("/v1/datasets/{name}/queries/{query_id}", summary="A stored release, free")
-    def replay(name: str, query_id: str, who: Analyst) -> dict[str, Any]:
+    def replay(name: str, query_id: str, who: Analyst, request: Request) -> dict[str, Any]:
+        _notes(request, action="replay", query_id=query_id)
         return service.replay(who, name, query_id)
 
     @app.get("/v1/datasets", summary="The analyst's datasets")
-    def datasets(who: Analyst) -> dict[str, Any]:
+    def datasets(who: Analyst, request: Request) -> dict[str, Any]:
+        _notes(request, action="datasets")
         return {"datasets": service.catalogue(who)}
 
-    @app.get("/healthz", summary="Liveness, and whether the ledger verifies")
-    def healthz() -> JSONResponse:
-        try:
-            service.ledger.accounts()
-        except Exception:  # any failure is "not healthy", said without detail
-            return JSONResponse({"status": "ledger unavailable"}, status_code=503)
-        return JSONResponse({"status": "ok"})
+    @app.get("/healthz", summary="Liveness; whether the ledger verifies, and when it was "
+                                 "last verified whole")
+    def healthz(request: Request) -> JSONResponse:
+        _notes(request, action="healthz")
+        ok, view = service.health()
+        return JSONResponse(view, status_code=200 if ok else 503)
+
+    if docs:
+        _add_docs(app)
 
     @app.exception_handler(ServiceError)
     def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return _error(exc.status, exc.kind, exc.message)
+        return _error(exc.status, exc.kind, exc.message, request)
+
+    @app.exception_handler(LedgerIntegrityError)
+    def _ledger_error(request: Request, exc: LedgerIntegrityError) -> JSONResponse:
+        _log.error("the ledger does not verify: %s", exc)
+        return _error(503, "ledger_unavailable", "the budget ledger does not verify: nothing "
+                      "was charged, and nothing will be until its owner restores it (GET "
+                      "/healthz says what failed and when it was last verified)", request)
 
     @app.exception_handler(RequestValidationError)
     def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if any(error.get("type") == "json_invalid" for error in errors):
+            return _error(400, "bad_request", "the request body is not valid JSON", request)
         parts = []
-        for error in exc.errors()[:5]:
+        for error in errors[:5]:
             where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
             parts.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
-        return _error(400, "bad_request", "; ".join(parts) or "the request is malformed")
+        return _error(422, "invalid_request",
+                      "; ".join(parts) or "the request is malformed", request)
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kinds = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
         return _error(exc.status_code, kinds.get(exc.status_code, "bad_request"),
-                      str(exc.detail))
+                      str(exc.detail), request)
 
     @app.exception_handler(Exception)
     def _internal(request: Request, exc: Exception) -> JSONResponse:
@@ -206,75 +253,183 @@ def create_app(config: ServiceConfig | Service, *, docs: bool = True) -> FastAPI
         _log.error("internal error %s on %s", incident, request.url.path, exc_info=exc)
         return _error(500, "internal", f"internal error {incident}: this is a bug in "
                                        "dpcurator; anything charged stays charged and nothing "
-                                       "unstored was released")
+                                       "unstored was released", request)
 
-    app.add_middleware(_BodyLimit, limit=service.config.limits.max_body_bytes)
+    app.add_middleware(_Front, service=service, limit=service.config.limits.max_body_bytes)
     return app
 
 
-def _audited(service: Service, who: AnalystConfig, name: str, action: str, sql: str,
-             run: Callable[[], T]) -> T:
-    """Run an analyst's request and append what happened to the audit log (nothing is
-    logged when ``run`` returns None: the request goes on elsewhere)."""
+# -- the API's documentation, from the package ------------------------------------------------
+
+_DOCS_ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
+                "favicon-32x32.png": "image/png"}
+
+
+def _add_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI with its script and style served from the ``swagger-ui-bundle``
+    package (the ``server`` extra's ``swagger-ui-bundle-v2``), so it works offline and sends
+    the browser nowhere else. Without that package ``/docs`` says how to install it."""
     try:
-        result = run()
-    except ServiceError as exc:
-        service.audit.write(analyst=who.name, dataset=name, action=action, status=exc.status,
-                            error=exc.kind, sql=sql[:2000])
-        raise
-    except Exception:
-        service.audit.write(analyst=who.name, dataset=name, action=action, status=500,
-                            error="internal", sql=sql[:2000])
-        raise
-    if isinstance(result, dict):
-        service.audit.write(analyst=who.name, dataset=name, action=action, status=200,
-                            query_id=result.get("query_id"), cached=result.get("cached"),
-                            cost=result.get("privacy", result.get("cost")), sql=sql[:2000])
-    return result
+        import swagger_ui_bundle
+    except ImportError:
+        swagger_ui_bundle = None
+
+    @app.get("/docs", include_in_schema=False)
+    def docs_page(request: Request) -> Response:
+        _notes(request, action="docs")
+        if swagger_ui_bundle is None:
+            return _error(501, "not_installed", "the API's documentation needs the server "
+                          "extra: pip install 'dpcurator[server]'", request)
+        root = request.scope.get("root_path", "").rstrip("/")
+        return _no_store(get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}", title="dpcurator API",
+            swagger_js_url=f"{root}/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}/docs/assets/swagger-ui.css",
+            swagger_favicon_url=f"{root}/docs/assets/favicon-32x32.png"))
+
+    @app.get("/docs/assets/{asset}", include_in_schema=False)
+    def docs_asset(asset: str, request: Request) -> Response:
+        _notes(request, action="docs")
+        if swagger_ui_bundle is None or asset not in _DOCS_ASSETS:
+            return _error(404, "not_found", "no such file", request)
+        folder = Path(str(swagger_ui_bundle.swagger_ui_path))
+        return FileResponse(folder / asset, media_type=_DOCS_ASSETS[asset],
+                            headers={"Cache-Control": "public, max-age=86400"})
 
 
-def _error(status: int, kind: str, message: str) -> JSONResponse:
+def _no_store(page: HTMLResponse) -> HTMLResponse:
+    page.headers["Cache-Control"] = "no-store"
+    return page
+
+
+# -- what every request leaves behind: the audit line and the access log ------------------------
+
+
+def _notes(request: Request, **facts: Any) -> dict[str, Any]:
+    """What the request's audit line will say (set by ``_Front``), with ``facts`` added."""
+    notes: dict[str, Any] = request.scope.setdefault(_NOTES, {})
+    notes.update(facts)
+    return notes
+
+
+def _client(scope: Message) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+def _error(status: int, kind: str, message: str, request: Request | None = None
+           ) -> JSONResponse:
+    if request is not None:
+        _notes(request, error=kind)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status,
                         headers=headers)
 
 
-class _BodyLimit:
-    """Refuse (413) a request body over ``limit`` bytes, declared or streamed."""
+class _Front:
+    """In front of every request, in this order:
 
-    def __init__(self, app: Callable[..., Awaitable[None]], limit: int) -> None:
-        self.app, self.limit = app, limit
+    1. the per-address rate limit, before authentication (429; a request that then
+       authenticates gives its token back, and is limited per analyst instead);
+    2. the body limit: a declared length over it is refused at once, and a body streamed
+       (chunked) is read up to it and refused (413) before the app sees any of it;
+    3. when the request ends, whatever ended it: one audit line (bounded fields) and one
+       access-log line.
+    """
+
+    def __init__(self, app: Callable[..., Awaitable[None]], service: Service,
+                 limit: int) -> None:
+        self.app, self.service, self.limit = app, service, limit
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        notes: dict[str, Any] = scope.setdefault(_NOTES, {})
+        started = time.perf_counter()
+        status = 500  # unless a response starts: an exception reaches the server's handler
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        client = _client(scope)
+        try:
+            if not self.service.addresses.take(client):
+                notes["error"] = "rate_limited"
+                await _error(429, "rate_limited", "too many requests from this address; slow "
+                                                  "down and retry")(scope, receive, sending)
+                return
+            body = await self._body(scope, receive, notes)
+            if isinstance(body, Response):
+                await body(scope, receive, sending)
+                return
+            if body is None:  # the client went away before sending its body
+                status = 499
+                return
+            await self.app(scope, _replay(body, receive), sending)
+        finally:
+            self._record(scope, notes, status, client, time.perf_counter() - started)
+
+    async def _body(self, scope: Message, receive: Receive,
+                    notes: dict[str, Any]) -> bytes | Response | None:
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        too_large = _error(413, "too_large", f"the request body is over {self.limit} bytes")
         try:
             if declared is not None and int(declared) > self.limit:
-                await too_large(scope, receive, send)
-                return
+                notes["error"] = "too_large"
+                return self._too_large()
         except ValueError:
-            await _error(400, "bad_request", "bad Content-Length")(scope, receive, send)
-            return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+            notes["error"] = "bad_request"
+            return _error(400, "bad_request", "bad Content-Length")
+        chunks, seen = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                notes["error"] = "too_large"
+                return self._too_large()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
+    def _too_large(self) -> JSONResponse:
+        return _error(413, "too_large", f"the request body is over {self.limit} bytes")
+
+    def _record(self, scope: Message, notes: dict[str, Any], status: int, client: str,
+                took: float) -> None:
+        params = scope.get("path_params") or {}
+        path = str(scope.get("path", ""))
         try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await too_large(scope, receive, send)
+            self.service.audit.write(
+                client=client, method=scope.get("method"), path=path, status=status,
+                analyst=notes.get("analyst"), dataset=params.get("name"),
+                action=notes.get("action"), error=notes.get("error"), sql=notes.get("sql"),
+                query_id=notes.get("query_id"), cached=notes.get("cached"),
+                cost=notes.get("cost"), ms=round(took * 1000, 1))
+        except OSError as exc:  # the log's disk: say so, but the answer was already sent
+            _log.error("cannot write the audit log: %s", exc)
+        if _access.isEnabledFor(logging.INFO):
+            shown = path if len(path) <= 200 else f"{path[:200]}...[{len(path)} chars]"
+            _access.info('%s "%s %s" %d %s %.1fms', client[:64], str(scope.get("method"))[:16],
+                         shown.encode("unicode_escape").decode("ascii"), status,
+                         str(notes.get("analyst", "-"))[:64], took * 1000)
 
 
-class _TooLarge(Exception):
-    pass
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body, already read, as the app's ``receive``; after it, the client's own (so a
+    disconnect is still seen)."""
+    sent = False
 
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

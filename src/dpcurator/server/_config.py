@@ -7,14 +7,29 @@
     bounds = { amount = [0, 500] }           # a column without bounds has them chosen
     keys = { region = ["north", "south"] }   # public group keys (optional)
     budget = { epsilon = 3.0, delta = 1e-6 } # for all analysts together
+    share_releases = false                   # optional (see below)
     [analysts.alice]
     token_sha256 = "<hex sha-256 of alice's token>"
     budgets = { orders = { epsilon = 1.0, delta = 1e-7 } }
     audit_log = "audit.jsonl"                # default: beside the ledger (or this file)
+    verify_every_s = 60.0                    # the whole ledger is verified this often
     [limits]                                 # optional; these are the defaults
     max_body_bytes = 65536
-    requests_per_second = 100.0
+    requests_per_second = 100.0              # per analyst
     burst = 200
+    address_requests_per_second = 20.0       # per client address, before authentication
+    address_burst = 100
+
+Releases are the analyst's own: an analyst asking a query another analyst already asked is
+charged and answered afresh, and never learns that anyone asked it. ``share_releases = true``
+lets the analysts of a dataset share its releases: a query already answered for one analyst
+is answered to another with the same release, charged to that analyst's own budget (what an
+analyst sees is always counted in their budget, so one whose budget is spent gets nothing)
+but not again to the dataset's; the answer carries a request id of the asker's own.
+
+The address limit counts every request from a client address that does not authenticate
+(no token, a wrong one, ``/healthz``, ``/docs``) and is checked before the token is; a request
+that authenticates is counted against its analyst's limit instead.
 
 Tokens are never stored: only their SHA-256 (``dpcurator serve token NAME`` makes one). Every
 problem is reported as a ``ConfigError`` naming the key and what was expected.
@@ -53,6 +68,7 @@ class DatasetConfig:
     max_rows_per_partition: int | str
     allow_large_delta: bool
     bounds_share: float | None = None  # of each query's budget, choosing its bounds
+    share_releases: bool = False  # analysts of the dataset may be sent each other's releases
 
 
 @dataclass(frozen=True)
@@ -65,8 +81,10 @@ class AnalystConfig:
 @dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 65536
-    requests_per_second: float = 100.0
+    requests_per_second: float = 100.0  # per analyst
     burst: int = 200
+    address_requests_per_second: float = 20.0  # per client address, before authentication
+    address_burst: int = 100
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,7 @@ class ServiceConfig:
     analysts: dict[str, AnalystConfig]
     limits: Limits = field(default_factory=Limits)
     audit_log: Path | None = None
+    verify_every_s: float = 60.0  # the whole ledger is verified this often while serving
 
 
 def load_config(path: str | Path) -> ServiceConfig:
@@ -93,7 +112,8 @@ def load_config(path: str | Path) -> ServiceConfig:
 
 
 def parse_config(data: dict[str, Any], *, base: Path) -> ServiceConfig:
-    _only(data, {"ledger", "datasets", "analysts", "limits", "audit_log"}, "the configuration")
+    _only(data, {"ledger", "datasets", "analysts", "limits", "audit_log", "verify_every_s"},
+          "the configuration")
     ledger = data.get("ledger", "ledger.sqlite")
     if not isinstance(ledger, str) or not ledger:
         raise ConfigError("ledger must be a file path or a postgresql:// URL")
@@ -118,7 +138,11 @@ def parse_config(data: dict[str, Any], *, base: Path) -> ServiceConfig:
                       else (base / "audit.jsonl").resolve())
     else:
         audit_path = (base / audit).resolve()
-    return ServiceConfig(ledger, datasets, analysts, limits, audit_path)
+    every = data.get("verify_every_s", 60.0)
+    if not _is_number(every) or not 0.05 <= every <= 86_400:
+        raise ConfigError("verify_every_s must be a number of seconds from 0.05 to 86400 (how "
+                          "often the whole ledger is verified while serving)")
+    return ServiceConfig(ledger, datasets, analysts, limits, audit_path, float(every))
 
 
 def _is_url(ledger: str) -> bool:
@@ -150,7 +174,7 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         raise ConfigError(f"{where} must be a table")
     _only(spec, {"path", "privacy_unit", "one_row_per_person", "bounds", "keys", "budget",
                  "max_partitions", "max_rows_per_partition", "bounds_share",
-                 "allow_large_delta"}, where)
+                 "allow_large_delta", "share_releases"}, where)
     path = spec.get("path")
     if not isinstance(path, str) or not path:
         raise ConfigError(f"{where} needs path = \"<CSV or Parquet file>\"")
@@ -192,7 +216,14 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         max_rows_per_partition=_cap(spec.get("max_rows_per_partition", "auto"),
                                     f"{where} max_rows_per_partition"),
         bounds_share=_share(spec.get("bounds_share"), f"{where} bounds_share"),
-        allow_large_delta=bool(spec.get("allow_large_delta", False)))
+        allow_large_delta=bool(spec.get("allow_large_delta", False)),
+        share_releases=_flag(spec.get("share_releases", False), f"{where} share_releases"))
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    return value
 
 
 def _share(value: Any, where: str) -> float | None:
@@ -250,16 +281,23 @@ def _total(value: Any, where: str) -> Total:
 
 
 def _limits(spec: dict[str, Any]) -> Limits:
-    _only(spec, {"max_body_bytes", "requests_per_second", "burst"}, "[limits]")
+    _only(spec, {"max_body_bytes", "requests_per_second", "burst",
+                 "address_requests_per_second", "address_burst"}, "[limits]")
     default = Limits()
-    rate = spec.get("requests_per_second", default.requests_per_second)
-    if not _is_number(rate) or not 0 < rate < math.inf:
-        raise ConfigError("[limits] requests_per_second must be a positive number")
+    rates = {}
+    for key in ("requests_per_second", "address_requests_per_second"):
+        rate = spec.get(key, getattr(default, key))
+        if not _is_number(rate) or not 0 < rate < math.inf:
+            raise ConfigError(f"[limits] {key} must be a positive number")
+        rates[key] = float(rate)
     return Limits(
         max_body_bytes=_positive_int(spec.get("max_body_bytes", default.max_body_bytes),
                                      "[limits] max_body_bytes"),
-        requests_per_second=float(rate),
-        burst=_positive_int(spec.get("burst", default.burst), "[limits] burst"))
+        requests_per_second=rates["requests_per_second"],
+        burst=_positive_int(spec.get("burst", default.burst), "[limits] burst"),
+        address_requests_per_second=rates["address_requests_per_second"],
+        address_burst=_positive_int(spec.get("address_burst", default.address_burst),
+                                    "[limits] address_burst"))
 
 
 def _positive_int(value: Any, where: str) -> int:

@@ -9,6 +9,8 @@ A query goes through these stages, and nothing is read before the charge is comm
     resolve   the DP SQL, parsed by the dataset's curator, with the dataset's defaults and
               the privacy asked (400 if wrong)
     replay    the same release made before for the same analyst: returned free, ``cached``
+              (with ``share_releases``, one made for another analyst of the dataset:
+              charged to the asker's own budget only, under a request id of the asker's own)
     prepare   the curator compiles, prices and checks it against the table's types (400 if
               wrong); the service asks it for the price in each account's composition
     reserve   one ledger transaction debits the analyst's and the dataset's accounts and
@@ -26,9 +28,17 @@ reservation in its ledger and the stored releases. Parsing, pricing and describi
 ``cost_in``, ``describe``), through its public surface only.
 
 Releases made are remembered per analyst (a bounded cache in front of the ledger's stored
-releases): an analyst gets their own earlier release again for free, never another analyst's.
-The datasets' curators run with ``cache=False``: their cache is one per dataset, shared by
-every analyst, so it must not answer here.
+releases): an analyst gets their own earlier release again for free, never another analyst's,
+and never learns that another analyst asked the same (``cached`` and ``query_id`` are the
+asker's own). The datasets' curators run with ``cache=False``: their cache is one per
+dataset, shared by every analyst, so it must not answer here. A dataset configured with
+``share_releases = true`` also keeps a cache per dataset, read only through a charge to the
+asker's own budget (see ``_config``).
+
+While it serves, the service verifies the whole ledger (chain and requests) every
+``verify_every_s`` seconds on a connection of its own (``health`` says when it last did, and
+what failed); the ledger itself re-checks what each charge reads. Once either finds the
+ledger does not verify, every query is refused (503 ``ledger_unavailable``), nothing charged.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import functools
 import hashlib
 import hmac
 import json
+import logging
 import os
 import threading
 import time
@@ -64,6 +75,8 @@ from dpcurator.query.plan import DEFAULT_AUTO_SHARE, Plan
 from ._config import AnalystConfig, DatasetConfig, ServiceConfig
 
 __all__ = ["QueryBody", "Service", "ServiceError"]
+
+_log = logging.getLogger("dpcurator.server")
 
 T = TypeVar("T")
 Price = PureDP | ApproxDP | ZCDP  # what a query is charged (``Curator.cost_in``)
@@ -120,27 +133,59 @@ class _Dataset:
 
 
 class _Limiter:
-    """A token bucket per analyst: ``rate`` requests a second, up to ``burst`` at once."""
+    """A token bucket per key (an analyst, a client address): ``rate`` requests a second, up
+    to ``burst`` at once. At most ``keys`` buckets are kept (the least recently used is
+    forgotten first: a forgotten key starts full again)."""
 
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = rate, burst
-        self._buckets: dict[str, tuple[float, float]] = {}
+    def __init__(self, rate: float, burst: int, keys: int = 100_000) -> None:
+        self.rate, self.burst, self.keys = rate, burst, keys
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def take(self, who: str) -> bool:
         now = time.monotonic()
         with self._lock:
-            tokens, then = self._buckets.get(who, (float(self.burst), now))
+            tokens, then = self._buckets.pop(who, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - then) * self.rate)
-            if tokens < 1:
-                self._buckets[who] = (tokens, now)
-                return False
-            self._buckets[who] = (tokens - 1, now)
-            return True
+            taken = tokens >= 1
+            self._buckets[who] = (tokens - 1 if taken else tokens, now)
+            while len(self._buckets) > self.keys:
+                self._buckets.popitem(last=False)
+            return taken
+
+    def give_back(self, who: str) -> None:
+        """Return a token taken by ``take`` (the request turned out not to count here)."""
+        with self._lock:
+            found = self._buckets.get(who)
+            if found is not None:
+                self._buckets[who] = (min(float(self.burst), found[0] + 1), found[1])
+
+
+# The longest text each audit field keeps (characters; longer ones are cut and marked), so
+# that no request writes more than a few KB to the log, whatever it sent.
+_AUDIT_LIMITS = {"sql": 1000, "path": 256, "dataset": 64, "analyst": 64, "client": 64,
+                 "error": 64, "query_id": 64, "method": 16, "action": 32}
+_AUDIT_DEFAULT_LIMIT = 128
+
+
+def _clip(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else f"{value[:limit]}...[{len(value)} chars]"
+    if isinstance(value, dict):
+        return {_clip(str(k), 32): _clip(v, _AUDIT_DEFAULT_LIMIT)
+                for k, v in list(value.items())[:16]}
+    if isinstance(value, list | tuple):
+        return [_clip(v, _AUDIT_DEFAULT_LIMIT) for v in value[:16]]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _clip(str(value), _AUDIT_DEFAULT_LIMIT)
 
 
 class _AuditLog:
-    """Append-only JSON lines: who asked what, the outcome and what it cost (never data)."""
+    """Append-only JSON lines: who asked what, the outcome and what it cost (never data).
+
+    One line per request, whatever its outcome (401, 429 and GETs included); every field is
+    cut to its bound (``_AUDIT_LIMITS``), so a line stays a few KB at most."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -152,7 +197,9 @@ class _AuditLog:
     def write(self, **record: Any) -> None:
         if self._fd is None:
             return
-        record = {"time": time.time(), **record}
+        record = {"time": time.time(), **{
+            key: _clip(value, _AUDIT_LIMITS.get(key, _AUDIT_DEFAULT_LIMIT))
+            for key, value in list(record.items())[:32] if value is not None}}
         line = (json.dumps(record, default=str, allow_nan=False) + "\n").encode()
         with self._lock:
             os.write(self._fd, line)
@@ -161,6 +208,60 @@ class _AuditLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class _Verifier:
+    """Verifies the whole ledger every ``every`` seconds, on a connection of its own (so the
+    serving connection is never held up), and keeps what it found; a failure is passed to
+    the serving ledger, which then refuses every charge."""
+
+    def __init__(self, target: str, serving: Ledger, every: float) -> None:
+        self.target, self.serving, self.every = target, serving, every
+        self.last_verified: float | None = time.time()  # the serving ledger verified at open
+        self.entries: int | None = None
+        self.failure: str | None = None
+        self.failed_at: float | None = None
+        self._ledger: Ledger | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dpcurator-ledger-verifier",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.verify_now()
+
+    def verify_now(self) -> None:
+        """One verification of the whole ledger (chain, head, requests)."""
+        from dpcurator.ledger import open_ledger
+
+        with self._lock:
+            if self.failure is not None or self._stop.is_set():
+                return
+            try:
+                if self._ledger is None:
+                    self._ledger = open_ledger(self.target, create=False)
+                report = self._ledger.verify()
+            except LedgerIntegrityError as exc:
+                self.failure, self.failed_at = str(exc), time.time()
+                self.serving.refuse(str(exc))
+                _log.error("the ledger does not verify: %s", exc)
+            except Exception as exc:  # the database unreachable for now: try again next time
+                _log.warning("the ledger could not be verified this time: %s", exc)
+                if self._ledger is not None:
+                    self._ledger.close()
+                    self._ledger = None
+            else:
+                self.last_verified, self.entries = time.time(), report.entries
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        with self._lock:
+            if self._ledger is not None:
+                self._ledger.close()
+                self._ledger = None
 
 
 class Service:
@@ -190,10 +291,15 @@ class Service:
                 self.ledger.open_account(self.account_of(analyst, dataset),
                                          FilterRule.make(total))
         self._limiter = _Limiter(config.limits.requests_per_second, config.limits.burst)
+        self.addresses = _Limiter(config.limits.address_requests_per_second,
+                                  config.limits.address_burst)
         self.audit = _AuditLog(config.audit_log)
         # (analyst, dataset, plan, privacy asked) -> (request id, release): per analyst
         self._released: OrderedDict[tuple[str, str, Any], tuple[str, Release]] = OrderedDict()
+        # (dataset, plan, privacy asked) -> release: only for datasets that share releases
+        self._shared: OrderedDict[tuple[str, Any], Release] = OrderedDict()
         self._released_lock = threading.Lock()
+        self.verifier = _Verifier(config.ledger, self.ledger, config.verify_every_s)
 
     # -- who is asking -------------------------------------------------------------------------
 
@@ -239,6 +345,7 @@ class Service:
         if idempotency_key is not None:
             return None
         data = self.dataset(analyst, name)
+        self._check_ledger()
         resolved = self._resolve(data, body)
         hit = self._cached(analyst, name, resolved)
         if hit is None:
@@ -250,11 +357,13 @@ class Service:
               idempotency_key: str | None = None) -> dict[str, Any]:
         """Answer a query: reserve first, answer, store, send (see the module docstring)."""
         data = self.dataset(analyst, name)
+        self._check_ledger()
         resolved = self._resolve(data, body)
         hit = self._cached(analyst, name, resolved)
         if hit is not None and idempotency_key is None:
             return self._response(analyst, name, hit[0], hit[1].to_dict(resolved.level),
                                   cached=True)
+        shared = self._shared_release(name, resolved) if hit is None else None
         prepared: PreparedQuery | None = None
         costs: dict[str, Price] = {}
         reserve = functools.partial(
@@ -265,6 +374,14 @@ class Service:
             if hit is not None:  # free: the key is recorded with the release already made
                 reservation = reserve([], release=json.dumps(hit[1].to_dict(resolved.level),
                                                              allow_nan=False))
+            elif shared is not None:  # another analyst's release: charged to the asker only
+                prepared = _user(lambda: data.curator.prepare(resolved))
+                mine = self.account_of(analyst, name)
+                reservation = reserve([(mine, self._cost_in(data, prepared, mine))],
+                                      release=json.dumps(shared.to_dict(resolved.level),
+                                                         allow_nan=False))
+                if not reservation.replayed:
+                    self._remember(analyst, name, resolved, reservation.request.id, shared)
             else:
                 prepared = _user(lambda: data.curator.prepare(resolved))
                 costs = self._costs(analyst, data, prepared)
@@ -273,8 +390,8 @@ class Service:
             raise ServiceError(403, "budget_exhausted", str(exc)) from None
         except IdempotencyConflict as exc:
             raise ServiceError(409, "idempotency_conflict", str(exc)) from None
-        except LedgerIntegrityError as exc:
-            raise ServiceError(503, "ledger_unavailable", str(exc)) from None
+        except LedgerIntegrityError:
+            raise _ledger_unavailable() from None
         request = reservation.request
         if request.release is not None:  # a retry of an answered request, or a free one
             return self._response(analyst, name, request.id, json.loads(request.release),
@@ -287,7 +404,10 @@ class Service:
         privacy = costs[data.account] if costs else self._cost_in(data, prepared, data.account)
         release = data.curator.answer(prepared, privacy)
         ours = json.dumps(release.to_dict(resolved.level), allow_nan=False)
-        stored = self.ledger.store_release(request.id, ours)
+        try:
+            stored = self.ledger.store_release(request.id, ours)
+        except LedgerIntegrityError:
+            raise _ledger_unavailable() from None
         if stored == ours:  # another worker may have stored first: remember only what was sent
             self._remember(analyst, name, resolved, request.id, release)
         return self._response(analyst, name, request.id, json.loads(stored),
@@ -298,6 +418,13 @@ class Service:
         with self._released_lock:
             return self._released.get((analyst.name, name, resolved.key))
 
+    def _shared_release(self, name: str, resolved: ResolvedQuery) -> Release | None:
+        """A release of the same query made for any analyst, if the dataset shares them."""
+        if not self.datasets[name].config.share_releases:
+            return None
+        with self._released_lock:
+            return self._shared.get((name, resolved.key))
+
     def _remember(self, analyst: AnalystConfig, name: str, resolved: ResolvedQuery,
                   request_id: str, release: Release) -> None:
         key = (analyst.name, name, resolved.key)
@@ -306,6 +433,40 @@ class Service:
             self._released.move_to_end(key)
             while len(self._released) > _CACHE_SIZE:
                 self._released.popitem(last=False)
+            if self.datasets[name].config.share_releases:
+                shared = (name, resolved.key)
+                self._shared.setdefault(shared, release)
+                self._shared.move_to_end(shared)
+                while len(self._shared) > _CACHE_SIZE:
+                    self._shared.popitem(last=False)
+
+    def _check_ledger(self) -> None:
+        """Refuse (503) once the ledger was found not to verify, by any check."""
+        if self.ledger.integrity_failure is not None:
+            raise _ledger_unavailable()
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Whether the ledger is readable and verifies, and when it was last verified whole
+        (Unix time); a failure is said without the ledger's location."""
+        verifier = self.verifier
+        failure = self.ledger.integrity_failure or verifier.failure
+        if failure is None:
+            try:
+                self.ledger.accounts()  # readable, and the newest entries check out
+            except LedgerIntegrityError as exc:
+                failure = str(exc)
+            except DPCuratorError:
+                return False, {"status": "ledger unavailable", "ledger": {
+                    "readable": False, "verified_at": verifier.last_verified,
+                    "verify_every_s": verifier.every}}
+        view: dict[str, Any] = {"verified": failure is None,
+                                "verified_at": verifier.last_verified,
+                                "verify_every_s": verifier.every}
+        if failure is not None:
+            view["failed_at"] = verifier.failed_at or time.time()
+            view["error"] = failure.removeprefix(f"ledger {self.ledger.where}: ")
+        return failure is None, {"status": "ok" if failure is None else
+                                 "ledger does not verify", "ledger": view}
 
     def _costs(self, analyst: AnalystConfig, data: _Dataset,
                prepared: PreparedQuery) -> dict[str, Price]:
@@ -379,6 +540,7 @@ class Service:
         return out
 
     def close(self) -> None:
+        self.verifier.close()
         for data in self.datasets.values():
             data.curator.close()
         self.ledger.close()
@@ -453,11 +615,20 @@ def _user(action: Callable[[], T]) -> T:
         raise  # an InternalError is a bug: the app answers 500, not the user's 400
     except DPCuratorError as exc:
         if isinstance(exc, LedgerIntegrityError):
-            raise ServiceError(503, "ledger_unavailable", str(exc)) from None
+            raise _ledger_unavailable() from None
         raise ServiceError(400, "bad_request", " ".join(str(exc).split())) from None
     except (ValueError, TypeError, RecursionError) as exc:
         raise ServiceError(400, "bad_request", f"the query could not be read "
                            f"({type(exc).__name__})") from None
+
+
+def _ledger_unavailable() -> ServiceError:
+    """The refusal once the ledger does not verify (its details are for the owner: the log,
+    ``/healthz``, ``dpcurator ledger verify``)."""
+    return ServiceError(503, "ledger_unavailable",
+                        "the budget ledger does not verify: nothing was charged, and nothing "
+                        "will be until its owner restores it (GET /healthz says what failed "
+                        "and when the ledger was last verified)")
 
 
 def _guarantee_json(cost: Any) -> dict[str, Any]:

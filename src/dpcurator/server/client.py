@@ -15,12 +15,44 @@ Standard library (``urllib``) and dpcurator only, so an analyst's machine needs 
 ``server`` extra. Every refusal raises the ``DPCuratorError`` the library would raise
 (``BudgetExceededError`` for a spent budget, ``UserError`` for a bad query), with the service's
 message.
+
+Idempotency keys, and completing a stranded request
+---------------------------------------------------
+The service charges a query before it runs it. If the connection is lost after the charge
+(the server killed, a network failure), the request is *stranded*: charged, its release not
+yet received. Sending it again with the same ``Idempotency-Key`` completes it for free (the
+service answers the charged request, or sends the release it stored).
+
+``sql`` and ``run`` derive the key from the call: the dataset, the token's identity (its
+SHA-256), the query and every parameter sent, and ``n``, the number of identical calls this
+client has already had answered. So:
+
+- a retry of the same call (same client, after a ``RemoteError``) sends the same key and
+  completes the stranded request: a failed call does not advance ``n``;
+- re-running the same script (a new client, the same calls in the same order) sends the same
+  keys, so it completes what a crash stranded, and gets its earlier releases back for free;
+- two deliberate identical calls are two requests (``n`` differs), as two calls to a
+  ``Curator`` are. (The service itself answers an analyst's repeat of a query with the
+  release already made, for free: asking again does not buy fresh noise.)
+- ``idempotency_key=`` overrides the derivation: pass a new value to make a request that no
+  earlier one can be mistaken for, or ``error.idempotency_key`` to retry exactly that one.
+
+Why derived rather than random: a random key is lost with the process that made it, so the
+ordinary fix after a crash (run it again) would pay again and leave the stranded charge
+unused. Two threads making the same call at once with one client send one key: the service
+answers both with one release.
+
+Every ``RemoteError`` raised by ``sql`` or ``run`` carries the request's key
+(``error.idempotency_key``); to complete the request, call again with
+``idempotency_key=error.idempotency_key`` (or simply make the same call again).
 """
 
 from __future__ import annotations
 
+import hashlib
+import http.client
 import json
-import secrets
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -38,7 +70,20 @@ __all__ = ["RemoteCurator", "RemoteError", "connect"]
 
 
 class RemoteError(DPCuratorError):
-    """The service could not be reached, or answered with an error that is not the caller's."""
+    """The service could not be reached, or answered with an error that is not the caller's.
+
+    ``idempotency_key``: the key of the query request that failed (None for a read). The
+    request may have been charged without an answer; calling again with
+    ``idempotency_key=error.idempotency_key`` (or making the same call again) completes it,
+    for free if it was charged."""
+
+    def __init__(self, message: str, *, idempotency_key: str | None = None) -> None:
+        if idempotency_key is not None:
+            message = (f"{message} (Idempotency-Key {idempotency_key}: retry with "
+                       f"idempotency_key={idempotency_key!r}, or make the same call again, to "
+                       "complete this request without paying twice)")
+        super().__init__(message)
+        self.idempotency_key = idempotency_key
 
 
 def connect(url: str, token: str, *, dataset: str | None = None,
@@ -60,6 +105,9 @@ class RemoteCurator:
             raise UserError("token must be the analyst's token (a non-empty string)")
         self.url = url.rstrip("/")
         self._token = token
+        self._identity = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+        self._answered: dict[str, int] = {}  # call -> identical calls answered (see the docs)
+        self._answered_lock = threading.Lock()
         self.timeout = timeout
         if dataset is None:
             names = [d["name"] for d in self.datasets()]
@@ -78,16 +126,16 @@ class RemoteCurator:
             total_share: float | None = None) -> dict[str, Any]:
         """Answer a DP SQL query: ``{"rows", "intervals", "privacy", "query_id", "cached",
         "remaining"}``. A retry after a lost answer is safe: the request carries an
-        idempotency key (made here unless given), so it is never charged twice.
-        ``intervals``: what the intervals of COUNT(*) and SUM cover ("bounded", "total"), and
-        ``total_share`` what the total ones spend."""
+        idempotency key derived from the call (see the module's docstring), so the same call
+        made again completes a request that was charged but not answered, never charging it
+        twice; a ``RemoteError`` carries the key. ``intervals``: what the intervals of
+        COUNT(*) and SUM cover ("bounded", "total"), and ``total_share`` what the total ones
+        spend."""
         body = _drop_none({"sql": query, "epsilon": epsilon, "delta": delta, "rho": rho,
                            "noise": noise, "confidence": confidence,
                            "keys": list(keys) if keys is not None else None,
                            "intervals": intervals, "total_share": total_share})
-        key = idempotency_key or secrets.token_hex(16)
-        return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/queries", body,
-                          {"Idempotency-Key": key}, retries=2)
+        return self._ask(body, idempotency_key)
 
     def run(self, query: Query | Plan, *, epsilon: float | None = None,
             delta: float | None = None, rho: float | None = None, noise: str | None = None,
@@ -99,9 +147,32 @@ class RemoteCurator:
             raise UserError("run() takes a Query or a Plan; for SQL use sql(...)")
         body = _drop_none({**_asked(query), "epsilon": epsilon, "delta": delta,
                            "rho": rho, "noise": noise, "confidence": confidence})
-        key = idempotency_key or secrets.token_hex(16)
-        return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/queries", body,
-                          {"Idempotency-Key": key}, retries=2)
+        return self._ask(body, idempotency_key)
+
+    def _derive_key(self, body: dict[str, Any], repeat: int) -> str:
+        """The key ``sql`` and ``run`` send for ``body`` (the JSON they send) the ``repeat``-th
+        time (0 first) that this client asks it and gets an answer."""
+        call = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+        digest = hashlib.sha256()
+        for part in ("dpcurator-idempotency-v1", self.dataset, self._identity, call,
+                     str(repeat)):
+            digest.update(part.encode("utf-8", "surrogatepass"))
+            digest.update(b"\x00")
+        return "dpc-" + digest.hexdigest()[:48]
+
+    def _ask(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
+        """Send a query with its key; an answer (not an error) advances the call's count."""
+        call = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+        with self._answered_lock:
+            repeat = self._answered.get(call, 0)
+        key = (idempotency_key if idempotency_key is not None
+               else self._derive_key(body, repeat))
+        answer = self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/queries", body,
+                            {"Idempotency-Key": key}, retries=2, key=key)
+        if idempotency_key is None:
+            with self._answered_lock:
+                self._answered[call] = max(self._answered.get(call, 0), repeat + 1)
+        return answer
 
     def explain(self, query: Query | Plan | str, **privacy: Any) -> dict[str, Any]:
         """The cost and noise of a query (DP SQL, a ``Query`` or a ``Plan``), charging
@@ -148,7 +219,8 @@ class RemoteCurator:
     # -- transport -----------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
-              headers: dict[str, str] | None = None, retries: int = 0) -> dict[str, Any]:
+              headers: dict[str, str] | None = None, retries: int = 0,
+              key: str | None = None) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method, headers={
             "Authorization": f"Bearer {self._token}", "Accept": "application/json",
@@ -160,18 +232,20 @@ class RemoteCurator:
                     answer: dict[str, Any] = json.loads(response.read())
                     return answer
             except urllib.error.HTTPError as exc:
-                raise _error_of(exc) from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                raise _error_of(exc, key) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError,
+                    http.client.HTTPException) as exc:
                 if attempt == retries:
                     raise RemoteError(f"cannot reach the curator at {self.url}: "
-                                      f"{getattr(exc, 'reason', exc)}") from None
+                                      f"{getattr(exc, 'reason', exc)}",
+                                      idempotency_key=key) from None
         raise InternalError("unreachable; this is probably a bug")  # pragma: no cover
 
     def __repr__(self) -> str:
         return f"RemoteCurator({self.url!r}, dataset={self.dataset!r})"
 
 
-def _error_of(exc: urllib.error.HTTPError) -> DPCuratorError:
+def _error_of(exc: urllib.error.HTTPError, key: str | None = None) -> DPCuratorError:
     try:
         detail = json.loads(exc.read())["error"]
         kind, message = str(detail["type"]), str(detail["message"])
@@ -179,11 +253,12 @@ def _error_of(exc: urllib.error.HTTPError) -> DPCuratorError:
         kind, message = "http", f"HTTP {exc.code}"
     if kind == "budget_exhausted":
         return BudgetExceededError(message)
-    if exc.code in (400, 404, 409, 413):
+    if exc.code in (400, 404, 409, 413, 422):
         return UserError(message)
     if exc.code == 401:
         return UserError(f"the curator refused the token: {message}")
-    return RemoteError(f"the curator answered {exc.code} ({kind}): {message}")
+    return RemoteError(f"the curator answered {exc.code} ({kind}): {message}",
+                       idempotency_key=key)
 
 
 def _asked(query: Query | Plan | str) -> dict[str, Any]:
