@@ -27,6 +27,12 @@ Errors are against the true *unbounded* answers.
     .venv/bin/python benchmarks/auto_bounds.py --categories 16 --units 20000 --choices 4000
     .venv/bin/python benchmarks/auto_bounds.py --categories 16 --units 20000 --runs 5 --exact
     .venv/bin/python benchmarks/auto_bounds.py --timing-only    # release times, no RMSE
+    .venv/bin/python benchmarks/auto_bounds.py --family --json family.json  # issue 26's family
+
+``--family`` runs ``auto_bounds_family.py`` instead: 52 generated shapes (2 to 64 groups,
+5,000 to 200,000 units, 1% to 20% heavy units, values uniform, lognormal, mostly zero or
+signed, pure DP and zCDP), COUNT, COUNT(DISTINCT), SUM and AVG with no bounds given, each
+against the best fixed powers of two, exactly over the choice's law.
 
 ``--timing`` (or ``--timing-only``) also times one release of each query, round-robin
 (``_rounds.py``), medians: the best fixed bounds (the baseline), ``bounds="auto"`` with bounded
@@ -303,7 +309,28 @@ def main() -> None:
     parser.add_argument("--exact", action="store_true",
                         help="also the expected RMSE over the choice's exact law")
     parser.add_argument("--json", type=str, default=None)
+    parser.add_argument("--family", action="store_true",
+                        help="the generated family of shapes instead (auto_bounds_family.py)")
+    parser.add_argument("--shapes", type=int, default=52, help="--family: how many shapes")
+    parser.add_argument("--only", type=str, default=None,
+                        help="--family: a comma-separated list of shape numbers")
+    parser.add_argument("--questions", type=str, default="COUNT,COUNT_DISTINCT,SUM,AVG",
+                        help="--family: which questions")
+    parser.add_argument("--draws", type=int, default=400,
+                        help="--family: noise draws per candidate (AVG, P[error > 3x])")
     args = parser.parse_args()
+    if args.family:
+        from auto_bounds_family import as_json, run_family, summary
+
+        only = [int(v) for v in args.only.split(",")] if args.only else None
+        outcomes = run_family(args.shapes, args.questions.split(","), args.draws, only)
+        result = summary(outcomes)
+        print(json.dumps(result, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"summary": result,
+                                                   "cases": as_json(outcomes)}, indent=1,
+                                                  default=str))
+        return
     table = skewed_table(args.units, categories_count=args.categories, seed=args.seed)
     keys = categories(args.categories)
     if args.timing_only:

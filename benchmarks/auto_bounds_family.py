@@ -84,10 +84,10 @@ def family_shapes(count: int = 52, seed: int = 2026) -> list[Shape]:
     kinds = ("uniform", "lognormal", "zeros", "signed")
     shapes = []
     for i in range(count):
-        groups = int(round(math.exp(rng.uniform(math.log(2), math.log(64)))))
-        units = int(round(math.exp(rng.uniform(math.log(5_000), math.log(200_000)))))
+        groups = round(math.exp(rng.uniform(math.log(2), math.log(64))))
+        units = round(math.exp(rng.uniform(math.log(5_000), math.log(200_000))))
         heavy = float(math.exp(rng.uniform(math.log(0.01), math.log(0.2))))
-        low = int(round(math.exp(rng.uniform(math.log(10), math.log(1000)))))
+        low = round(math.exp(rng.uniform(math.log(10), math.log(1000))))
         high = int(min(1000, max(low, round(low * rng.uniform(1.0, 4.0)))))
         rows = units * ((1 - heavy) * 2 + heavy * (low + high) / 2)
         if rows > MAX_ROWS:
@@ -400,7 +400,7 @@ def run_family(count: int, questions: list[str], draws: int, only: list[int] | N
             started = time.perf_counter()
             try:
                 outcome = evaluate(shape, question, draws)
-            except Exception as error:  # noqa: BLE001 - a refusal is an outcome too
+            except Exception as error:
                 outcome = Outcome(shape.label(), question, math.nan, (), math.nan, math.nan,
                                   math.nan, [], note=f"{type(error).__name__}: {error}"[:200])
             outcomes.append(outcome)
@@ -435,5 +435,12 @@ def as_json(outcomes: list[Outcome]) -> list[dict[str, Any]]:
     return [asdict(o) for o in outcomes]
 
 
-__all__ = ["Shape", "as_json", "evaluate", "family_shapes", "run_family", "summary",
-           "shape_table"]
+__all__ = [
+    "Shape",
+    "as_json",
+    "evaluate",
+    "family_shapes",
+    "run_family",
+    "shape_table",
+    "summary",
+]

@@ -139,8 +139,10 @@ from dpcurator.accounting.conversions import zcdp_rho_for
 from dpcurator.accounting.events import DpEvent, PureDPEvent, ZCDPEvent
 from dpcurator.engines import PROFILE_STEPS
 from dpcurator.errors import InternalError, UserError
+from dpcurator.mechanisms import DiscreteLaplace
 from dpcurator.mechanisms.exponential import PermuteAndFlip
 from dpcurator.noise import RandomSource
+from dpcurator.noise.samplers import MAX_SCALE as MAX_NOISE_SCALE
 from dpcurator.query.plan import (
     MAX_UNIT_SUM,
     Aggregate,
@@ -148,6 +150,7 @@ from dpcurator.query.plan import (
     Bounds,
     Count,
     CountUnits,
+    Mean,
     Plan,
     Quantile,
     Variance,
@@ -210,7 +213,15 @@ OUTER_MARGIN = 2
 OUTER_PRIOR = 1.0
 #: the weights of the choices in the budget (``choice_names``)
 WEIGHTS = {"max_partitions": 1.0, "max_rows_per_partition": 1.0, "magnitude": 2.0,
-           "signs": 0.25}
+           "signs": 0.5, "units": 0.25}
+#: The data is too thin to choose a clamp from when a noisy count of its units is below
+#: THIN times the joint choice's floor F (every unit within F of the best score: the scores
+#: cannot tell the candidates apart); THIN_WARN times F or fewer: the tail cannot be located.
+THIN = 2.0
+THIN_WARN = 20.0
+UNITS = "units"
+MAGNITUDE_ROWS = 4
+MEAN_CAP_FACTOR = float(__import__("os").environ.get("DPC_MF", "4"))
 
 
 @dataclass(frozen=True)
@@ -273,6 +284,8 @@ def choice_names(auto: AutoBounds) -> list[tuple[str, float]]:
     names = [("+".join(parts), sum(WEIGHTS[part.split(":")[0]] for part in parts))]
     names += [(f"magnitude:{column}", WEIGHTS["magnitude"]) for column in auto.columns[1:]]
     names += [(f"signs:{column}", WEIGHTS["signs"]) for column in auto.columns]
+    if auto.columns:  # the thin-data rule's count of units (``thin_rule``)
+        names.append((UNITS, WEIGHTS["units"]))
     return names
 
 
@@ -431,15 +444,18 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     width = len(MAGNITUDES) if magnitude else 1
     size = sum(allowed[k] for k in ks) * width
     cap = CAP * auto_plan.floor(name, size)
+    # a mean's caps cost it less bias per row they cut (``MEAN_CAP_FACTOR``)
+    means = all(isinstance(agg, Mean) for agg in plan.aggregates)
+    weigh = MEAN_CAP_FACTOR if means else 1.0
     pk = np.zeros(len(ks))
     if auto.max_partitions:
-        targets = [auto_plan.target(k, per_partition=True) for k in ks]
+        targets = [weigh * auto_plan.target(k, per_partition=True) for k in ks]
         pk = _penalties(stats.partitions(ks), ks, targets, cap, epsilon, K_LAMBDA)
     # the magnitude's statistic per row cap (a row weighs 1 / max(T, r)): its penalties per r
     # and k (the target's rate depends on k)
     # (read at the power of two at or below r: a valid weight, 1 / max(T, r') <= 1 / T, on 13
     # series instead of 49)
-    octave = {r: 1 << (r.bit_length() - 1) for r in all_rs}
+    octave = {r: magnitude_cap(r) for r in all_rs}
     value_stats = stats.magnitudes_by_cap(0, sorted(set(octave.values()))) if magnitude \
         else {}
     values = any(not isinstance(agg, Count | CountUnits) for agg in plan.aggregates)
@@ -457,8 +473,8 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         rate = auto_plan.target(k, per_partition=False)
         block = np.full(len(rs), pk[a])
         if auto.max_rows_per_partition:
-            stat, target = (stats.rows(rs, k), factor * rate / k) if per_k else \
-                (row_stats[:len(rs)], factor * rate)
+            stat, target = (stats.rows(rs, k), weigh * factor * rate / k) if per_k else \
+                (row_stats[:len(rs)], weigh * factor * rate)
             block = np.maximum(block, _penalties(stat, rs, [target] * len(rs), cap, epsilon,
                                                  ramp, *knee))
         if magnitude:
@@ -470,6 +486,12 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         blocks.append(block)
     return JointScores(-np.concatenate(blocks), epsilon, tuple(ks), tuple(all_rs),
                        tuple(allowed[k] for k in ks), width)
+
+
+def magnitude_cap(r: int) -> int:
+    """The row cap r' a magnitude's statistic is read at (``Profile.magnitudes``): the power
+    of two at or below r, at most ``MAGNITUDE_ROWS``."""
+    return min(1 << (r.bit_length() - 1), MAGNITUDE_ROWS)
 
 
 def _per_k_rows(auto_plan: AutoPlan, factor: float, epsilon: float, k: int) -> bool:
@@ -520,6 +542,56 @@ def _outer_index(stats: Sequence[float], octaves: npt.NDArray[np.float64], epsil
                     monotonic=True)
 
 
+def thin_floor(auto_plan: AutoPlan, plan: Plan,
+               rows_for: Sequence[tuple[int, int]] | None = None) -> float:
+    """The joint choice's floor F (``AutoPlan.floor``) over its candidates: public."""
+    auto = auto_plan.auto
+    ks = partition_candidates(plan) if auto.max_partitions else [plan.max_partitions or 1]
+    rows = len(ROW_CANDIDATES) if auto.max_rows_per_partition else 1
+    allowed = dict(rows_for) if rows_for is not None else {k: rows for k in ks}
+    size = sum(allowed.get(k, 0) for k in ks) * (len(MAGNITUDES) if auto.columns else 1)
+    return auto_plan.floor("+".join(_joint_parts(auto)), max(size, 1))
+
+
+def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource | None,
+              rows_for: Sequence[tuple[int, int]] | None = None
+              ) -> tuple[str, int | None, str | None]:
+    """The thin-data rule for a query whose clamps are chosen: (``"widest"`` or
+    ``"chosen"``, the noisy count or None, a warning or None).
+
+    The count is the first column's magnitude statistic at its lowest candidate
+    (``Profile.nonzero`` at the chosen row cap: the units' worth of nonzero values, each
+    unit adding at most 1, the floor of an exact sum). Made noisy (discrete Laplace,
+    sensitivity 1, with the ``units`` choice's epsilon: Ghosh, Roughgarden and Sundararajan
+    2009), below ``THIN`` times the joint choice's floor F it means that the statistic
+    cannot pay the choice's ramp from the lowest magnitude to the data's (at most 2 F) above
+    its target: every candidate scores within about F of the best, the clamp chosen is
+    noise, and it is drawn towards zero (or a sign the data does not have). The rule then
+    replaces every chosen clamp by the widest, [-2^40, 2^40] (post-processing of the choices
+    and the count), so that the answer's interval is as wide as its uncertainty, and the
+    release says so. Below ``THIN_WARN``
+    times F the clamp is kept with a warning: the choice cannot locate a tail of fewer than
+    about F units. Where the count's epsilon is too small for its noise to be drawn (scale
+    above 2^56) the rule applies without a count: a decision on public numbers."""
+    floor = thin_floor(auto_plan, plan, rows_for)
+    epsilon = auto_plan.epsilons[UNITS]
+    widest = (f"too few units for epsilon to choose the clamps from the data (the choice "
+              f"needs about {floor:,.0f}); the widest clamps (+-2^40) were used, so the "
+              "answer is as uncertain as its interval says: give bounds, or raise epsilon")
+    if 1.0 / epsilon > MAX_NOISE_SCALE:
+        return "widest", None, widest
+    noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(count))
+    if noisy < THIN * floor:
+        return "widest", noisy, widest
+    if noisy < THIN_WARN * floor:
+        return "chosen", noisy, (
+            f"thin data for this epsilon (about {max(noisy, 0):,} units' worth of nonzero "
+            f"values): the clamps chosen from the data cannot locate a tail of fewer than "
+            f"about {floor:,.0f} units; values beyond them are cut unseen (give bounds to be "
+            "sure)")
+    return "chosen", noisy, None
+
+
 def sign_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str
                 ) -> tuple[list[float], float]:
     """The scores of a column's signs, [0, M], [-M, 0] and [-M, M], and their epsilon (a
@@ -544,6 +616,8 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     if auto.choices == 0:
         return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source)
     k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for)
+    thin = thin_rule(auto_plan, plan, stats.nonzero(0, magnitude_cap(r)), source,
+                     rows_for) if columns else None
     if auto.max_partitions:
         chosen["max_partitions"] = k
     if auto.max_rows_per_partition:
@@ -557,7 +631,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
         else:
             choice = f"magnitude:{column}"
             cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
-            penalties = _penalties(stats.magnitudes(index, 1 << (r.bit_length() - 1)),
+            penalties = _penalties(stats.magnitudes(index, magnitude_cap(r)),
                                    MAGNITUDES,
                                    [rate] * len(MAGNITUDES), cap, eps[choice], LAMBDA)
             magnitude = MAGNITUDES[_release(-penalties, eps[choice], source)]
@@ -567,12 +641,18 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
         scores, epsilon = sign_scores(auto_plan, stats, index, column)
         lo, hi = ((0.0, magnitude), (-magnitude, 0.0), (-magnitude, magnitude))[
             _release(scores, epsilon, source, monotonic=True)]
+        if thin is not None and thin[0] == "widest":  # post-processing: the stated rule
+            lo, hi = -MAGNITUDES[-1], MAGNITUDES[-1]
         bounds[column] = Bounds(lo, hi)
     if bounds:
         chosen["bounds"] = {c: (b.lo, b.hi) for c, b in bounds.items()}
     aggregates = [with_bounds(agg, bounds) for agg in plan.aggregates]
     final = plan.replace(aggregates=tuple(aggregates), max_partitions=k,
                          max_rows_per_partition=r, auto=None)
+    if thin is not None:
+        chosen["units"] = thin[1]
+        if thin[2]:
+            chosen["warnings"] = [thin[2]]
     cost_name = "rho" if auto_plan.request.rho is not None else "epsilon"
     chosen[cost_name] = auto_plan.spent
     chosen["share"] = auto.spent_share

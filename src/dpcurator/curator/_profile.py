@@ -83,6 +83,14 @@ class Profile:
         self._by_shape = _counts(self.pairs)
         self._by_total = _counts(self.unit_totals)
 
+    def nonzero(self, column: int, r: int = 1) -> int:
+        """The floor of the exact weighted count of the column's values above 2^-20 in
+        magnitude, each weighing 1 / max(T, r) as in ``magnitudes`` (a unit adds at most 1;
+        the floor moves by at most 1 when the exact count does)."""
+        first = PROFILE_STEPS[0]
+        return math.floor(sum((Fraction(c, max(t, r)) for t, _, b, c in
+                               self.values.get(column, []) if b >= first), Fraction(0)))
+
     def partitions(self, caps: Sequence[int]) -> list[float]:
         """Units with more than K partitions (each pair weighs 1 / P)."""
         return [_down(sum((Fraction(c, p) for (p, _), c in self._by_shape.items() if p > cap),
