@@ -162,13 +162,31 @@ class MeasureSpec:
 
 @dataclass(frozen=True, slots=True)
 class HistogramSpec:
-    """Counts of bounded rows per bin of ``column`` in [lo, hi] (``bins`` equal bins)."""
+    """Counts of bounded rows per bin of ``column``, its values clamped to [lo, hi].
+
+    ``step`` 0: ``bins`` equal bins of [lo, hi]; x falls in bin
+    min(bins - 1, floor((x - lo) bins / (hi - lo))).
+    ``step`` w >= 1 (an integer column; lo, hi integers): bin b < bins - 1 holds the w
+    integers lo + b w .. lo + b w + w - 1, the last bin the rest up to hi (hi <= lo + bins w):
+    x falls in bin min(bins - 1, floor((x - lo + 1/2) / w)), exact in doubles (w a power of
+    two, |lo|, |hi| <= 2^50).
+    """
 
     name: str
     column: str
     lo: float
     hi: float
     bins: int
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        w = self.step
+        if w and not (w & (w - 1) == 0 and self.lo == math.floor(self.lo)
+                      and self.hi == math.floor(self.hi) and self.lo <= self.hi
+                      and max(abs(self.lo), abs(self.hi)) <= 2.0**50
+                      and self.hi <= self.lo + self.bins * w):
+            raise InternalError(f"histogram {self.name}: integer bins need a power-of-two "
+                                "step and integer bounds it covers; this is a bug")
 
 
 @dataclass(frozen=True, slots=True)
