@@ -278,24 +278,22 @@ def test_gaussian_tree_passes_its_approximate_dp_consequence_and_a_one_level_twi
 
 
 @pytest.mark.parametrize(("bounds", "layout"), [
-    ((16.5, 90.7), (17.0, 90.0, 1)),  # the integers inside non-integer bounds, one per bin
-    ((0.0, 1023.0), (0.0, 1023.0, 1)),  # 1024 integers: one per bin
-    ((0.0, 1024.0), (0.0, 1024.0, 1)),  # a power-of-two width: the last bin holds two
-    ((0.0, 1025.0), (0.0, 1025.0, 2)),  # one more: two per bin
-    ((0.0, 2048.0), (0.0, 2048.0, 2)),  # as fine as equal bins (the last holds three)
-    ((-1000.0, 4000.5), (-1000.0, 4000.0, 8)),  # 5001 integers: 5 per bin, up to 8
+    ((16.5, 90.7), (17.0, 90.0)),  # the integers inside non-integer bounds, one per bin
+    ((0.0, 1023.0), (0.0, 1023.0)),  # 1024 integers
+    ((-0.5, 1024.0), (0.0, 1024.0)),  # a power-of-two width: the last bin holds two
+    ((0.0, 1025.0), None),  # more: equal bins (bins of several integers would be coarser)
     ((0.2, 0.8), None),  # no integer inside: equal bins
-    ((-1e15, 1e15), (-1e15, 1e15, 2**41)),  # the widest bounds allowed: still exact
 ])
-def test_integer_columns_get_bins_of_whole_integers(
-        bounds: tuple[float, float], layout: tuple[float, float, int] | None) -> None:
-    """``histogram_for``: bins of w integers from L = ceil(lo) to H = floor(hi), w the least
-    power of two with 1024 w >= H - L (the last bin holds the rest); the equal bins otherwise,
-    and always for a column that is not integer-valued."""
+def test_integer_columns_get_one_bin_per_integer(bounds: tuple[float, float],
+                                                 layout: tuple[float, float] | None) -> None:
+    """``histogram_for``: one bin per integer from L = ceil(lo) to H = floor(hi) where
+    H - L <= 1024 (the last bin holds the rest); the equal bins otherwise, and always for a
+    column that is not integer-valued."""
     integer = histogram_for(Quantile("x", bounds, "med", integer=True), "h0")
-    assert (integer.lo, integer.hi, integer.step) == (layout or (*bounds, 0))
+    expected = (*layout, True) if layout else (*bounds, False)
+    assert (integer.lo, integer.hi, integer.integers) == expected
     plain = histogram_for(Quantile("x", bounds, "med"), "h0")
-    assert (plain.lo, plain.hi, plain.step) == (*bounds, 0)
+    assert (plain.lo, plain.hi, plain.integers) == (*bounds, False)
 
 
 def test_resolve_marks_quantiles_of_integer_columns_by_their_type() -> None:
@@ -313,21 +311,17 @@ def test_resolve_marks_quantiles_of_integer_columns_by_their_type() -> None:
     assert not integer_valued("REAL") and not integer_valued("VARCHAR")
 
 
-@pytest.mark.parametrize(("bounds", "step"), [((16.5, 90.7), 1), ((-1000.0, 4000.5), 8),
-                                              ((-10.0, 2038.0), 2)])
-def test_engine_bins_integer_columns_as_documented(bounds: tuple[float, float],
-                                                  step: int) -> None:
-    """Row-level histograms of an integer column:
-    min(1023, floor((clamp(x, L, H) - L + 1/2) / w))."""
+@pytest.mark.parametrize("bounds", [(16.5, 90.7), (-10.0, 1014.0)])
+def test_engine_bins_integer_columns_as_documented(bounds: tuple[float, float]) -> None:
+    """Row-level histograms of an integer column: min(1023, floor(clamp(x, L, H) - L + 1/2)),
+    the last bin holding two integers when H - L = 1024."""
     rng = np.random.default_rng(6)
-    x = np.concatenate([rng.integers(-2000, 6000, 4000), np.arange(-20, 120)])
+    x = np.concatenate([rng.integers(-200, 1200, 4000), np.arange(-20, 120)])
     frame = pd.DataFrame({"uid": np.arange(len(x)), "g": "a", "x": x})
     nodes = exact_trees(frame, "SELECT g, MEDIAN(x) AS med FROM data GROUP BY g", ["a"], 1, 1,
                         Bounds(*bounds))
     low, high = math.ceil(bounds[0]), math.floor(bounds[1])
-    expected = np.minimum(BINS - 1, np.floor((np.clip(x, low, high) - low + 0.5) / step))
-    assert histogram_for(Quantile("x", bounds, integer=True), "h").step == step
-    expected = expected.astype(int)
+    expected = np.minimum(BINS - 1, np.clip(x, low, high) - low).astype(int)
     assert np.array_equal(nodes["a"][NODES - BINS:], np.bincount(expected, minlength=BINS))
 
 
@@ -335,8 +329,7 @@ def _exact_release(tree: QuantileTree, values: list[int]) -> tuple[float, float,
     """The estimate and the 95% interval read from the exact tree (no noise: the margins
     still widen the interval)."""
     h = tree.histogram
-    bins = np.minimum(BINS - 1, np.floor((np.clip(values, h.lo, h.hi) - h.lo + 0.5) / h.step))
-    bins = bins.astype(int)
+    bins = np.minimum(BINS - 1, np.clip(values, h.lo, h.hi) - h.lo).astype(int)
     nodes = node_counts(np.bincount(bins, minlength=BINS)[None, :]) * tree.weight
     low, high = tree.interval(nodes, 0.05)
     return float(tree.estimate(nodes)[0]), float(low[0]), float(high[0])
@@ -356,10 +349,10 @@ def test_integer_estimate_is_the_integer_and_a_tie_keeps_the_half() -> None:
     assert _exact_release(tree, [30] * 50 + [31] * 50)[0] == 30.5 == np.median([30] * 50 +
                                                                              [31] * 50)
     assert _exact_release(tree, [5] * 10 + [95] * 11)[0] == 90.0  # clamped to H, not to hi
-    wide = Quantile("x", (0.0, 2048.0), "med", integer=True)  # the last bin: 2046..2048
+    wide = Quantile("x", (0.0, 1024.0), "med", integer=True)  # the last bin: 1023 and 1024
     tree = QuantileTree.build(wide, histogram_for(wide, "h0"), "laplace", 1.0, 1, 1, None)
-    value, low, high = _exact_release(tree, [0] * 1000 + [2048] * 3000)
-    assert 2046 <= low <= value <= 2048 == high and value == math.floor(value)
+    value, low, high = _exact_release(tree, [0] * 1000 + [1024] * 3000)
+    assert 1023 == low <= value <= 1024 == high and value == math.floor(value)
     plain = Quantile("x", (16.5, 90.7), "med")
     continuous = QuantileTree.build(plain, histogram_for(plain, "h0"), "laplace", 1.0, 1, 1,
                                     None)

@@ -99,9 +99,8 @@ def _bin(ctx: Context, index: int) -> exp.Expr:
     lo, hi = ctx.d.double(h.lo), ctx.d.double(h.hi)
     clamped = least(greatest(x.copy(), lo), hi)
     offset: exp.Expr = sub(clamped, lo.copy())
-    if h.step:
-        # integer bins (HistogramSpec): floor((x - lo + 1/2) / w), every step exact in DOUBLE
-        offset, factor = add(offset, ctx.d.double(0.5)), 1.0 / h.step
+    if h.integers:  # one bin per integer (HistogramSpec): floor(x - lo + 1/2), exact
+        offset, factor = add(offset, ctx.d.double(0.5)), 1.0
     else:
         factor = h.bins / (h.hi - h.lo)
     if ctx.d.guards_underflow and factor < 1.0:  # a tiny offset is bin 0 either way

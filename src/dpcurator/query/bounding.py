@@ -164,12 +164,10 @@ class MeasureSpec:
 class HistogramSpec:
     """Counts of bounded rows per bin of ``column``, its values clamped to [lo, hi].
 
-    ``step`` 0: ``bins`` equal bins of [lo, hi]; x falls in bin
-    min(bins - 1, floor((x - lo) bins / (hi - lo))).
-    ``step`` w >= 1 (an integer column; lo, hi integers): bin b < bins - 1 holds the w
-    integers lo + b w .. lo + b w + w - 1, the last bin the rest up to hi (hi <= lo + bins w):
-    x falls in bin min(bins - 1, floor((x - lo + 1/2) / w)), exact in doubles (w a power of
-    two, |lo|, |hi| <= 2^50).
+    ``bins`` equal bins of [lo, hi]: x falls in bin min(bins - 1, floor((x - lo) bins /
+    (hi - lo))). With ``integers`` (an integer column; lo, hi integers, hi - lo <= bins), one
+    bin per integer: x falls in bin min(bins - 1, floor(x - lo + 1/2)), exact in doubles
+    (|lo|, |hi| <= 2^50): bin b holds lo + b, the last bin the rest up to hi.
     """
 
     name: str
@@ -177,16 +175,14 @@ class HistogramSpec:
     lo: float
     hi: float
     bins: int
-    step: int = 0
+    integers: bool = False
 
     def __post_init__(self) -> None:
-        w = self.step
-        if w and not (w & (w - 1) == 0 and self.lo == math.floor(self.lo)
-                      and self.hi == math.floor(self.hi) and self.lo <= self.hi
-                      and max(abs(self.lo), abs(self.hi)) <= 2.0**50
-                      and self.hi <= self.lo + self.bins * w):
-            raise InternalError(f"histogram {self.name}: integer bins need a power-of-two "
-                                "step and integer bounds it covers; this is a bug")
+        if self.integers and not (self.lo == math.floor(self.lo) and self.hi == math.floor(
+                self.hi) and 0 <= self.hi - self.lo <= self.bins
+                and max(abs(self.lo), abs(self.hi)) <= 2.0**50):
+            raise InternalError(f"histogram {self.name}: one bin per integer needs integer "
+                                "bounds at most bins apart; this is a bug")
 
 
 @dataclass(frozen=True, slots=True)

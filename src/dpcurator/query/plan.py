@@ -205,10 +205,9 @@ class Quantile(_ColumnAggregate):
     of counts over 1024 equal bins of ``bounds`` (see ``dpcurator.curator._quantiles``).
 
     ``integer``: the column's type holds only integers (set by the curator from the table's
-    schema, which is public). Its values are then clamped to the integers inside ``bounds``,
-    each bin holds whole integers, and (one integer per bin: bounds spanning at most 1024
-    integers) the estimate lands on the integer wherever the noisy counts put the rank inside
-    that integer's rows.
+    schema, which is public). Where ``bounds`` hold at most 1025 integers, its values are then
+    clamped to those integers, each bin holds one integer, and the estimate lands on the
+    integer wherever the noisy counts put the rank inside that integer's rows.
     """
 
     q: float = 0.5
