@@ -28,12 +28,13 @@ from dpcurator.curator._quantiles import (
     STAGES,
     QuantileTree,
     _tails,
+    histogram_for,
     node_counts,
     prefix_counts,
     staged_ends,
 )
 from dpcurator.curator._resolve import Defaults, resolve_plan
-from dpcurator.engines import DuckDBEngine
+from dpcurator.engines import DuckDBEngine, integer_valued
 from dpcurator.noise import SeededRandom
 from dpcurator.query.bounding import HistogramSpec, isqrt_ceil
 from dpcurator.query.plan import Bounds, Quantile
@@ -93,13 +94,16 @@ def test_tail_bound_for_gaussian_noise_matches_the_normal_limit() -> None:
             assert norm.cdf(z) * 0.999 <= bound <= 1.2 * norm.cdf(z)
 
 
-def exact_trees(frame: pd.DataFrame, sql: str, keys: list[str], k: int, r: int
-                ) -> dict[str, npt.NDArray[np.int64]]:
+TEN = Bounds(0.0, 10.0)
+
+
+def exact_trees(frame: pd.DataFrame, sql: str, keys: list[str], k: int, r: int,
+                bounds: Bounds = TEN) -> dict[str, npt.NDArray[np.int64]]:
     """Per public key: the exact (un-noised) node counts the quantile tree is built on."""
     engine = DuckDBEngine.from_frame(frame)
     plan = resolve_plan(parse_sql(sql, table="data", privacy_unit="uid", keys=keys,
                                   max_partitions=k, max_rows_per_partition=r),
-                        engine.columns(), Defaults({"x": Bounds(0.0, 10.0)}), "uid")
+                        engine.columns(), Defaults({"x": bounds}), "uid")
     compiled = compile_query(plan, PrivacyRequest.make(epsilon=1.0, delta=None, rho=None,
                                                        noise=None, weights=None),
                              privacy_unit="uid", postprocess=True, source=None)
@@ -268,3 +272,91 @@ def test_gaussian_tree_passes_its_approximate_dp_consequence_and_a_one_level_twi
                         dp.mechanisms.DiscreteGaussian(rho=0.5, sensitivity=1024,
                                                        source=SeededRandom(14)), 1024)
     assert _audit_tree(twin, 5_000, delta).exceeds(2.0)
+
+
+# -- integer columns --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("bounds", "layout"), [
+    ((16.5, 90.7), (17.0, 90.0)),  # the integers inside non-integer bounds, one per bin
+    ((0.0, 1023.0), (0.0, 1023.0)),  # 1024 integers
+    ((-0.5, 1024.0), (0.0, 1024.0)),  # a power-of-two width: the last bin holds two
+    ((0.0, 1025.0), None),  # more: equal bins (bins of several integers would be coarser)
+    ((0.2, 0.8), None),  # no integer inside: equal bins
+])
+def test_integer_columns_get_one_bin_per_integer(bounds: tuple[float, float],
+                                                 layout: tuple[float, float] | None) -> None:
+    """``histogram_for``: one bin per integer from L = ceil(lo) to H = floor(hi) where
+    H - L <= 1024 (the last bin holds the rest); the equal bins otherwise, and always for a
+    column that is not integer-valued."""
+    integer = histogram_for(Quantile("x", bounds, "med", integer=True), "h0")
+    expected = (*layout, True) if layout else (*bounds, False)
+    assert (integer.lo, integer.hi, integer.integers) == expected
+    plain = histogram_for(Quantile("x", bounds, "med"), "h0")
+    assert (plain.lo, plain.hi, plain.integers) == (*bounds, False)
+
+
+def test_resolve_marks_quantiles_of_integer_columns_by_their_type() -> None:
+    """The flag comes from the (public) schema only: integer types, booleans and
+    DECIMAL(p, 0), in DuckDB's and PostgreSQL's spellings; never from the values."""
+    columns = {"i": "BIGINT", "s": "smallint", "f": "DOUBLE", "b": "BOOLEAN",
+               "d0": "DECIMAL(18,0)", "d2": "DECIMAL(18,2)", "n": "numeric"}
+    sql = "SELECT " + ", ".join(f"MEDIAN({c}) AS m_{c}" for c in columns) + " FROM data"
+    plan = resolve_plan(parse_sql(sql, table="data", privacy_unit=None), columns,
+                        Defaults({c: Bounds(0.0, 10.0) for c in columns}), None)
+    flags = {a.column: a.integer for a in plan.aggregates if isinstance(a, Quantile)}
+    assert flags == {"i": True, "s": True, "f": False, "b": True, "d0": True, "d2": False,
+                     "n": False}
+    assert integer_valued("integer") and integer_valued("INT8") and integer_valued("HUGEINT")
+    assert not integer_valued("REAL") and not integer_valued("VARCHAR")
+
+
+@pytest.mark.parametrize("bounds", [(16.5, 90.7), (-10.0, 1014.0)])
+def test_engine_bins_integer_columns_as_documented(bounds: tuple[float, float]) -> None:
+    """Row-level histograms of an integer column: min(1023, floor(clamp(x, L, H) - L + 1/2)),
+    the last bin holding two integers when H - L = 1024."""
+    rng = np.random.default_rng(6)
+    x = np.concatenate([rng.integers(-200, 1200, 4000), np.arange(-20, 120)])
+    frame = pd.DataFrame({"uid": np.arange(len(x)), "g": "a", "x": x})
+    nodes = exact_trees(frame, "SELECT g, MEDIAN(x) AS med FROM data GROUP BY g", ["a"], 1, 1,
+                        Bounds(*bounds))
+    low, high = math.ceil(bounds[0]), math.floor(bounds[1])
+    expected = np.minimum(BINS - 1, np.clip(x, low, high) - low).astype(int)
+    assert np.array_equal(nodes["a"][NODES - BINS:], np.bincount(expected, minlength=BINS))
+
+
+def _exact_release(tree: QuantileTree, values: list[int]) -> tuple[float, float, float]:
+    """The estimate and the 95% interval read from the exact tree (no noise: the margins
+    still widen the interval)."""
+    h = tree.histogram
+    bins = np.minimum(BINS - 1, np.clip(values, h.lo, h.hi) - h.lo).astype(int)
+    nodes = node_counts(np.bincount(bins, minlength=BINS)[None, :]) * tree.weight
+    low, high = tree.interval(nodes, 0.05)
+    return float(tree.estimate(nodes)[0]), float(low[0]), float(high[0])
+
+
+def test_integer_estimate_is_the_integer_and_a_tie_keeps_the_half() -> None:
+    """Read from an exact tree: the median of integers whose rank falls inside one integer's
+    rows is that integer (the equal bins interpolate inside its bin: 36.97 here); where the
+    rank falls exactly between two integers' rows, SQL's answer is between them and so is the
+    estimate; the interval's ends are integers inside [L, H], the last bin's reaching H."""
+    aggregate = Quantile("x", (16.5, 90.7), "med", integer=True)
+    tree = QuantileTree.build(aggregate, histogram_for(aggregate, "h0"), "laplace", 1.0, 1, 1,
+                              None)
+    value, low, high = _exact_release(tree, [20] * 40 + [37] * 30 + [60] * 40)
+    assert value == 37.0 and low == math.floor(low) and high == math.floor(high)
+    assert 17 <= low <= 37 <= high <= 90
+    assert _exact_release(tree, [30] * 50 + [31] * 50)[0] == 30.5 == np.median([30] * 50 +
+                                                                             [31] * 50)
+    assert _exact_release(tree, [5] * 10 + [95] * 11)[0] == 90.0  # clamped to H, not to hi
+    wide = Quantile("x", (0.0, 1024.0), "med", integer=True)  # the last bin: 1023 and 1024
+    tree = QuantileTree.build(wide, histogram_for(wide, "h0"), "laplace", 1.0, 1, 1, None)
+    value, low, high = _exact_release(tree, [0] * 1000 + [1024] * 3000)
+    assert 1023 == low <= value <= 1024 == high and value == math.floor(value)
+    plain = Quantile("x", (16.5, 90.7), "med")
+    continuous = QuantileTree.build(plain, histogram_for(plain, "h0"), "laplace", 1.0, 1, 1,
+                                    None)
+    x = np.array([20] * 40 + [37] * 30 + [60] * 40, dtype=float)
+    bins = np.minimum(BINS - 1, np.floor((x - 16.5) * (BINS / 74.2))).astype(int)
+    nodes = node_counts(np.bincount(bins, minlength=BINS)[None, :])
+    assert float(continuous.estimate(nodes)[0]) != 37.0

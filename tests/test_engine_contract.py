@@ -287,12 +287,14 @@ def test_public_keys_with_null_and_unknown_keys(make: Make, modes: tuple[str, st
 def test_quantile_histograms(make: Make, public: bool) -> None:
     df = contract_frame(5)
     histograms = (HistogramSpec("hv", "v", -50.0, 150.0, 64),
-                  HistogramSpec("hw", "w", 0.0, 40.0, 16))
+                  HistogramSpec("hw", "w", 0.0, 40.0, 16),
+                  # one bin per integer of an integer column (the last holds two)
+                  HistogramSpec("hwi", "w", -3.0, 61.0, 64, integers=True))
     keys = PublicKeys((("a",), ("b",), (None,))) if public else None
     q = bounded(SHAPES["counts"], ("sample", "sample"), (KEYS["text"],), public=keys,
                 histograms=histograms)
     result = same_on(make, df, q)
-    assert result.histograms["hv"] and result.histograms["hw"]
+    assert all(result.histograms[h.name] for h in histograms)
 
 
 def test_no_group_keys_and_row_level_privacy(make: Make) -> None:

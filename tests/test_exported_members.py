@@ -58,7 +58,8 @@ EXPORTED: dict[str, list[str]] = {
     ],
     "dpcurator.engines": [
         "ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "PROFILE_STEPS",
-        "PostgresTable", "SourceKind", "column_kind", "open_engine", "register_source",
+        "PostgresTable", "SourceKind", "column_kind", "integer_valued", "open_engine",
+        "register_source",
     ],
     "dpcurator.curator": ["Curator", "CuratorLike", "CuratorQuery", "PreparedQuery",
                           "PrivacyRequest", "Release", "ResolvedQuery"],

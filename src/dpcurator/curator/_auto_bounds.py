@@ -347,7 +347,7 @@ def with_bounds(agg: Aggregate, bounds: dict[str, Bounds]) -> Aggregate:
         return agg
     chosen = bounds[agg.column]
     if isinstance(agg, Quantile):
-        return Quantile(agg.column, chosen, agg.name, q=agg.q)
+        return Quantile(agg.column, chosen, agg.name, q=agg.q, integer=agg.integer)
     if isinstance(agg, Variance):
         return Variance(agg.column, chosen, agg.name, std=agg.std)
     return type(agg)(agg.column, chosen, agg.name)

@@ -60,7 +60,7 @@ from ._estimators import Estimator, NoisyMeasure
 from ._grid import unit_bound as _unit_bound
 from ._grid import value_scale as _value_scale
 from ._privacy import PrivacyRequest
-from ._quantiles import BINS, QuantileTree
+from ._quantiles import QuantileTree, histogram_for
 
 __all__ = ["CompiledQuery", "compile_query"]
 
@@ -381,8 +381,7 @@ def _compile_with(plan: Plan, request: PrivacyRequest, allocation: _privacy.Allo
         budget = allocation.pure[agg.name] if kind == "laplace" else allocation.rho[agg.name]
         if isinstance(agg, Quantile):
             assert agg.bounds is not None and agg.column is not None
-            hist_for[index] = HistogramSpec(f"h{index}", agg.column, agg.bounds.lo,
-                                            agg.bounds.hi, BINS)
+            hist_for[index] = histogram_for(agg, f"h{index}")
             histograms.append(hist_for[index])
             per_aggregate.append((agg, [], budget))
         else:

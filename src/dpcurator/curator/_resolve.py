@@ -78,7 +78,7 @@ def _resolve_expression(text: str, columns: Mapping[str, str], what: str) -> ex.
 def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
                  privacy_unit: str | None) -> Plan:
     """Fill defaults and check the plan against the schema (column names and types)."""
-    from dpcurator.engines import column_kind
+    from dpcurator.engines import column_kind, integer_valued
 
     wanted = plan.auto.merged(defaults.auto) if plan.auto is not None else defaults.auto
     auto_columns: list[str] = []
@@ -109,8 +109,9 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
                 "chosen from the data under DP with a share of the query's budget")
         if bounds is _AUTO_PLACEHOLDER and column not in auto_columns:
             auto_columns.append(column)
-        if isinstance(agg, Quantile):
-            aggregates.append(Quantile(column, bounds, agg.name, q=agg.q))
+        if isinstance(agg, Quantile):  # integer-valued by the column's (public) type
+            aggregates.append(Quantile(column, bounds, agg.name, q=agg.q,
+                                       integer=integer_valued(columns[column])))
         elif isinstance(agg, Variance):
             aggregates.append(Variance(column, bounds, agg.name, std=agg.std))
         else:

@@ -38,7 +38,10 @@ which cover the answer *without* the caps and the clamping wherever no unit has 
   stage's failure depends on the noise at one data-determined edge of its grid only (no union
   bound over edges, only over the three stages), bounded by a rigorous tail bound on that
   edge's noise (a sum of at most 11 node noises). Nothing is claimed for a partition with no
-  rows, where the quantile is undefined.
+  rows, where the quantile is undefined. For a column whose type holds only integers, where
+  [lo, hi] holds at most 1025 integers, the values are clamped to those integers, each bin
+  holds one integer, the ends are integers, and the value is the integer wherever the noisy
+  counts put the rank inside one integer's rows.
 """
 
 from __future__ import annotations

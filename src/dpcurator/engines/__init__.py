@@ -8,7 +8,13 @@ table where it is (``dpcurator.engines.postgres``, psycopg 3). ``open_engine`` p
 for a curator's data from a registry of source kinds (``register_source``).
 """
 
-from dpcurator.engines._base import ColumnKind, Engine, ExactAggregates, column_kind
+from dpcurator.engines._base import (
+    ColumnKind,
+    Engine,
+    ExactAggregates,
+    column_kind,
+    integer_valued,
+)
 from dpcurator.engines._sources import PostgresTable, SourceKind, open_engine, register_source
 from dpcurator.engines._sql import PROFILE_STEPS
 from dpcurator.engines.duckdb import DuckDBEngine
@@ -22,6 +28,7 @@ __all__ = [
     "PostgresTable",
     "SourceKind",
     "column_kind",
+    "integer_valued",
     "open_engine",
     "register_source",
 ]

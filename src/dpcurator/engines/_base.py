@@ -7,13 +7,14 @@ aggregates it returns; the curator adds noise to those before anything leaves.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from dpcurator.query.bounding import BoundedQuery
 
-__all__ = ["ColumnKind", "Engine", "ExactAggregates", "column_kind"]
+__all__ = ["ColumnKind", "Engine", "ExactAggregates", "column_kind", "integer_valued"]
 
 ColumnKind = str  # "numeric", "text", "temporal", "boolean" or "other"
 
@@ -34,6 +35,20 @@ def column_kind(sql_type: str) -> ColumnKind:
     if upper.startswith("BOOL"):
         return "boolean"
     return "other"
+
+
+_INTEGERS = frozenset((
+    "TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+    "UINTEGER", "UBIGINT", "UHUGEINT", "INT1", "INT2", "INT4", "INT8", "INT128", "SIGNED",
+    "SHORT", "LONG", "BOOLEAN", "BOOL", "LOGICAL"))
+_WHOLE_DECIMAL = re.compile(r"^(DECIMAL|NUMERIC)\s*\(\s*\d+\s*,\s*0\s*\)$")
+
+
+def integer_valued(sql_type: str) -> bool:
+    """Does every value of this SQL type read as an integer (integer types, booleans,
+    DECIMAL(p, 0))? A public fact: quantiles over such a column land on integers."""
+    upper = " ".join(sql_type.upper().split())
+    return upper in _INTEGERS or bool(_WHOLE_DECIMAL.match(upper))
 
 
 @dataclass

@@ -9,6 +9,7 @@ from sqlglot import exp
 from dpcurator.engines._context import RELATION, Context, hashed, key_match, partition_order
 from dpcurator.engines._keyed_hash import HashInput
 from dpcurator.engines._trees import (
+    add,
     alias,
     case,
     cast,
@@ -98,7 +99,10 @@ def _bin(ctx: Context, index: int) -> exp.Expr:
     lo, hi = ctx.d.double(h.lo), ctx.d.double(h.hi)
     clamped = least(greatest(x.copy(), lo), hi)
     offset: exp.Expr = sub(clamped, lo.copy())
-    factor = h.bins / (h.hi - h.lo)
+    if h.integers:  # one bin per integer (HistogramSpec): floor(x - lo + 1/2), exact
+        offset, factor = add(offset, ctx.d.double(0.5)), 1.0
+    else:
+        factor = h.bins / (h.hi - h.lo)
     if ctx.d.guards_underflow and factor < 1.0:  # a tiny offset is bin 0 either way
         offset = case((exp.LT(this=offset.copy(), expression=ctx.d.double(0.25 / factor)),
                        ctx.d.double(0.0)), default=offset)

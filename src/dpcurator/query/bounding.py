@@ -162,13 +162,27 @@ class MeasureSpec:
 
 @dataclass(frozen=True, slots=True)
 class HistogramSpec:
-    """Counts of bounded rows per bin of ``column`` in [lo, hi] (``bins`` equal bins)."""
+    """Counts of bounded rows per bin of ``column``, its values clamped to [lo, hi].
+
+    ``bins`` equal bins of [lo, hi]: x falls in bin min(bins - 1, floor((x - lo) bins /
+    (hi - lo))). With ``integers`` (an integer column; lo, hi integers, hi - lo <= bins), one
+    bin per integer: x falls in bin min(bins - 1, floor(x - lo + 1/2)), exact in doubles
+    (|lo|, |hi| <= 2^50): bin b holds lo + b, the last bin the rest up to hi.
+    """
 
     name: str
     column: str
     lo: float
     hi: float
     bins: int
+    integers: bool = False
+
+    def __post_init__(self) -> None:
+        if self.integers and not (self.lo == math.floor(self.lo) and self.hi == math.floor(
+                self.hi) and 0 <= self.hi - self.lo <= self.bins
+                and max(abs(self.lo), abs(self.hi)) <= 2.0**50):
+            raise InternalError(f"histogram {self.name}: one bin per integer needs integer "
+                                "bounds at most bins apart; this is a bug")
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,15 +202,24 @@ class Variance(_ColumnAggregate):
 @dataclass(frozen=True, slots=True)
 class Quantile(_ColumnAggregate):
     """The q-quantile of the clamped values (q = 0.5 is the median), from a noisy dyadic tree
-    of counts over 1024 equal bins of ``bounds`` (see ``dpcurator.curator._quantiles``)."""
+    of counts over 1024 equal bins of ``bounds`` (see ``dpcurator.curator._quantiles``).
+
+    ``integer``: the column's type holds only integers (set by the curator from the table's
+    schema, which is public). Where ``bounds`` hold at most 1025 integers, its values are then
+    clamped to those integers, each bin holds one integer, and the estimate lands on the
+    integer wherever the noisy counts put the rank inside that integer's rows.
+    """
 
     q: float = 0.5
+    integer: bool = False
 
     def __post_init__(self) -> None:
         q = self.q
         if isinstance(q, bool) or not isinstance(q, int | float) or not 0.0 <= float(q) <= 1.0:
             raise QueryError(f"quantile q must be a number in [0, 1], got {q!r}")
         object.__setattr__(self, "q", float(q))
+        if not isinstance(self.integer, bool):
+            raise QueryError(f"quantile integer must be True or False, got {self.integer!r}")
         _ColumnAggregate.__post_init__(self)
 
     def _prefix(self) -> str:
