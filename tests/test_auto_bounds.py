@@ -663,3 +663,45 @@ def test_the_joint_choice_stays_within_the_proven_candidates(
                                          SeededRandom(seed), everything) == \
             auto_bounds._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
                                       SeededRandom(seed))
+
+
+def customers_frame(units: int = 1500) -> pd.DataFrame:
+    """1 to 5 purchases per customer, amounts positive (gamma, mean 100)."""
+    rng = np.random.default_rng(11)
+    customer = np.repeat(np.arange(units), rng.integers(1, 6, units))
+    return pd.DataFrame({"customer": customer,
+                         "amount": rng.gamma(2.0, 50.0, customer.size).round(2)})
+
+
+WIDEST = 2.0**40
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.05, 0.2, 0.3, 1.0, 3.0])
+def test_thin_data_gets_the_widest_clamps_or_a_warning_never_a_confident_zero(
+        epsilon: float) -> None:
+    """1,500 customers (issue 26): where epsilon times the units is too small for the choice,
+    the clamps fall back to the widest and the release says so, or the clamps chosen carry a
+    warning; never an answer near zero with a tight interval and nothing said. A release
+    without a warning needs the noisy count above 20 F: its noise (scale about F / 2.6)
+    would have to exceed 18 F, probability below e^-40. The signs never contradict positive data: a
+    wrong one-sided clamp needs about e^-21 (weight 1 of the signs, module docstring)."""
+    df = customers_frame()
+    truth = float(df.amount.sum())
+    curator = dp.Curator.from_pandas(df, privacy_unit="customer", budget=dp.PureDP(1e6),
+                                     source=SeededRandom(int(epsilon * 1000)), cache=False)
+    for _ in range(4):
+        release = curator.sql("SELECT SUM(amount) AS s FROM data", epsilon=epsilon)
+        chosen = release.bounds_chosen
+        assert chosen is not None
+        lo, hi = chosen["bounds"]["amount"]
+        assert lo >= 0.0 or lo == -hi  # never [-M, 0] for positive data
+        warnings = chosen.get("warnings", []) + list(getattr(release, "warnings", ()))
+        value = float(release.values["s"][0])
+        low, high = release.interval("s")
+        confident_zero = abs(value) < 0.01 * truth and float(high[0] - low[0]) < 0.1 * truth
+        assert not (confident_zero and not warnings)
+        if hi == WIDEST:  # the stated rule: the widest clamps, symmetric, and said
+            assert lo == -WIDEST and any("widest" in w for w in warnings)
+            assert float(high[0] - low[0]) > truth  # as uncertain as it is
+        if epsilon <= 0.3:  # thin: count ~ 1,000 against 20 F >= 28,000
+            assert warnings

@@ -213,7 +213,7 @@ OUTER_MARGIN = 2
 OUTER_PRIOR = 1.0
 #: the weights of the choices in the budget (``choice_names``)
 WEIGHTS = {"max_partitions": 1.0, "max_rows_per_partition": 1.0, "magnitude": 2.0,
-           "signs": 0.5, "units": 0.25}
+           "signs": 1.0, "units": 0.25}
 #: The data is too thin to choose a clamp from when a noisy count of its units is below
 #: THIN times the joint choice's floor F (every unit within F of the best score: the scores
 #: cannot tell the candidates apart); THIN_WARN times F or fewer: the tail cannot be located.
@@ -221,7 +221,7 @@ THIN = 2.0
 THIN_WARN = 20.0
 UNITS = "units"
 MAGNITUDE_ROWS = 4
-MEAN_CAP_FACTOR = float(__import__("os").environ.get("DPC_MF", "4"))
+MEAN_CAP_FACTOR = 16.0
 
 
 @dataclass(frozen=True)
