@@ -119,11 +119,12 @@ SUM_BY_REGION = "SELECT region, COUNT(*) AS n, SUM(amount) AS s FROM data GROUP 
 
 
 def test_json_and_text_carry_the_warnings_and_each_value_its_own_interval(shop: Path) -> None:
-    """The caps are chosen from the data, so the SUM's total is measured: ``--json`` has it
-    as its own column ``s_total`` (its own interval beside it), and the release's warnings
+    """Total intervals asked for: the SUM's total is measured, and ``--json`` has it as its own
+    column ``s_total`` (its own interval beside it), and the release's warnings
     as a list; the text output prints them in a block after the table."""
     common = [str(shop), "--sql", SUM_BY_REGION, "--privacy-unit", "uid", "--epsilon", "1",
-              "--bounds", "amount=0:500", "--keys", str(shop.parent / "regions.csv")]
+              "--bounds", "amount=0:500", "--keys", str(shop.parent / "regions.csv"),
+              "--intervals", "total"]
     code, out = run(*common, "--json")
     assert code == 0, out
     payload = json.loads(out)
@@ -147,7 +148,7 @@ def test_explain_shows_the_cost_and_the_warnings_and_charges_nothing(shop: Path,
     journal = tmp_path / "ledger.sqlite"
     common = [str(shop), "--sql", SUM_BY_REGION, "--privacy-unit", "uid", "--epsilon", "0.5",
               "--bounds", "amount=0:500", "--keys", str(shop.parent / "regions.csv"),
-              "--journal", str(journal), "--explain"]
+              "--journal", str(journal), "--intervals", "total", "--explain"]
     code, out = run(*common, "--json")
     assert code == 0, out
     payload = json.loads(out)
@@ -157,6 +158,6 @@ def test_explain_shows_the_cost_and_the_warnings_and_charges_nothing(shop: Path,
     code, text = run(*common)
     assert code == 0, text
     assert "nothing charged" in text and "warnings:" in text and not journal.exists()
-    code, out = run(*common[:-3], "--intervals", "bounded", "--explain", "--json")
+    code, out = run(*common[:-5], "--explain", "--json")  # bounded intervals (the default)
     assert code == 0, out
     assert json.loads(out)["warnings"] == []

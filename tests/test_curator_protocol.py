@@ -145,12 +145,16 @@ def test_a_remote_curator_answers_like_a_curator(service: Any) -> None:
     # the releases' warnings, in process and from the service: the SUM's total has its own
     # column, and both say so
     sql = "SELECT region, COUNT(*) AS n, SUM(amount) AS s FROM data GROUP BY region"
-    remote_release = remote.sql(sql, epsilon=0.2, keys=["north", "south", "east", "west"])
-    local_release = local.sql(sql, epsilon=0.2, keys=["n", "s"])
+    remote_release = remote.sql(sql, epsilon=0.2, keys=["north", "south", "east", "west"],
+                                intervals="total")
+    local_release = local.sql(sql, epsilon=0.2, keys=["n", "s"], intervals="total")
     assert local_release.to_dict()["warnings"] == list(local_release.warnings)
     said = [w for w in remote_release["warnings"] if w.startswith("s_total ")]
     assert len(said) == 1 and said[0] in local_release.warnings
-    assert said == [w for w in remote.explain(sql, epsilon=0.2)["warnings"]
+    assert said == [w for w in remote.explain(sql, epsilon=0.2, intervals="total")["warnings"]
+                    if w.startswith("s_total ")]
+    assert said == [w for w in local.explain(sql, epsilon=0.2, keys=["n", "s"],
+                                             intervals="total")["warnings"]
                     if w.startswith("s_total ")]
     local.close()
 

@@ -46,7 +46,7 @@ def small(units: int = 400, seed: int = 0) -> pd.DataFrame:
 def test_warnings_round_trip_through_json_and_show_in_repr_and_explain(
         orders: pd.DataFrame) -> None:
     release = curator(orders, 1).sql(SUM_SQL, epsilon=1.0, keys=REGIONS,
-                                     bounds={"amount": (0, 500)})
+                                     bounds={"amount": (0, 500)}, intervals="total")
     assert isinstance(release.warnings, tuple) and release.warnings
     assert all(isinstance(w, str) for w in release.warnings)
     assert json.loads(json.dumps(release.to_dict()))["warnings"] == list(release.warnings)
@@ -72,7 +72,7 @@ def test_what_the_choice_warns_of_moves_into_the_release_once(
 
     monkeypatch.setattr(_session, "choose_bounds", warning_choice)
     release = curator(orders, 3).sql(SUM_SQL, epsilon=1.0, keys=REGIONS,
-                                     bounds={"amount": (0, 500)})
+                                     bounds={"amount": (0, 500)}, intervals="total")
     assert release.warnings.count("The caps fell back to a stated rule.") == 1
     assert release.bounds_chosen is not None and "warnings" not in release.bounds_chosen
     assert "warnings" not in release.to_dict()["bounds_chosen"]
@@ -166,7 +166,7 @@ def test_outer_caps_are_never_below_the_caps_and_the_clamping(
     releases at each epsilon."""
     for seed in range(8):
         release = curator(orders, 10 + seed).sql(SUM_SQL, epsilon=epsilon, keys=REGIONS,
-                                                 bounds={"amount": (0, 500)})
+                                                 bounds={"amount": (0, 500)}, intervals="total")
         outer_rows, rows, outer_sum, most = _outer_and_inner(release)
         assert outer_rows >= rows and outer_sum >= most, (seed, release.bounds_chosen)
         assert not [w for w in release.warnings if "outer cap" in w]
@@ -179,7 +179,7 @@ def test_without_the_restriction_the_prior_alone_picks_the_smallest_caps(
     monkeypatch.setattr(_auto_bounds, "inner_unit_rows", lambda plan: 0)
     monkeypatch.setattr(_auto_bounds, "inner_unit_sum", lambda plan, column: 0.0)
     release = curator(orders, 10).sql(SUM_SQL, epsilon=0.01, keys=REGIONS,
-                                      bounds={"amount": (0, 500)})
+                                      bounds={"amount": (0, 500)}, intervals="total")
     _, _, outer_sum, most = _outer_and_inner(release)
     assert outer_sum < most
     assert [w for w in release.warnings if "max_unit_sums['amount']" in w]

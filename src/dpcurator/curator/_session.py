@@ -450,9 +450,10 @@ class Curator:
 
     def explain(self, query: Query | Plan | str, **privacy: Any) -> dict[str, Any]:
         """What a query would run and cost, and its noise, without charging or reading rows."""
-        if isinstance(query, str):
-            plan = self.parse(query, bounds=privacy.pop("bounds", None),
-                              keys=privacy.pop("keys", None))
+        if isinstance(query, str):  # with ``sql``'s options of the query itself
+            plan = self.parse(query, **{name: privacy.pop(name) for name in (
+                "bounds", "keys", "max_partitions", "max_rows_per_partition", "bounding",
+                "bounds_share", "intervals", "total_share") if name in privacy})
         else:
             plan = query.plan() if isinstance(query, Query) else query
         if not isinstance(plan, Plan):
