@@ -113,3 +113,51 @@ def test_a_postgresql_journal(shop: Path, postgres_ledger_url: str) -> None:
     assert code == 2 and json.loads(out)["type"] == "BudgetExceededError"
     code, out = run(*base, "--epsilon", "0.4")  # exactly what is left
     assert code == 0 and json.loads(out)["remaining"]["epsilon"] == pytest.approx(0, abs=1e-12)
+
+
+SUM_BY_REGION = "SELECT region, COUNT(*) AS n, SUM(amount) AS s FROM data GROUP BY region"
+
+
+def test_json_and_text_carry_the_warnings_and_each_value_its_own_interval(shop: Path) -> None:
+    """Total intervals asked for: the SUM's total is measured, and ``--json`` has it as its own
+    column ``s_total`` (its own interval beside it), and the release's warnings
+    as a list; the text output prints them in a block after the table."""
+    common = [str(shop), "--sql", SUM_BY_REGION, "--privacy-unit", "uid", "--epsilon", "1",
+              "--bounds", "amount=0:500", "--keys", str(shop.parent / "regions.csv"),
+              "--intervals", "total"]
+    code, out = run(*common, "--json")
+    assert code == 0, out
+    payload = json.loads(out)
+    assert payload["interval_kinds"] == {"n": "total", "s": "bounded", "s_total": "total"}
+    assert set(payload["rows"][0]) == {"region", "n", "s", "s_total"}
+    for row, intervals in zip(payload["rows"], payload["intervals"], strict=True):
+        for name, (low, high) in intervals.items():
+            assert low <= row[name] <= high
+    assert any(w.startswith("s_total ") for w in payload["warnings"])
+    code, text = run(*common)
+    assert code == 0, text
+    assert "s_total" in text and "warnings:" in text
+    assert text.index("warnings:") > text.index("s_total")  # after the table
+    assert "s_total is the sum without" in " ".join(text.split())
+
+
+def test_explain_shows_the_cost_and_the_warnings_and_charges_nothing(shop: Path,
+                                                                     tmp_path: Path) -> None:
+    """``--explain``: the cost, the noise and the warnings known before spending (here: the
+    SUM's total gets its own column); nothing is charged, and no ledger is made."""
+    journal = tmp_path / "ledger.sqlite"
+    common = [str(shop), "--sql", SUM_BY_REGION, "--privacy-unit", "uid", "--epsilon", "0.5",
+              "--bounds", "amount=0:500", "--keys", str(shop.parent / "regions.csv"),
+              "--journal", str(journal), "--intervals", "total", "--explain"]
+    code, out = run(*common, "--json")
+    assert code == 0, out
+    payload = json.loads(out)
+    assert payload["cost"]["epsilon"] == 0.5 and payload["noise"]["n"][0]["error_95"] > 0
+    assert [w for w in payload["warnings"] if w.startswith("s_total ")]
+    assert "outer_caps_to_choose" in payload and not journal.exists()
+    code, text = run(*common)
+    assert code == 0, text
+    assert "nothing charged" in text and "warnings:" in text and not journal.exists()
+    code, out = run(*common[:-5], "--explain", "--json")  # bounded intervals (the default)
+    assert code == 0, out
+    assert json.loads(out)["warnings"] == []

@@ -142,6 +142,20 @@ def test_a_remote_curator_answers_like_a_curator(service: Any) -> None:
         assert explained["noise"]["n"][0]["error_95"] > 0
         assert curator.explain(Query().count("n"), epsilon=0.5)["noise"] == explained["noise"]
     assert [len(r["release"]["rows"]) for r in remote.history()] == [1, 1, 1]
+    # the releases' warnings, in process and from the service: the SUM's total has its own
+    # column, and both say so
+    sql = "SELECT region, COUNT(*) AS n, SUM(amount) AS s FROM data GROUP BY region"
+    remote_release = remote.sql(sql, epsilon=0.2, keys=["north", "south", "east", "west"],
+                                intervals="total")
+    local_release = local.sql(sql, epsilon=0.2, keys=["n", "s"], intervals="total")
+    assert local_release.to_dict()["warnings"] == list(local_release.warnings)
+    said = [w for w in remote_release["warnings"] if w.startswith("s_total ")]
+    assert len(said) == 1 and said[0] in local_release.warnings
+    assert said == [w for w in remote.explain(sql, epsilon=0.2, intervals="total")["warnings"]
+                    if w.startswith("s_total ")]
+    assert said == [w for w in local.explain(sql, epsilon=0.2, keys=["n", "s"],
+                                             intervals="total")["warnings"]
+                    if w.startswith("s_total ")]
     local.close()
 
 

@@ -41,7 +41,8 @@ ONE_PATH = settings(derandomize=True, deadline=None, database=None,
 ALIASES = ["n", "total", "partition_selection", "bounds", "bounds_chosen", "privacy", "rows",
            "intervals", "cached", "confidence", "interval_kinds", "bounded_intervals",
            "max_unit_rows", "max_unit_sums", "selection", "mechanisms", "epsilon", "delta",
-           "a0_rows", "k0", "s", '"select"', '"group"', '"my value"']
+           "a0_rows", "k0", "s", '"select"', '"group"', '"my value"', "warnings", "n_total",
+           "s_total", "total_columns"]
 AGGREGATES = ["COUNT(*)", "COUNT(DISTINCT uid)", "SUM({c})", "AVG({c})", "VARIANCE({c})",
               "STDDEV({c})", "MEDIAN({c})", "QUANTILE_CONT({c}, 0.9)"]
 NUMERIC = ["x", "n", "b"]

@@ -212,12 +212,13 @@ def test_a_query_may_ask_what_its_count_intervals_cover(client: TestClient) -> N
     assert default["interval_kinds"] == {"n": "bounded", "total": "bounded"}
     assert "bounded_intervals" not in default
     total = ask(client, BOB, BY_REGION, epsilon=0.4, intervals="total").json()
-    assert total["interval_kinds"] == {"n": "total", "total": "total"}
+    assert total["interval_kinds"] == {"n": "total", "total": "bounded",
+                                       "total_total": "total"}  # the SUM's own column
     assert total["max_unit_rows"] >= 1 and len(total["bounded_intervals"]) == 4
     assert set(total["max_unit_sums"]) == {"amount"}
     assert ask(client, BOB, BY_REGION, epsilon=0.4, intervals="wide").status_code == 422
     shared = ask(client, BOB, BY_REGION, epsilon=0.4, total_share=0.3).json()
-    assert shared["interval_kinds"] == {"n": "total", "total": "total"}
+    assert shared["interval_kinds"] == total["interval_kinds"]  # a share asks for totals
     assert shared["bounds_chosen"]["outer_caps_epsilon"] == pytest.approx(0.06)
     assert ask(client, BOB, BY_REGION, epsilon=0.4, total_share=1.5).status_code == 422
 
@@ -333,6 +334,25 @@ def test_explain_is_free(client: TestClient, service_dir: Path) -> None:
     assert explained["cost"]["epsilon"] == 0.5
     assert explained["noise"]["n"][0]["error_95"] > 0
     assert charges(service_dir, "analyst/alice/orders") == 0
+
+
+def test_the_answer_and_explain_carry_the_releases_warnings(client: TestClient) -> None:
+    """The SUM's total is printed as its own column, and the release says so in its
+    ``warnings`` (sentences of public numbers only), as explain does before spending; the
+    answer stored and replayed carries them too."""
+    explained = client.post("/v1/datasets/orders/explain", headers=auth(BOB),
+                            json={"sql": BY_REGION, "epsilon": 0.4,
+                                  "intervals": "total"}).json()
+    assert any("total_total" in w for w in explained["warnings"])
+    answer = ask(client, BOB, BY_REGION, epsilon=0.4, intervals="total").json()
+    assert isinstance(answer["warnings"], list) and answer["warnings"]
+    assert set(explained["warnings"]) <= set(answer["warnings"])
+    assert all(str(SECRET) not in w and "271828" not in w for w in answer["warnings"])
+    again = client.get(f"/v1/datasets/orders/queries/{answer['query_id']}",
+                       headers=auth(BOB)).json()
+    assert again["warnings"] == answer["warnings"]
+    plain = ask(client, BOB, COUNT, epsilon=0.1).json()  # bounded intervals: nothing to say
+    assert plain["warnings"] == []
 
 
 def test_analysts_see_only_their_datasets(client: TestClient) -> None:

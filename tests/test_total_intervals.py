@@ -228,8 +228,10 @@ def test_total_sum_intervals_cover_the_sum_without_the_clamping_and_the_caps() -
     covered = bounded_covered = 0
     for _ in range(runs):
         release = cur.run(query, epsilon=1.0)
-        assert release.interval_kinds == {"s": "total"} and release.max_unit_sums == {"x": most}
-        low, high = release.interval("s")
+        assert release.interval_kinds == {"s": "bounded", "s_total": "total"}
+        assert release.max_unit_sums == {"x": most}
+        low, high = release.interval("s", kind="total")
+        assert np.array_equal(low, release.interval("s_total")[0])
         covered += int(np.sum((low <= exact) & (exact <= high)))
         b_low, b_high = release.interval("s", kind="bounded")
         bounded_covered += int(np.sum((b_low <= exact) & (exact <= b_high)))
@@ -243,7 +245,8 @@ def test_a_total_sum_chooses_its_outer_cap_and_states_it() -> None:
     release = cur.sql("SELECT g, COUNT(*) AS n, SUM(x) AS s, AVG(x) AS m FROM data GROUP BY g",
                       epsilon=1.0, keys=KEYS, bounds={"x": (0, 1)}, max_partitions=2,
                       max_rows_per_partition=2, intervals="total")
-    assert release.interval_kinds == {"n": "total", "s": "total", "m": "bounded"}
+    assert release.interval_kinds == {"n": "total", "s": "bounded", "s_total": "total",
+                                      "m": "bounded"}
     chosen = release.bounds_chosen
     assert chosen is not None and set(chosen["max_unit_sums"]) == {"x"}
     assert chosen["max_unit_sums"]["x"] == release.max_unit_sums["x"] > 0
@@ -254,7 +257,9 @@ def test_a_total_sum_chooses_its_outer_cap_and_states_it() -> None:
         release.max_unit_sums["x"]  # in the query's units, not the fixed-point grid's
     out = release.to_dict()
     assert out["max_unit_sums"] == release.max_unit_sums
-    assert set(out["bounded_intervals"][0]) == {"n", "s"}
+    assert set(out["bounded_intervals"][0]) == {"n"}  # beside s: its bounded interval
+    assert out["total_columns"] == {"s": "s_total"}
+    assert set(out["intervals"][0]) == set(out["rows"][0]) - {"g"} == {"n", "s", "s_total", "m"}
     rows = dp.Curator.from_pandas(df, one_row_per_person=True, budget=dp.PureDP(10),
                                   source=SeededRandom(13))
     mixed = rows.sql("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g",
@@ -358,7 +363,7 @@ def test_totals_under_gaussian_noise_and_zcdp(privacy: dict[str, Any], noise: st
              .bound_contributions(max_partitions=2, max_rows_per_partition=2)
              .intervals("total", max_unit_rows=most, max_unit_sums={"x": float(most)}))
     release = cur.run(query, **privacy)
-    assert release.interval_kinds == {"n": "total", "s": "total"}
+    assert release.interval_kinds == {"n": "total", "s": "bounded", "s_total": "total"}
     totals = [m for name in ("n", "s") for m in release.mechanisms[name]
               if m["measure"] in ("unit_rows", "unit_values")]
     assert len(totals) == 2 and all(m["noise"] == noise for m in totals)

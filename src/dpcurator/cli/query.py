@@ -8,6 +8,11 @@ The file is scanned in place by DuckDB. By default the budget is what the query 
 ``--journal`` the charges are kept in a ledger file (SQLite, shared safely by concurrent
 runs): ``--budget-epsilon`` / ``--budget-delta`` set its total when it is created, and later
 runs use the stored total (a different one is refused: ``dpcurator ledger raise`` changes it).
+
+Each value is printed beside its own interval; a SUM whose total was measured has a second
+column, ``NAME_total``, the sum without the caps and the clamping with its own interval. The
+release's warnings follow the table (``"warnings"`` in ``--json``). ``--explain`` shows what
+the query would cost, its noise and the warnings known before spending, and charges nothing.
 """
 
 from __future__ import annotations
@@ -106,17 +111,33 @@ def _budget(journal: str | None, epsilon: float, delta: float,
     return dp.Budget(total, journal=journal) if journal is not None else total
 
 
+def _key_values(keys: Path | None) -> list[Any] | None:
+    """The public keys file's rows as the service takes them (one value, or a list, each)."""
+    if keys is None:
+        return None
+    frame = _read_keys(keys)
+    return [list(row) if len(row) > 1 else row[0]
+            for row in frame.itertuples(index=False, name=None)]
+
+
+def _remote_explain(server: str, token: str, dataset: str, sql: str, epsilon: float,
+                    delta: float, noise: str | None, keys: Path | None,
+                    intervals: str | None, total_share: float | None) -> dict[str, Any]:
+    from dpcurator.server.client import connect
+
+    privacy = {"epsilon": epsilon, "delta": delta or None, "noise": noise,
+               "keys": _key_values(keys), "intervals": intervals, "total_share": total_share}
+    return connect(server, token, dataset=dataset).explain(
+        sql, **{k: v for k, v in privacy.items() if v is not None})
+
+
 def _remote_query(server: str, token: str, dataset: str, sql: str, epsilon: float,
                   delta: float, noise: str | None, confidence: float,
                   keys: Path | None, intervals: str | None,
                   total_share: float | None) -> dict[str, Any]:
     from dpcurator.server.client import connect
 
-    key_values = None
-    if keys is not None:
-        frame = _read_keys(keys)
-        key_values = [list(row) if len(row) > 1 else row[0]
-                      for row in frame.itertuples(index=False, name=None)]
+    key_values = _key_values(keys)
     curator = connect(server, token, dataset=dataset)
     return curator.sql(sql, epsilon=epsilon, delta=delta or None, noise=noise,
                        confidence=confidence, keys=key_values, intervals=intervals,
@@ -150,8 +171,74 @@ def _show_remote(result: dict[str, Any], as_json: bool) -> None:
         table.add_row(*cells)
     console = Console()
     console.print(table)
+    _print_warnings(console, result.get("warnings") or [])
     console.print(f"privacy spent: {result.get('privacy')}  (query {result.get('query_id')})")
     console.print(f"budget remaining: {result.get('remaining')}")
+
+
+def _print_warnings(console: Any, warnings: list[str]) -> None:
+    """The release's warnings, after its table: a short block, one sentence a line."""
+    if warnings:
+        console.print("warnings:", markup=False)
+        for sentence in warnings:
+            console.print(f"  - {sentence}", markup=False, highlight=False)
+
+
+def _print_kinds(console: Any, release: Any) -> None:
+    """What the total intervals cover, under the table (the warnings say the rest)."""
+    kinds = release.interval_kinds
+    counts = [n for n in release.aggregate_names if kinds[n] == "total"]
+    totals = list(release.total_columns.values())
+    if not counts and not totals:
+        return
+    import statistics
+
+    caps = ([f"{release.max_unit_rows:,} rows"] if release.max_unit_rows else []) + [
+        f"a sum of |{c}| of {_cell(v)}" for c, v in release.max_unit_sums.items()]
+    within = f"for units of at most {' and '.join(caps)}" if caps else \
+        "each row its own unit: no cap removes a row"
+    parts = []
+    if counts:
+        bounded = {n: release.interval(n, kind="bounded") for n in counts}
+        widths = ", ".join(f"{n}: {_cell(float(statistics.median((h - lo).tolist())))}"
+                           for n, (lo, h) in bounded.items())
+        parts.append(f"{', '.join(counts)}: intervals of the total count (without the caps), "
+                     f"which hold the value; the bounded intervals' median width: {widths}")
+    if totals:
+        parts.append(f"{', '.join(totals)}: the sum without the caps and the clamping, its "
+                     "own estimate and interval")
+    console.print(f"{'; '.join(parts)}; {within}", markup=False)
+
+
+def _explained_json(explained: dict[str, Any]) -> dict[str, Any]:
+    """``Curator.explain``'s dict as JSON: the cost as numbers, the plan left out."""
+    cost = explained.get("cost")
+    out = {k: v for k, v in explained.items() if k not in ("plan", "cost")}
+    out["cost"] = {"guarantee": type(cost).__name__,
+                   **{n: getattr(cost, n) for n in ("epsilon", "delta", "rho")
+                      if hasattr(cost, n)}}
+    loaded: dict[str, Any] = json.loads(json.dumps(out, default=str))
+    return loaded
+
+
+def _show_explained(explained: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(explained))
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"cost (nothing charged): {explained.get('cost')}", markup=False)
+    for name, measures in (explained.get("noise") or {}).items():
+        for measure in measures:
+            error = measure.get("error_95")
+            console.print(f"{name}: {measure.get('noise')} on {measure.get('measure')}, "
+                          f"95% error {_cell(error) if error is not None else '-'}",
+                          markup=False)
+    for key in ("bounds_to_choose", "outer_caps_to_choose"):
+        if explained.get(key):
+            console.print(f"{key.replace('_', ' ')}: {explained[key]}", markup=False)
+    _print_warnings(console, explained.get("warnings") or [])
 
 
 def _cell(value: Any) -> str:
@@ -214,6 +301,9 @@ def query(
     token: str | None = typer.Option(
         None, "--token", envvar="DPCURATOR_TOKEN",
         help="Your token for --server (or the DPCURATOR_TOKEN environment variable)."),
+    explain: bool = typer.Option(
+        False, "--explain", help="Show the query's cost, noise and the warnings known before "
+                                 "spending; charge nothing and read no row."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Answer one DP SQL query about a file, or a dataset of a curator service (--server),
@@ -235,12 +325,20 @@ def query(
                                 "not to a query sent with --server")
             if not token:
                 raise UserError("--server needs --token (or DPCURATOR_TOKEN)")
-            remote = _remote_query(server, token, str(data), sql, epsilon, delta, noise,
-                                   confidence, keys, interval_kind, total_share)
-        _show_remote(remote, as_json)
+            if explain:
+                explained = _remote_explain(server, token, str(data), sql, epsilon, delta,
+                                            noise, keys, interval_kind, total_share)
+            else:
+                remote = _remote_query(server, token, str(data), sql, epsilon, delta, noise,
+                                       confidence, keys, interval_kind, total_share)
+        if explain:
+            _show_explained(explained, as_json)
+        else:
+            _show_remote(remote, as_json)
         return
-    with user_errors(as_json):
-        budget = _budget(journal, epsilon, delta, budget_epsilon, budget_delta)
+    with user_errors(as_json):  # --explain charges nothing: no ledger is opened or made
+        budget = _budget(None if explain else journal, epsilon, delta, budget_epsilon,
+                         budget_delta)
         curator = Curator(
             data, privacy_unit=privacy_unit, one_row_per_person=one_row_per_person,
             budget=budget, max_partitions=_cap("--max-partitions", max_partitions),
@@ -248,12 +346,20 @@ def query(
             confidence=confidence, auto_bounds_share=bounds_share,
             allow_large_delta=allow_large_delta, intervals=interval_kind,
             total_share=total_share)
-        if not as_json:
-            curator._engine.show_progress(True)
-        release = curator.sql(sql, epsilon=epsilon, delta=delta or None,
-                              bounds=parse_bounds(bounds),
-                              keys=_read_keys(keys) if keys is not None else None,
-                              noise=noise)
+        if explain:
+            explained = _explained_json(curator.explain(
+                sql, epsilon=epsilon, delta=delta or None, bounds=parse_bounds(bounds),
+                keys=_read_keys(keys) if keys is not None else None, noise=noise))
+        else:
+            if not as_json:
+                curator._engine.show_progress(True)
+            release = curator.sql(sql, epsilon=epsilon, delta=delta or None,
+                                  bounds=parse_bounds(bounds),
+                                  keys=_read_keys(keys) if keys is not None else None,
+                                  noise=noise)
+    if explain:
+        _show_explained(explained, as_json)
+        return
     result = release.to_dict()
     result["remaining"] = {k: v for k, v in vars(curator.remaining).items() if v is not None}
     if as_json:
@@ -266,34 +372,23 @@ def query(
     table = Table(title=f"DP answer ({level:.0%} intervals)")
     for column in release.group_columns:
         table.add_column(column)
-    for name in release.aggregate_names:
+    printed = list(release.interval_kinds)  # each value column, beside its own interval
+    for name in printed:
         table.add_column(name, justify="right")
         table.add_column(f"{level:.0%} interval", justify="right")
     intervals = release.intervals()
-    for i, key in enumerate(release.keys):
+    for i, (key, row) in enumerate(zip(release.keys, release.rows(), strict=True)):
         cells = [str(v) for v in key]
-        for name in release.aggregate_names:
+        for name in printed:
             low, high = intervals[name]
-            cells.append(_cell(float(release.values[name][i])))
+            cells.append("-" if row[name] is None else _cell(float(row[name])))
             cells.append("-" if math.isnan(low[i]) else
                          f"[{_cell(float(low[i]))}, {_cell(float(high[i]))}]")
         table.add_row(*cells)
     console = Console()
     console.print(table)
-    totals = [n for n, kind in release.interval_kinds.items() if kind == "total"]
-    if totals:
-        import statistics
-
-        bounded = {n: release.interval(n, kind="bounded") for n in totals}
-        widths = ", ".join(f"{n}: {_cell(float(statistics.median((h - lo).tolist())))}"
-                           for n, (lo, h) in bounded.items())
-        caps = ([f"{release.max_unit_rows} rows"] if release.max_unit_rows else []) + [
-            f"a sum of |{c}| of {_cell(v)}" for c, v in release.max_unit_sums.items()]
-        within = f"for units of at most {' and '.join(caps)}" if caps else \
-            "each row its own unit: no cap removes a row"
-        console.print(f"{', '.join(totals)}: intervals of the total answer (without the caps "
-                      f"and the clamping), {within}; the bounded intervals' median width: "
-                      f"{widths}")
+    _print_kinds(console, release)
+    _print_warnings(console, list(release.warnings))
     console.print(f"privacy spent: {release.privacy}")
     if release.bounds_chosen is not None:
         chosen = {k: v for k, v in release.bounds_chosen.items() if k != "method"}

@@ -159,6 +159,7 @@ from dpcurator.query.plan import (
 from . import _privacy
 from ._privacy import PrivacyRequest
 from ._profile import Profile
+from ._total import inner_unit_rows, inner_unit_sum
 
 __all__ = ["AutoPlan", "JointScores", "Profile", "choose_bounds", "joint_scores", "plan_auto",
            "sign_scores"]
@@ -505,7 +506,8 @@ def _per_k_rows(auto_plan: AutoPlan, factor: float, epsilon: float, k: int) -> b
     return factor * target * epsilon >= least
 
 
-def choose_outer(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None) -> int:
+def choose_outer(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None,
+                 least: float = 1.0) -> int:
     """A total interval's outer cap M (``dpcurator.curator._total``): permute-and-flip over
     M = 2^j scoring q_j = -U(2^j) - ``OUTER_PRIOR`` j / epsilon, U(M) the units with more than
     M rows, then ``OUTER_MARGIN`` times the choice (post-processing).
@@ -515,31 +517,49 @@ def choose_outer(auto_plan: AutoPlan, stats: Profile, source: RandomSource | Non
     fewer than ``OUTER_PRIOR`` / epsilon units exceed it (the prior pays for the width of the
     larger cap: the interval widens in proportion to M, while units above M break its cover).
     Adding a unit lowers or keeps every score and the prior is fixed, so the choice is
-    monotonic: permute-and-flip with half the noise (Ding, Kifer, Wang and Zhang 2021)."""
+    monotonic: permute-and-flip with half the noise (Ding, Kifer, Wang and Zhang 2021).
+
+    Never below the inner caps: only the candidates whose cap is at least ``least`` (k r, the
+    rows the caps let one unit keep: ``_total.inner_unit_rows``) compete, and where none is,
+    the largest cap (``Plan``'s limit) is taken without a choice. At small epsilon the prior
+    alone would pick the smallest cap, whose interval then misses every partition. The inner
+    caps are public or were chosen under DP before this choice, so the restriction is
+    post-processing of those outputs, and the choice over it is still epsilon-DP on the data
+    (adaptive composition; the scores are those above, restricted)."""
     epsilon = auto_plan.epsilons[OUTER]
     caps = OUTER_CANDIDATES
+    final = [min(OUTER_MARGIN * c, caps[-1]) for c in caps]
+    first = next((j for j, cap in enumerate(final) if cap >= least), None)
+    if first is None:
+        return int(caps[-1])
     octaves = np.log2(np.asarray(caps, dtype=np.float64))
-    return int(min(OUTER_MARGIN * caps[_outer_index(stats.unit_rows(caps), octaves, epsilon,
-                                                    source)], caps[-1]))
+    return int(final[_outer_index(stats.unit_rows(caps), octaves, epsilon, source, first)])
 
 
 def choose_outer_sum(auto_plan: AutoPlan, stats: Profile, column: int, name: str,
-                     source: RandomSource | None) -> float:
+                     source: RandomSource | None, least: float = 0.0) -> float:
     """A total SUM's outer cap V on a unit's sum of |value| of ``name`` (the profile's
     ``column``-th of the sums), as ``choose_outer`` chooses M: over V = 2^(q/4), q in
-    ``PROFILE_STEPS``, at most ``MAX_UNIT_SUM``."""
+    ``PROFILE_STEPS``, at most ``MAX_UNIT_SUM``, and never below ``least`` (k r max(|lo|,
+    |hi|), what the caps and the clamping let one unit keep: ``_total.inner_unit_sum``;
+    ``MAX_UNIT_SUM`` where no candidate reaches it), as ``choose_outer`` argues."""
     epsilon = auto_plan.epsilons[f"{OUTER_SUM}:{name}"]
+    final = [min(OUTER_MARGIN * 2.0 ** (q / 4), MAX_UNIT_SUM) for q in PROFILE_STEPS]
+    first = next((j for j, cap in enumerate(final) if cap >= least), None)
+    if first is None:
+        return float(MAX_UNIT_SUM)
     octaves = np.asarray(PROFILE_STEPS, dtype=np.float64) / 4.0
-    index = _outer_index(stats.unit_sums(column), octaves, epsilon, source)
-    return float(min(OUTER_MARGIN * 2.0 ** (PROFILE_STEPS[index] / 4), MAX_UNIT_SUM))
+    return float(final[_outer_index(stats.unit_sums(column), octaves, epsilon, source,
+                                    first)])
 
 
 def _outer_index(stats: Sequence[float], octaves: npt.NDArray[np.float64], epsilon: float,
-                 source: RandomSource | None) -> int:
-    """Permute-and-flip (monotonic) over -(units beyond the candidate) minus the prior."""
+                 source: RandomSource | None, first: int = 0) -> int:
+    """Permute-and-flip (monotonic) over -(units beyond the candidate) minus the prior, among
+    the candidates from ``first`` on (an index into all of them)."""
     prior = OUTER_PRIOR * (octaves - octaves[0]) / epsilon
-    return _release(-(np.asarray(stats, dtype=np.float64) + prior), epsilon, source,
-                    monotonic=True)
+    scores = -(np.asarray(stats, dtype=np.float64) + prior)
+    return first + _release(scores[first:], epsilon, source, monotonic=True)
 
 
 def thin_floor(auto_plan: AutoPlan, plan: Plan,
@@ -670,13 +690,14 @@ def _with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: 
     if not outer_names(auto):
         return plan, chosen
     cost = "rho" if auto_plan.request.rho is not None else "epsilon"
-    if auto.unit_rows:
-        outer = choose_outer(auto_plan, stats, source)
+    if auto.unit_rows:  # never below the inner caps, chosen or given (``choose_outer``)
+        outer = choose_outer(auto_plan, stats, source, inner_unit_rows(plan))
         chosen[OUTER] = outer
         plan = plan.replace(max_unit_rows=outer)
     sums = dict(plan.max_unit_sums)
     for index, column in enumerate(auto.unit_sums):
-        sums[column] = choose_outer_sum(auto_plan, stats, index, column, source)
+        sums[column] = choose_outer_sum(auto_plan, stats, index, column, source,
+                                        inner_unit_sum(plan, column))
     if auto.unit_sums:
         chosen["max_unit_sums"] = {c: sums[c] for c in auto.unit_sums}
     chosen[f"outer_caps_{cost}"] = auto_plan.outer  # what choosing them cost, in all

@@ -37,7 +37,7 @@ from ._ratio import FoldedNoise, NumeratorNoise, RatioPivot
 from ._variance import VariancePivot
 
 __all__ = ["TOTAL", "Estimator", "Intervals", "Noisy", "NoisyMeasure", "describe_with_error_95",
-           "estimate"]
+           "estimate", "estimate_totals"]
 
 FloatArray = npt.NDArray[np.float64]
 _MEAN_SHARE = 0.05  # of a variance interval's alpha, to the mean (module docstring)
@@ -210,6 +210,14 @@ def _pivot(count: NoisyMeasure, total: NoisyMeasure) -> RatioPivot:
 def estimate(estimators: Sequence[Estimator], noisy: Noisy) -> dict[str, FloatArray]:
     """The released values: per aggregate name, (P,) floats from its noisy measures."""
     return {e.aggregate.name: e.estimate(noisy[e.aggregate.name]) for e in estimators}
+
+
+def estimate_totals(estimators: Sequence[Estimator], noisy: Noisy) -> dict[str, FloatArray]:
+    """Per SUM with an outer-capped measure (``_total``), its own estimate of the sum without
+    the caps and the clamping: S~ (P,), the centre of its total interval. The bounded value
+    is another estimate, of another sum: each is released with its own interval."""
+    return {e.aggregate.name: _to_real(noisy[TOTAL + e.total.spec.name][0], e.total.unit)
+            for e in estimators if e.total is not None and type(e.aggregate) is Sum}
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,9 @@ class PreparedQuery:
 
     ``cost`` is its price in a budget of ``composition`` (the curator's own), computed once
     (None where that budget cannot account it: ``refusal`` says why, and ``price`` raises it);
-    everything that can refuse it has run. What remains after a charge is running it."""
+    everything that can refuse it has run. What remains after a charge is running it.
+    ``warnings``: what is known before spending that its release will warn of (sentences,
+    public numbers only: ``_warnings``), which ``explain`` shows and the release repeats."""
 
     compiled: CompiledQuery
     statements: tuple[str, ...]
@@ -61,6 +63,7 @@ class PreparedQuery:
     composition: str
     cost: PureDP | ApproxDP | ZCDP | None
     refusal: str = ""
+    warnings: tuple[str, ...] = ()
 
     def price(self) -> PureDP | ApproxDP | ZCDP:
         """The price in the curator's budget, or the ``UserError`` saying why it has none."""

@@ -45,11 +45,12 @@ from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import choose_bounds, outer_names
 from ._compile import CompiledQuery, compile_query
-from ._estimators import Intervals, describe_with_error_95, estimate
+from ._estimators import Intervals, describe_with_error_95, estimate, estimate_totals
 from ._prepared import PreparedQuery, ResolvedQuery, charge_cost, profile_query
 from ._privacy import PrivacyRequest, check_delta
 from ._release_stages import add_noise, describe_selection, select_partitions
 from ._resolve import Defaults, match_column, resolve_plan
+from ._warnings import after_noise, before_charge, collect, take_chosen
 from .release import Release, check_confidence
 
 __all__ = ["Curator", "CuratorQuery", "PreparedQuery", "ResolvedQuery", "charge_cost"]
@@ -366,7 +367,8 @@ class Curator:
                 return _with_confidence(self._cache[resolved.key], resolved.level, cached=True)
             prepared = self.prepare(resolved)  # compiled, checked, priced: before any charge
             compiled, cost = self._charge(prepared, label or repr(prepared.compiled.plan))
-            release = self._answer(compiled, prepared.statements, prepared.level, cost)
+            release = self._answer(compiled, prepared.statements, prepared.level, cost,
+                                   prepared.warnings)
             if use_cache:
                 self._cache[resolved.key] = release
             return release
@@ -408,7 +410,8 @@ class Curator:
         except UserError as exc:
             cost, refusal = None, str(exc)
         return PreparedQuery(compiled, tuple(statements), resolved.level,
-                             self._budget.composition, cost, refusal)
+                             self._budget.composition, cost, refusal,
+                             collect(before_charge(compiled)))
 
     def answer(self, prepared: PreparedQuery, privacy: PureDP | ApproxDP | ZCDP) -> Release:
         """Run a prepared query and add its noise; the caller has charged ``privacy`` for it.
@@ -416,7 +419,8 @@ class Curator:
         Nothing is charged here: this is the stage a service calls after its own ledger
         reserved the cost (``cost_in``) for every account concerned.
         """
-        release = self._answer(prepared.compiled, prepared.statements, prepared.level, privacy)
+        release = self._answer(prepared.compiled, prepared.statements, prepared.level, privacy,
+                               prepared.warnings)
         if self._cache_enabled:
             with self._lock:
                 self._cache.setdefault(prepared.key, release)
@@ -432,21 +436,24 @@ class Curator:
     def describe(self, prepared: PreparedQuery) -> dict[str, Any]:
         """How a prepared query's answer is noised, as its mechanisms state it (free).
 
-        ``{"noise": {aggregate: [one dict per noised measure]}, "partition_selection": ...}``:
-        each measure's noise (kind, scale or sigma in the query's units, guarantee) and
-        ``error_95``, the half-width w with P[|noise| > w] <= 0.05, computed by the mechanism
-        itself (``accuracy``), on its grid, in the query's units.
+        ``{"noise": {aggregate: [one dict per noised measure]}, "partition_selection": ...,
+        "warnings": [...]}``: each measure's noise (kind, scale or sigma in the query's units,
+        guarantee) and ``error_95``, the half-width w with P[|noise| > w] <= 0.05, computed by
+        the mechanism itself (``accuracy``), on its grid, in the query's units; and what is
+        known before spending that the release will warn of (``PreparedQuery.warnings``).
         """
         compiled = prepared.compiled
         return {"noise": {e.aggregate.name: describe_with_error_95(e)
                           for e in compiled.estimators},
-                "partition_selection": repr(compiled.selection) if compiled.selection else None}
+                "partition_selection": repr(compiled.selection) if compiled.selection else None,
+                "warnings": list(prepared.warnings)}
 
     def explain(self, query: Query | Plan | str, **privacy: Any) -> dict[str, Any]:
         """What a query would run and cost, and its noise, without charging or reading rows."""
-        if isinstance(query, str):
-            plan = self.parse(query, bounds=privacy.pop("bounds", None),
-                              keys=privacy.pop("keys", None))
+        if isinstance(query, str):  # with ``sql``'s options of the query itself
+            plan = self.parse(query, **{name: privacy.pop(name) for name in (
+                "bounds", "keys", "max_partitions", "max_rows_per_partition", "bounding",
+                "bounds_share", "intervals", "total_share") if name in privacy})
         else:
             plan = query.plan() if isinstance(query, Query) else query
         if not isinstance(plan, Plan):
@@ -459,7 +466,7 @@ class Curator:
             "plan": plan,
             "cost": prepared.price(),
             "sql": list(statements),
-            **self.describe(prepared),  # "noise" and "partition_selection"
+            **self.describe(prepared),  # "noise", "partition_selection" and "warnings"
         }
         if compiled.auto is not None:
             auto = compiled.auto
@@ -554,12 +561,14 @@ class Curator:
         return candidates.bind(plan, chosen), chosen
 
     def _answer(self, compiled: CompiledQuery, statements: tuple[str, ...], level: float,
-                privacy: PureDP | ApproxDP | ZCDP) -> Release:
-        """Run a charged query: one call per stage, the data's shape after each."""
+                privacy: PureDP | ApproxDP | ZCDP, warned: tuple[str, ...] = ()) -> Release:
+        """Run a charged query: one call per stage, the data's shape after each. ``warned``:
+        the prepared query's warnings, which the release repeats (``_warnings``)."""
         key = int(resolve_source(self._source).words(1)[0])  # the engine's sampling key
         chosen = None
         if compiled.auto is not None:
             compiled, chosen = self._choose_bounds(compiled, key)
+            warned = collect(warned, take_chosen(chosen), before_charge(compiled))
         exact = self._engine.compute_exact_aggregates(compiled.bounded, key)
         # exact: E partitions found, each with its exact integer measures and histograms
         kept = select_partitions(compiled, exact)
@@ -568,6 +577,11 @@ class Curator:
         # noisy: per aggregate, its noisy integer measures (P,) each, or noisy trees (P, 2047)
         values = estimate(compiled.estimators, noisy)
         # values: per aggregate, P released floats
+        totals = estimate_totals(compiled.estimators, noisy)
+        # totals: per SUM with a measured total, its own P released floats (``_total``)
+        intervals = Intervals(compiled.estimators, noisy)
+        warned = collect(warned, after_noise(compiled, values, {
+            name: intervals(name, 1.0 - level, True) for name in totals}, level))
         plan = compiled.plan
         mechanisms = {e.aggregate.name: e.describe() for e in compiled.estimators}
         total = plan.intervals == "total"
@@ -578,8 +592,8 @@ class Curator:
             keys=kept.keys, group_columns=tuple(k.name for k in plan.group_by),
             values=values, privacy=privacy, plan=plan,
             sql=tuple(exact.sql or statements), confidence=level, mechanisms=mechanisms,
-            _intervals=Intervals(compiled.estimators, noisy), kinds=kinds,
-            selection=selection, chosen=chosen,
+            _intervals=intervals, kinds=kinds, selection=selection, chosen=chosen,
+            totals=totals, warnings=warned,
             secure=bool(getattr(resolve_source(self._source), "secure", False)))
 
 

@@ -35,7 +35,14 @@ with A_u <= V 2^j_u, A_u the unit's sum of |value| over its pairs (``MeasureSpec
 ``unit_values``): a unit moves (S_p) by at most V in L1, and S_p is the true sum (on the
 grid) when every A_u <= V, which the release states (``max_unit_sums``; V given, or chosen as
 M is, from the units' sums of |value|). The clamping bounds say nothing about the true sum's
-sign, so its interval is S~'s own, two-sided: [S~ - w, S~ + w], P[|Z| > w] <= alpha.
+sign, so its interval is S~'s own, two-sided: [S~ - w, S~ + w], P[|Z| > w] <= alpha. S~ is
+another estimate than the bounded sum's, so the release prints it as its own column, with
+that interval beside it (``Release.totals``); the bounded sum keeps its bounded interval.
+
+An outer cap below the inner caps would leave uncovered the units that the bounded answer keeps
+whole: a chosen one is at least k r rows (``inner_unit_rows``) and k r max(|lo|, |hi|)
+(``inner_unit_sum``), or at its limit where none reaches them; a given one below them, or one
+at its limit, is a warning on the release (``_warnings``).
 
 Where a total interval can be had (``available``): a COUNT(*) or SUM of a query with a privacy
 unit, public keys or one global partition (private keys are selected from the bounded counts),
@@ -76,8 +83,8 @@ from . import _privacy
 from ._grid import value_scale
 from ._privacy import PrivacyRequest
 
-__all__ = ["CHOICE_PART", "SHARE", "alphas", "available", "measure", "resolve", "split",
-           "sum_columns", "sum_measure", "total_interval"]
+__all__ = ["CHOICE_PART", "SHARE", "alphas", "available", "inner_unit_rows", "inner_unit_sum",
+           "measure", "resolve", "split", "sum_columns", "sum_measure", "total_interval"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -97,6 +104,27 @@ def sum_columns(plan: Plan) -> list[str]:
     """The columns of the plan's SUMs, each with one outer-capped sum (in order)."""
     return list(dict.fromkeys(a.column for a in plan.aggregates
                               if type(a) is Sum and a.column is not None))
+
+
+def inner_unit_rows(plan: Plan) -> int:
+    """k r: the most rows the plan's caps let one unit keep (k as it binds: 1 with one global
+    partition, at most the number of public keys; a cap not set counts 1). An outer cap
+    below it would leave uncovered units that the bounded answer itself keeps whole."""
+    k = plan.max_partitions or 1
+    if not plan.group_by:
+        k = 1
+    elif plan.keys is not None:
+        k = min(k, len(plan.keys))
+    return k * (plan.max_rows_per_partition or 1)
+
+
+def inner_unit_sum(plan: Plan, column: str) -> float:
+    """k r max(|lo|, |hi|): the largest sum of |value| of ``column`` that the caps and the
+    clamping bounds of the plan's SUMs of it let one unit keep (0 without such a SUM)."""
+    largest = max((max(abs(a.bounds.lo), abs(a.bounds.hi)) for a in plan.aggregates
+                   if type(a) is Sum and a.column == column and a.bounds is not None),
+                  default=0.0)
+    return float(inner_unit_rows(plan) * largest)
 
 
 def available(plan: Plan, privacy_unit: str | None) -> bool:

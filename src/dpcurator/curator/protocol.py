@@ -21,8 +21,10 @@ What ``sql`` and ``run`` return differs, and the protocol says so with a union r
 hiding it: a ``Release`` in process (values as arrays, intervals at any level, the plan), and
 from the service the JSON object it sends, that is ``Release.to_dict()`` plus ``query_id``,
 ``cached`` and ``remaining`` (the service's release is stored as that JSON, and the arrays,
-plan and interval machinery do not cross the wire). ``explain`` returns a dict on both sides
-with ``cost`` and ``noise`` (each measure with the mechanism's own ``error_95``); in process
+plan and interval machinery do not cross the wire); both carry the release's ``warnings``
+(a tuple of sentences in process, a list in the JSON). ``explain`` returns a dict on both sides
+with ``cost``, ``noise`` (each measure with the mechanism's own ``error_95``) and ``warnings``
+(what is known before spending that the release will warn of); in process
 ``cost`` is a guarantee object and the dict also holds the plan and the engine's SQL, and from
 the service ``cost`` is JSON and the dict also holds ``dataset_cost`` and ``confidence``.
 

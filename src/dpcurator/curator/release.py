@@ -5,6 +5,16 @@ from the noisy values and the (public) noise distributions, and the plan and SQL
 question, not the data. Intervals at any other level are free post-processing:
 ``release.to_pandas(intervals=True, confidence=0.9)``.
 
+What is printed beside what. Every printed value (``to_pandas``, ``to_arrow``, ``to_dict``,
+the CLI's table) has beside it *its own* interval: one that covers the quantity the value
+estimates, and contains the value. A SUM's value is its bounded sum, with the bounded
+interval; where the release also measured the sum without the caps and the clamping (a
+``total`` SUM), that total is a different estimate, S~ (``totals``), printed as its own
+column ``{name}_total`` with its own interval ([S~ - w, S~ + w]). A COUNT(*)'s total interval
+stays beside its value: it is an interval of the same count without the caps, and it always
+contains the value ([B~ - w_B, at least B~ + w_B], ``dpcurator.curator._total``).
+``interval_kinds`` marks, per printed column, which kind of interval it has.
+
 Interval methods, per aggregate (each covers the *bounded* aggregate: the answer after
 clamping and contribution bounding, which equals the plain answer whenever no unit was over
 its caps and no value outside its bounds), and the ``total`` intervals of COUNT(*) and SUM,
@@ -48,7 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,7 +68,7 @@ from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import UserError
 from dpcurator.query.plan import Plan, Quantile
 
-__all__ = ["Release", "check_confidence"]
+__all__ = ["Release", "check_confidence", "total_columns"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -71,6 +81,21 @@ def check_confidence(confidence: float) -> float:
     return float(confidence)
 
 
+def total_columns(names: Sequence[str], sums: Sequence[str]) -> dict[str, str]:
+    """The column printing each total SUM's own estimate: ``{name}_total``, with underscores
+    added while that name is taken by another column (``names``: the group keys and the
+    aggregates), so that no two printed columns share a name."""
+    taken = set(names)
+    out: dict[str, str] = {}
+    for name in sums:
+        column = f"{name}_total"
+        while column in taken:
+            column += "_"
+        taken.add(column)
+        out[name] = column
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class Release:
     """The noisy answer to one DP query.
@@ -80,6 +105,14 @@ class Release:
     - ``privacy``: the guarantee this release cost (what the budget was charged).
     - ``plan``: the resolved plan; ``sql``: the statements the engine ran.
     - ``confidence``: the default interval level.
+    - ``totals``: per SUM whose release measured its total (the sum without the caps and the
+      clamping, for units under the outer cap ``max_unit_sums``), that total's own estimate
+      S~, printed as the column ``total_columns[name]`` (``{name}_total``) with its own
+      interval (``interval(name, kind="total")``); ``values[name]`` is the bounded sum.
+    - ``warnings``: plain sentences on what this release cannot vouch for, or which stated
+      rule it used (a user's outer cap below the caps, a total with its own estimate, ...).
+      They hold public numbers only (caps, bounds, epsilons, counts of partitions), never a
+      record; ``to_dict`` has them as a list under ``"warnings"``.
     """
 
     keys: tuple[tuple[Any, ...], ...]
@@ -97,12 +130,27 @@ class Release:
     # the curator's own stages, apart from the aggregates' names (``mechanisms``' keys)
     selection: dict[str, Any] | None = None
     chosen: dict[str, Any] | None = None
+    totals: dict[str, FloatArray] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     # -- shape ---------------------------------------------------------------------------------
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return self.group_columns + tuple(self.values)
+        """The printed columns: group keys, then each aggregate (and its total's column)."""
+        return self.group_columns + tuple(self.interval_kinds)
+
+    @property
+    def total_columns(self) -> dict[str, str]:
+        """Per SUM in ``totals``, the column that prints its total's estimate."""
+        return total_columns(self.group_columns + tuple(self.values), list(self.totals))
+
+    def _column(self, column: str) -> FloatArray:
+        """A printed value column's values: an aggregate's, or a total's estimate."""
+        if column in self.values:
+            return self.values[column]
+        by_column = {c: name for name, c in self.total_columns.items()}
+        return self.totals[by_column[column]]
 
     @property
     def aggregate_names(self) -> tuple[str, ...]:
@@ -142,14 +190,21 @@ class Release:
 
     @property
     def interval_kinds(self) -> dict[str, str]:
-        """What each aggregate's intervals cover by default: ``"total"`` (the answer without
-        the caps: COUNT(*) and SUM where the query measured it, or COUNT(*) where no cap can
-        remove a row) or
-        ``"bounded"`` (the answer after the caps and the clamping); a SUM's total covers the
-        sum without the clamping and the caps for units whose sum of |value| is at most
-        ``max_unit_sums[column]``."""
+        """Per printed value column, what its interval (the one beside it) covers:
+        ``"total"`` (the answer without the caps) or ``"bounded"`` (after the caps and the
+        clamping). A COUNT(*) whose query measured its total (or where no cap can remove a
+        row) has its total interval, which contains its value; a SUM whose query measured
+        its total has the bounded one, and its total is another column (``total_columns``,
+        kind ``"total"``), covering the sum without the clamping and the caps for units whose
+        sum of |value| is at most ``max_unit_sums[column]``."""
         kinds = dict(self.kinds)
-        return {a.name: kinds.get(a.name, "bounded") for a in self.plan.aggregates}
+        columns = self.total_columns
+        out: dict[str, str] = {}
+        for a in self.plan.aggregates:
+            out[a.name] = "bounded" if a.name in columns else kinds.get(a.name, "bounded")
+            if a.name in columns:
+                out[columns[a.name]] = "total"
+        return out
 
     @property
     def max_unit_sums(self) -> dict[str, float]:
@@ -165,28 +220,44 @@ class Release:
 
     def interval(self, name: str, confidence: float | None = None, kind: str | None = None
                  ) -> tuple[FloatArray, FloatArray]:
-        """(low, high) arrays covering the aggregate ``name`` at the given level: its
-        ``bounded`` answer, or its ``total`` one (``interval_kinds``; default: its kind)."""
-        if name not in self.values:
-            raise UserError(f"unknown aggregate {name!r}; this release has {list(self.values)}")
+        """(low, high) arrays at the given level for the printed column ``name``: by
+        default the interval beside its value (``interval_kinds``); ``kind="bounded"`` or
+        ``"total"`` asks for an aggregate's other one (a SUM's ``"total"`` is the interval
+        of ``totals[name]``, its column ``total_columns[name]``)."""
         level = check_confidence(self.confidence if confidence is None else confidence)
-        default = self.interval_kinds[name]
         if kind is not None and kind not in ("bounded", "total"):
             raise UserError(f"kind must be 'bounded' or 'total', got {kind!r}")
-        if kind == "total" and default != "total":
+        of_total = {column: agg for agg, column in self.total_columns.items()}
+        if name in of_total:
+            if kind == "bounded":
+                raise UserError(f"{name!r} is the total of {of_total[name]!r}, whose interval "
+                                f"is a total one; ask interval({of_total[name]!r}) for the "
+                                "bounded sum's")
+            return self._arrays(of_total[name], level, True)
+        if name not in self.values:
+            raise UserError(f"unknown column {name!r}; this release has "
+                            f"{list(self.interval_kinds)}")
+        default = self.interval_kinds[name]
+        if kind == "total" and default != "total" and name not in self.totals:
             raise UserError(f"{name!r} has no total interval in this release (only COUNT(*) "
                             "and SUM can, when asked with intervals='total'); its kind is "
                             "'bounded'")
-        low, high = self._intervals(name, 1.0 - level, (kind or default) == "total")
+        return self._arrays(name, level, (kind or default) == "total")
+
+    def _arrays(self, name: str, level: float, total: bool) -> tuple[FloatArray, FloatArray]:
+        low, high = self._intervals(name, 1.0 - level, total)
         return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
 
     def intervals(self, confidence: float | None = None, kind: str | None = None
                   ) -> dict[str, tuple[FloatArray, FloatArray]]:
-        """Every aggregate's intervals: each of its default kind, or all ``"bounded"``."""
+        """Every printed column's interval, the one beside its value (``interval_kinds``);
+        or, with ``kind="bounded"``, every aggregate's bounded interval."""
         if kind not in (None, "bounded"):
             raise UserError(f"intervals(kind=) takes None or 'bounded', got {kind!r}; ask "
                             "interval(name, kind='total') for one aggregate's total")
-        return {name: self.interval(name, confidence, kind) for name in self.values}
+        if kind == "bounded":
+            return {name: self.interval(name, confidence, kind) for name in self.values}
+        return {name: self.interval(name, confidence) for name in self.interval_kinds}
 
     # -- conversions ---------------------------------------------------------------------------
 
@@ -194,8 +265,8 @@ class Release:
         data: dict[str, Any] = {}
         for i, column in enumerate(self.group_columns):
             data[column] = [key[i] for key in self.keys]
-        for name, values in self.values.items():
-            data[name] = values
+        for name in self.interval_kinds:
+            data[name] = self._column(name)
             if intervals:
                 low, high = self.interval(name, confidence)
                 data[f"{name}_low"] = low
@@ -203,13 +274,16 @@ class Release:
         return data
 
     def to_pandas(self, *, intervals: bool = False, confidence: float | None = None) -> Any:
-        """A pandas DataFrame: group columns, then each aggregate (and its interval)."""
+        """A pandas DataFrame: group columns, then each aggregate, each followed by its own
+        interval (``{name}_low``, ``{name}_high``), and a total SUM's own estimate
+        ``{name}_total`` with its interval (module docstring: what is printed beside what)."""
         import pandas as pd
 
         return pd.DataFrame(self._columns_data(intervals, confidence))
 
     def to_arrow(self, *, intervals: bool = False, confidence: float | None = None) -> Any:
-        """An Arrow table with the same columns as ``to_pandas``."""
+        """An Arrow table with the same columns as ``to_pandas`` (each value beside its own
+        interval)."""
         import pyarrow as pa
 
         data = self._columns_data(intervals, confidence)
@@ -217,17 +291,21 @@ class Release:
                          for k, v in data.items()})
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per partition: group columns and aggregate values."""
+        """One dict per partition: group columns and the printed values (each aggregate's,
+        and each total SUM's own estimate, ``total_columns``)."""
+        columns = {name: self._column(name) for name in self.interval_kinds}
         out = []
         for i, key in enumerate(self.keys):
             row: dict[str, Any] = dict(zip(self.group_columns, key, strict=True))
-            for name, values in self.values.items():
+            for name, values in columns.items():
                 row[name] = _json_number(values[i])
             out.append(row)
         return out
 
     def to_dict(self, confidence: float | None = None) -> dict[str, Any]:
-        """``{"rows": [...], "intervals": [...], "privacy": {...}}`` (JSON-ready)."""
+        """``{"rows": [...], "intervals": [...], "privacy": {...}, "warnings": [...]}``
+        (JSON-ready): each row's value columns, and beside them (same names) their own
+        intervals (``interval_kinds`` says which kind each is)."""
         level = check_confidence(self.confidence if confidence is None else confidence)
         bounds = self.intervals(level)
         intervals = []
@@ -242,13 +320,16 @@ class Release:
             privacy.update(epsilon=self.privacy.epsilon, delta=self.privacy.delta)
         out = {"rows": _jsonable_rows(self.rows()), "intervals": intervals,
                "confidence": level, "privacy": privacy, "cached": self.from_cache,
-               "interval_kinds": self.interval_kinds}
-        totals = [n for n, kind in self.interval_kinds.items() if kind == "total"]
-        if totals:  # the bounded intervals beside the total ones, for their widths
-            bounded = {name: self.interval(name, level, "bounded") for name in totals}
+               "interval_kinds": self.interval_kinds, "warnings": list(self.warnings)}
+        counts = [n for n in self.values if self.interval_kinds[n] == "total"]
+        if counts:  # the bounded intervals of the counts beside their totals, for the widths
+            bounded = {name: self.interval(name, level, "bounded") for name in counts}
             out["bounded_intervals"] = [
                 {name: [_json_number(low[i]), _json_number(high[i])]
                  for name, (low, high) in bounded.items()} for i in range(len(self.keys))]
+        if self.totals:
+            out["total_columns"] = self.total_columns
+        if counts or self.totals:
             out["max_unit_rows"] = self.max_unit_rows
             if self.max_unit_sums:
                 out["max_unit_sums"] = self.max_unit_sums
@@ -267,12 +348,14 @@ class Release:
             lines.append(f"partition selection: {self.selection}")
         if self.chosen is not None:
             lines.append(f"bounds chosen: {self.chosen}")
+        lines.extend(f"warning: {w}" for w in self.warnings)
         lines.extend(self.sql)
         return "\n".join(lines)
 
     def __repr__(self) -> str:
+        warned = f", {len(self.warnings)} warning(s): see .warnings" if self.warnings else ""
         return (f"Release({len(self.keys)} partitions, columns={list(self.columns)}, "
-                f"privacy={self.privacy})")
+                f"privacy={self.privacy}{warned})")
 
 
 def _plain(value: Any) -> Any:

@@ -480,7 +480,8 @@ class Service:
         return _user(lambda: data.curator.cost_in(prepared, composition))
 
     def explain(self, analyst: AnalystConfig, name: str, body: QueryBody) -> dict[str, Any]:
-        """The cost (in the analyst's and the dataset's budgets) and the noise; free."""
+        """The cost (in the analyst's and the dataset's budgets), the noise and what its
+        release will warn of, known before spending (``warnings``); free."""
         data = self.dataset(analyst, name)
         prepared = _user(lambda: data.curator.prepare(self._resolve(data, body)))
         costs = self._costs(analyst, data, prepared)
@@ -489,7 +490,7 @@ class Service:
                 "dataset_cost": _guarantee_json(costs[data.account]),
                 "noise": described["noise"],
                 "partition_selection": described["partition_selection"],
-                "confidence": prepared.level}
+                "warnings": described["warnings"], "confidence": prepared.level}
 
     def budget(self, analyst: AnalystConfig, name: str) -> dict[str, Any]:
         data = self.dataset(analyst, name)

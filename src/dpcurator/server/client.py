@@ -9,7 +9,9 @@
 ``sql``, ``run``, ``explain``, and ``remaining`` (an ``Amount``) and ``ledger`` (a tuple of
 ``Charge``), built from the service's JSON. ``sql`` and ``run`` return the JSON object the
 service sends (``Release.to_dict()`` with ``query_id``, ``cached`` and ``remaining``), not a
-``Release``: the service stores and sends releases as that JSON (see ``CuratorLike``).
+``Release``: the service stores and sends releases as that JSON (see ``CuratorLike``). Its
+``"warnings"`` is the release's list of sentences (an empty list for a release stored before
+the service sent them), as is ``explain``'s.
 
 Standard library (``urllib``) and dpcurator only, so an analyst's machine needs none of the
 ``server`` extra. Every refusal raises the ``DPCuratorError`` the library would raise
@@ -124,8 +126,8 @@ class RemoteCurator:
             confidence: float | None = None, keys: Sequence[Any] | None = None,
             idempotency_key: str | None = None, intervals: str | None = None,
             total_share: float | None = None) -> dict[str, Any]:
-        """Answer a DP SQL query: ``{"rows", "intervals", "privacy", "query_id", "cached",
-        "remaining"}``. A retry after a lost answer is safe: the request carries an
+        """Answer a DP SQL query: ``{"rows", "intervals", "privacy", "warnings", "query_id",
+        "cached", "remaining"}``. A retry after a lost answer is safe: the request carries an
         idempotency key derived from the call (see the module's docstring), so the same call
         made again completes a request that was charged but not answered, never charging it
         twice; a ``RemoteError`` carries the key. ``intervals``: what the intervals of
@@ -172,14 +174,15 @@ class RemoteCurator:
         if idempotency_key is None:
             with self._answered_lock:
                 self._answered[call] = max(self._answered.get(call, 0), repeat + 1)
-        return answer
+        return _with_warnings(answer)
 
     def explain(self, query: Query | Plan | str, **privacy: Any) -> dict[str, Any]:
         """The cost and noise of a query (DP SQL, a ``Query`` or a ``Plan``), charging
-        nothing: ``{"cost", "dataset_cost", "noise", "partition_selection", "confidence"}``,
-        each noised measure with its mechanism's ``error_95``."""
+        nothing: ``{"cost", "dataset_cost", "noise", "partition_selection", "warnings",
+        "confidence"}``, each noised measure with its mechanism's ``error_95``."""
         body = _drop_none({**_asked(query), **privacy})
-        return self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/explain", body)
+        return _with_warnings(self._call("POST", f"/v1/datasets/{_quote(self.dataset)}/explain",
+                                         body))
 
     @property
     def budget(self) -> dict[str, Any]:
@@ -205,12 +208,15 @@ class RemoteCurator:
         "release"}``."""
         releases: list[dict[str, Any]] = self._call(
             "GET", f"/v1/datasets/{_quote(self.dataset)}/history")["releases"]
+        for item in releases:
+            if isinstance(item.get("release"), dict):
+                _with_warnings(item["release"])
         return releases
 
     def release(self, query_id: str) -> dict[str, Any]:
         """A stored release again, for free."""
-        return self._call("GET", f"/v1/datasets/{_quote(self.dataset)}/queries/"
-                                 f"{_quote(query_id)}")
+        return _with_warnings(self._call("GET", f"/v1/datasets/{_quote(self.dataset)}/queries/"
+                                                f"{_quote(query_id)}"))
 
     def datasets(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._call("GET", "/v1/datasets")["datasets"]
@@ -297,6 +303,14 @@ def _charges_of(answer: Any) -> tuple[Charge, ...]:
                             float(c["time"])) for c in answer["charges"])
     except (DPCuratorError, KeyError, TypeError, ValueError):
         raise RemoteError("the curator sent a ledger this client cannot read") from None
+
+
+def _with_warnings(answer: dict[str, Any]) -> dict[str, Any]:
+    """The answer with its ``"warnings"`` as a list of sentences (empty where a release stored
+    before the service sent them has none)."""
+    warnings = answer.get("warnings")
+    answer["warnings"] = [str(w) for w in warnings] if isinstance(warnings, list) else []
+    return answer
 
 
 def _drop_none(data: dict[str, Any]) -> dict[str, Any]:

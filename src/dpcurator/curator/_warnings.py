@@ -1,0 +1,108 @@
+"""A release's warnings: plain sentences on what it cannot vouch for, or which stated rule it
+used (``Release.warnings``; before the charge, ``PreparedQuery.warnings``, which ``explain``
+shows).
+
+One way in for every stage, and each sentence once (``collect``):
+
+- before the charge, from the compiled query alone (``before_charge``): public numbers;
+- choosing the bounds: ``_auto_bounds.choose_bounds`` may put a list of sentences under
+  ``chosen["warnings"]``; ``Curator._answer`` moves them to the release (``take_chosen``), so
+  that they appear there once and not in ``bounds_chosen``;
+- after the noise (``after_noise``): post-processing of the released values and intervals.
+
+A sentence holds public numbers only: caps, bounds, epsilons, counts of partitions, the bounds
+chosen under DP. Never a record, and never an exact aggregate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
+
+from ._compile import CompiledQuery
+from ._estimators import Estimator
+from ._total import inner_unit_rows, inner_unit_sum
+from .release import FloatArray, total_columns
+
+__all__ = ["after_noise", "before_charge", "collect", "take_chosen"]
+
+
+def collect(*parts: Iterable[str]) -> tuple[str, ...]:
+    """The sentences of every part, in order, each once."""
+    return tuple(dict.fromkeys(s for part in parts for s in part))
+
+
+def take_chosen(chosen: dict[str, Any] | None) -> list[str]:
+    """The sentences the bounds' choice left under ``chosen["warnings"]``, removed from it."""
+    if chosen is None:
+        return []
+    return [str(s) for s in chosen.pop("warnings", None) or ()]
+
+
+def _total_sums(compiled: CompiledQuery) -> list[Estimator]:
+    return [e for e in compiled.estimators if e.total is not None and type(e.aggregate) is Sum]
+
+
+def before_charge(compiled: CompiledQuery) -> list[str]:
+    """What the compiled query says before anything is read: a total SUM printed with its
+    own estimate, and (once no bound is left to choose) outer caps below the inner caps."""
+    plan = compiled.plan
+    sums = [e.aggregate.name for e in _total_sums(compiled)]
+    columns = total_columns([k.name for k in plan.group_by] + [a.name for a in plan.aggregates],
+                            sums)
+    out = [f"{columns[name]} is the sum without the caps and the clamping, with its own "
+           f"estimate and interval; the interval beside {name} is the bounded sum's."
+           for name in sums]
+    if compiled.auto is None:  # placeholders otherwise: checked on the bounds chosen
+        out += outer_below_inner(compiled)
+    return out
+
+
+def outer_below_inner(compiled: CompiledQuery) -> list[str]:
+    """An outer cap (given, or at its limit) below what the caps and the clamping let one
+    unit keep: the total intervals then miss units that the bounded answer keeps whole."""
+    plan: Plan = compiled.plan
+    out = []
+    rows = next((e.total.spec.outer for e in compiled.estimators
+                 if e.total is not None and e.total.spec.value is None), None)
+    inner = inner_unit_rows(plan)
+    if rows is not None and rows < inner:
+        limit = ", its largest value" if rows >= MAX_CONTRIBUTIONS else ""
+        out.append(f"The outer cap max_unit_rows ({rows:,}{limit}) is below the {inner:,} "
+                   "rows the caps let one unit keep: the total intervals do not cover units "
+                   f"with more than {rows:,} rows.")
+    for estimator in _total_sums(compiled):
+        assert estimator.total is not None and estimator.total.spec.value is not None
+        column = estimator.total.spec.value.column
+        outer = estimator.total.spec.value.hi
+        most = inner_unit_sum(plan, column)
+        if outer < most:
+            limit = ", its largest value" if outer >= MAX_UNIT_SUM else ""
+            out.append(f"The outer cap max_unit_sums[{column!r}] ({outer:.4g}{limit}) is "
+                       f"below the {most:.4g} that the caps and the bounds let one unit keep: "
+                       f"the total intervals do not cover units whose sum of |{column}| "
+                       f"exceeds {outer:.4g}.")
+    return out
+
+
+def after_noise(compiled: CompiledQuery, values: Mapping[str, FloatArray],
+                totals: Mapping[str, tuple[FloatArray, FloatArray]], level: float) -> list[str]:
+    """Where a SUM's bounded value lies outside its total's interval (``totals``: per SUM,
+    that interval at ``level``), how many partitions: the caps or the clamping may remove
+    much there (or the total's interval missed). Post-processing of released values."""
+    plan = compiled.plan
+    columns = total_columns([k.name for k in plan.group_by] + [a.name for a in plan.aggregates],
+                            list(totals))
+    out = []
+    for name, (low, high) in totals.items():
+        value = np.asarray(values[name], dtype=np.float64)
+        outside = int(np.sum((value < low) | (value > high)))
+        if outside:
+            out.append(f"{name}: in {outside} of {value.size} partitions the bounded value "
+                       f"lies outside the {level:.0%} interval of {columns[name]}: the caps "
+                       "or the clamping may remove much there.")
+    return out
