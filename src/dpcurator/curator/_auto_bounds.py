@@ -355,7 +355,7 @@ def with_bounds(agg: Aggregate, bounds: dict[str, Bounds]) -> Aggregate:
 
 
 def _penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
-               targets: Sequence[float] | FloatArray, cap: float, epsilon: float,
+               targets: float | Sequence[float] | FloatArray, cap: float, epsilon: float,
                ramp: float, knee: float | None = None, far: float = 0.0) -> FloatArray:
     """The penalties p_j of the module docstring: max(0, stat_j - t_j, max_(i<j) h_ij -
     stat_i), the first term left out at the last candidate, h_ij = t_i + 2 ``ramp``

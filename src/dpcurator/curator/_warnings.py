@@ -23,12 +23,16 @@ import numpy as np
 
 from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 
+from ._auto_bounds import THIN, thin_floor
 from ._compile import CompiledQuery
 from ._estimators import Estimator
 from ._total import inner_unit_rows, inner_unit_sum
 from .release import FloatArray, total_columns
 
-__all__ = ["after_noise", "before_charge", "collect", "take_chosen"]
+__all__ = ["after_noise", "before_charge", "collect", "take_chosen", "thin_rule_stated"]
+
+#: the thin-data rule is stated before the charge where it needs this many units or more
+THIN_STATED = 1000.0
 
 
 def collect(*parts: Iterable[str]) -> tuple[str, ...]:
@@ -59,7 +63,28 @@ def before_charge(compiled: CompiledQuery) -> list[str]:
            for name in sums]
     if compiled.auto is None:  # placeholders otherwise: checked on the bounds chosen
         out += outer_below_inner(compiled)
+    else:
+        out += thin_rule_stated(compiled)
     return out
+
+
+def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
+    """The thin-data rule (``_auto_bounds.thin_rule``) stated before the charge, where its
+    threshold is large enough to matter (``THIN_STATED`` units' worth of values or more):
+    public numbers only (epsilon, the candidates)."""
+    auto = compiled.auto
+    assert auto is not None
+    if not auto.auto.columns or auto.auto.choices == 0:
+        return []
+    rows_for = compiled.candidates.rows_for if compiled.candidates is not None else None
+    threshold = THIN * thin_floor(auto, compiled.plan, rows_for)
+    if threshold < THIN_STATED:
+        return []
+    columns = ", ".join(auto.auto.columns)
+    return [f"At this epsilon the clamps of {columns} are chosen from the data only if it "
+            f"holds about {threshold:,.0f} units' worth of nonzero values or more (a noisy "
+            "count); below that the widest clamps (+-2^40) are used and the answer is as "
+            "uncertain as its interval says. Give bounds to avoid it."]
 
 
 def outer_below_inner(compiled: CompiledQuery) -> list[str]:
