@@ -316,12 +316,18 @@ def main() -> None:
                         help="--family: a comma-separated list of shape numbers")
     parser.add_argument("--questions", type=str, default="COUNT,COUNT_DISTINCT,SUM,AVG",
                         help="--family: which questions")
+    parser.add_argument("--intervals-check", action="store_true",
+                        help="--family: values outside their printed intervals, over "
+                             "releases across the family and epsilons 0.01 to 10")
     parser.add_argument("--draws", type=int, default=400,
                         help="--family: noise draws per candidate (AVG, P[error > 3x])")
     args = parser.parse_args()
     if args.family:
-        from auto_bounds_family import as_json, run_family, summary
+        from auto_bounds_family import as_json, interval_check, run_family, summary
 
+        if args.intervals_check:
+            print(json.dumps(interval_check(), indent=1))
+            return
         only = [int(v) for v in args.only.split(",")] if args.only else None
         outcomes = run_family(args.shapes, args.questions.split(","), args.draws, only)
         result = summary(outcomes)

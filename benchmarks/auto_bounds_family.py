@@ -25,7 +25,11 @@ What is measured, per shape and question, against the true *unbounded* answers:
   actually calibrates (the release's own noise per unit of sensitivity, so everything the
   default spends besides the answer, the choice and the total intervals, is counted);
 - the probability that one release's RMSE over the groups exceeds 3x the best fixed expected
-  RMSE: per candidate over ``--draws`` draws of the noise, weighed by the choice's law.
+  RMSE: per candidate over ``--draws`` draws of the noise, weighed by the choice's law;
+- the probability that the thin-data rule replaces the clamps by the widest
+  (``_auto_bounds.thin_rule``; exact, from the discrete Laplace's law): such a release says
+  so and its error is that of a clamp of 2^40, so the expected RMSE and P[error > 3x] are
+  given *without* it, conditional on the rule not applying, and ``fallback`` beside them.
 
     .venv/bin/python benchmarks/auto_bounds.py --family              # 52 shapes, ~15 min
     .venv/bin/python benchmarks/auto_bounds.py --family --shapes 8 --json fam.json
@@ -36,6 +40,7 @@ best] <= 1%.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -218,6 +223,7 @@ class Outcome:
     p_far: float
     likeliest: list[tuple[float, ...]]
     note: str = ""
+    fallback: float = 0.0  # P[the thin-data rule's widest clamps]: auto and p_far exclude it
 
 
 class Noise:
@@ -356,10 +362,25 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
         law = _law(np.asarray(sscores), seps, _auto_bounds.SENSITIVITY, monotonic=True)
         sign_law = [(float(p), b) for p, b in zip(law, ((0.0, 1.0), (-1.0, 0.0), (-1.0, 1.0)),
                                                    strict=True) if p > 1e-9]
+    # the thin-data rule (``_auto_bounds.thin_rule``): the widest clamps with probability
+    # P[count + Z < 2 F] (Z discrete Laplace), the count read at the chosen row cap
+    thin_at: dict[int, float] = {}
+    if values:
+        ap = captured["auto_plan"]
+        threshold = _auto_bounds.THIN * _auto_bounds.thin_floor(ap, captured["plan"],
+                                                                  captured["rows_for"])
+        q = math.exp(-ap.epsilons[_auto_bounds.UNITS])
+        for r in joint.rs:
+            count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r))
+            z = math.ceil(threshold - count) - 1  # thin when Z <= z
+            thin_at[r] = (q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q))
+    fallback = 0.0
     by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}
     for index in np.flatnonzero(probabilities > 1e-12):
         k, r, m = joint.decode(int(index))
-        by_km.setdefault((k, m), []).append((r, float(probabilities[index])))
+        p = float(probabilities[index])
+        fallback += p * thin_at.get(r, 0.0)
+        by_km.setdefault((k, m), []).append((r, p * (1.0 - thin_at.get(r, 0.0))))
     total = mass = far = 0.0
     likeliest: list[tuple[float, ...]] = []
     threshold = 9.0 * best
@@ -383,10 +404,11 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                 far += weight * float((per > threshold).mean())
                 likeliest.append((round(weight, 4), k, r, round(lo or 0.0, 3),
                                   round(hi or 0.0, 3)))
-    auto_rmse = math.sqrt(total / mass)
+    auto_rmse = math.sqrt(total / mass) if mass > 0 else math.inf
     likeliest.sort(reverse=True)
     return Outcome(shape.label(), question, best_rmse, best_bounds, auto_rmse,
-                   auto_rmse / best_rmse, far / mass, likeliest[:3])
+                   auto_rmse / best_rmse, far / mass if mass > 0 else 1.0, likeliest[:3],
+                   fallback=fallback)
 
 
 def run_family(count: int, questions: list[str], draws: int, only: list[int] | None = None
@@ -406,6 +428,7 @@ def run_family(count: int, questions: list[str], draws: int, only: list[int] | N
             outcomes.append(outcome)
             print(f"{outcome.shape:58s} {question:15s} best {outcome.best:12.4g} "
                   f"auto {outcome.ratio:6.2f}x  P[>3x] {outcome.p_far:7.2%}  "
+                  f"P[widest] {outcome.fallback:7.2%}  "
                   f"{outcome.likeliest[:1]} {outcome.note} "
                   f"[{time.perf_counter() - started:.0f} s]", flush=True)
     return outcomes
@@ -418,6 +441,9 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         [o.ratio for o in outcomes]).sum())}
     if ratios.size:
         worst = max((o for o in outcomes if not math.isnan(o.ratio)), key=lambda o: o.ratio)
+        fallback = np.array([o.fallback for o in outcomes])
+        out.update(fallback_max=float(fallback.max()),
+                   fallback_over_1pct=int((fallback > 0.01).sum()))
         out.update(median_ratio=float(np.median(ratios)), worst_ratio=float(ratios.max()),
                    worst_case=f"{worst.shape} {worst.question}",
                    over_1_25=int((ratios > 1.25).sum()), p_far_max=float(far.max()),
@@ -444,3 +470,35 @@ __all__ = [
     "shape_table",
     "summary",
 ]
+
+
+def interval_check(shapes: int = 21, epsilons: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0),
+                   releases: int = 3) -> dict[str, Any]:
+    """Issue 26: over releases across the family and epsilons from 0.01 to 10, does a printed
+    value ever lie outside the interval printed beside it by more than that interval's width
+    (``to_pandas(intervals=True)``: each value column, then its ``_low`` and ``_high``)? Every
+    third shape of the family, each question, pure DP at each epsilon, ``releases`` each."""
+    checked = outside = 0
+    worst: list[str] = []
+    for shape in family_shapes()[::3][:shapes]:
+        table = shape_table(shape)
+        keys = [f"g{i}" for i in range(shape.groups)]
+        curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=dp.PureDP(1e9),
+                                         cache=False)
+        for question, epsilon in itertools.product(QUESTIONS, epsilons):
+            sql = f"SELECT g, {QUESTIONS[question]} AS v FROM data GROUP BY g"
+            for _ in range(releases):
+                release = curator.sql(sql, keys=keys, epsilon=epsilon)
+                frame = release.to_pandas(intervals=True)
+                for column in [c for c in frame.columns if f"{c}_low" in frame.columns]:
+                    value = frame[column].to_numpy(dtype=float)
+                    low = frame[f"{column}_low"].to_numpy(dtype=float)
+                    high = frame[f"{column}_high"].to_numpy(dtype=float)
+                    width = high - low
+                    far = (value < low - width) | (value > high + width)
+                    checked += value.size
+                    outside += int(far.sum())
+                    if far.any() and len(worst) < 5:
+                        worst.append(f"{shape.label()} {question} eps {epsilon} {column}")
+    return {"values_checked": checked, "outside_by_more_than_width": outside,
+            "examples": worst}
