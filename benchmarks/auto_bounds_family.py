@@ -361,19 +361,24 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                                                  "x")
         law = _law(np.asarray(sscores), seps, _auto_bounds.SENSITIVITY, monotonic=True)
         sign_law = [(float(p), b) for p, b in zip(law, ((0.0, 1.0), (-1.0, 0.0), (-1.0, 1.0)),
-                                                   strict=True) if p > 1e-9]
+                                                   strict=True) if p > 1e-9 or b == (-1.0, 1.0)]
     # the thin-data rule (``_auto_bounds.thin_rule``): the widest clamps with probability
     # P[count + Z < 2 F] (Z discrete Laplace), the count read at the chosen row cap
     thin_at: dict[int, float] = {}
+    symmetric_at: dict[int, float] = {}  # the rule's symmetric clamps (below ONE_SIDED F)
     if values:
         ap = captured["auto_plan"]
-        threshold = _auto_bounds.THIN * _auto_bounds.thin_floor(ap, captured["plan"],
-                                                                  captured["rows_for"])
+        floor = _auto_bounds.thin_floor(ap, captured["plan"], captured["rows_for"])
         q = math.exp(-ap.epsilons[_auto_bounds.UNITS])
+
+        def below(threshold: float, count: int) -> float:
+            z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
+            return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
+
         for r in joint.rs:
             count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r))
-            z = math.ceil(threshold - count) - 1  # thin when Z <= z
-            thin_at[r] = (q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q))
+            thin_at[r] = below(_auto_bounds.THIN * floor, count)
+            symmetric_at[r] = below(_auto_bounds.ONE_SIDED * floor, count) - thin_at[r]
     fallback = 0.0
     by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}
     for index in np.flatnonzero(probabilities > 1e-12):
@@ -397,7 +402,11 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                 lo = hi = None
             per_r = errors(k, r_list, lo, hi, scales)
             for (r, p), per in zip(entries, per_r, strict=True):
-                weight = p * sign_p
+                # p excludes the widest clamps already; the symmetric rule overrides the signs
+                sym = symmetric_at.get(r, 0.0) / max(1.0 - thin_at.get(r, 0.0), 1e-300)
+                weight = p * ((1.0 - sym) * sign_p + (sym if (a, b) == (-1.0, 1.0) else 0.0))
+                if weight <= 0.0:
+                    continue
                 mse = float(per.mean())
                 total += weight * mse
                 mass += weight
