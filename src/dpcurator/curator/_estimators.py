@@ -179,7 +179,10 @@ class Estimator:
             point = np.clip(reals[1] / safe, -half, half)
             m_lo, m_hi = _pivot(present, self.measures[1]).interval(
                 count, reals[1], alpha, -half, half, point)
-            return mid + m_lo, mid + m_hi
+            # widened to hold the released value (``estimate``'s point): a superset keeps the
+            # coverage, and where the noisy count is near zero the clipped ratio can fall
+            # outside the pivot's set (issue 26: a value beside its own interval)
+            return mid + np.minimum(m_lo, point), mid + np.maximum(m_hi, point)
         assert isinstance(agg, Variance)
         # One pivot on the mean and the variance together (``_variance``): the mean's interval
         # at alpha_mu = 0.05 alpha, then the variances v whose residual
@@ -196,6 +199,8 @@ class Estimator:
         v_lo, v_hi = pivot.interval(count, reals[1], reals[2], (m_lo, m_hi),
                                     alpha - alpha_mu, half * half, point)
         v_lo, v_hi = np.clip(v_lo, 0.0, half * half), np.clip(v_hi, 0.0, half * half)
+        var = np.clip(reals[2] / safe - mean_point * mean_point, 0.0, half * half)
+        v_lo, v_hi = np.minimum(v_lo, var), np.maximum(v_hi, var)  # holds the value, as above
         if agg.std:
             return np.sqrt(v_lo), np.sqrt(v_hi)
         return v_lo, v_hi
