@@ -25,7 +25,7 @@ import dpcurator as dp
 from dpcurator.cli import app
 from dpcurator.curator._auto_bounds import OUTER_CANDIDATES, ROW_CANDIDATES
 from dpcurator.curator._profile import Profile, _beyond, _down
-from dpcurator.engines import DuckDBEngine
+from dpcurator.engines import PROFILE_STEPS, DuckDBEngine
 from dpcurator.errors import BudgetExceededError
 from dpcurator.noise import SeededRandom
 from dpcurator.query import GroupKey, Query
@@ -73,7 +73,11 @@ def all_statistics(profile: Profile) -> np.ndarray:
                      *profile.rows(ROW_CANDIDATES),
                      *(v for k in (2, 4, 16, 64) for v in profile.rows(ROW_CANDIDATES, k)),
                      *profile.magnitudes(0), negative,
-                     positive, *profile.unit_rows(OUTER_CANDIDATES), *profile.unit_sums(0)])
+                     positive, *profile.unit_rows(OUTER_CANDIDATES), *profile.unit_sums(0),
+                     # a magnitude read at a row cap r' (1 / max(T, r')), and the thin-data
+                     # rule's count of nonzero values (the floor of the same sum)
+                     *(v for r in (2, 4) for v in profile.magnitudes(0, r)),
+                     profile.nonzero(0, 1), profile.nonzero(0, 4)])
 
 
 def broken_rows(profile: Profile) -> list[float]:
@@ -99,11 +103,19 @@ def test_every_statistic_moves_by_at_most_one_when_a_unit_is_added(seed: int) ->
     assert all(a >= b for a, b in zip(after.unit_sums(0), before.unit_sums(0), strict=True))
 
 
+def broken_magnitudes(profile: Profile, r: int) -> list[float]:
+    """The twin: a value weighing 1 / r, not 1 / max(T, r) (its unit's rows forgotten)."""
+    return [float(sum(c for _, _, b, c in profile.values.get(0, []) if b >= q)) / r
+            for q in (-80, 0, 40)]
+
+
 def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:
     base = random_frame(0)
     wide = pd.DataFrame({"u": 10_000, "g": [f"g{i % 30}" for i in range(900)], "x": 1.0})
     before, after = profile_of(base), profile_of(pd.concat([base, wide], ignore_index=True))
     assert max(np.abs(np.array(broken_rows(after)) - np.array(broken_rows(before)))) >= 30
+    assert max(np.abs(np.array(broken_magnitudes(after, 4)) -
+                      np.array(broken_magnitudes(before, 4)))) >= 200
     change = np.abs(all_statistics(after) - all_statistics(before))
     assert change.max() <= 1.0 + 2**-16  # exact sums, rounded down to 2^-16
 
@@ -162,6 +174,16 @@ def test_the_statistics_are_their_exact_sums_of_fractions() -> None:
         assert profile.unit_rows(list(OUTER_CANDIDATES)) == [
             _down(sum((Fraction(c, p) for p, t, c in profile.unit_totals if t > m),
                       Fraction(0))) for m in OUTER_CANDIDATES]
+        # a magnitude read at row cap r: each value above 2^(q/4) weighs 1 / max(T, r)
+        values = profile.values[0]
+        by_cap = profile.magnitudes_by_cap(0, [1, 2, 4])
+        for r in (1, 2, 4):
+            assert by_cap[r] == [
+                _down(sum((Fraction(c, max(t, r)) for t, _, b, c in values if b >= q),
+                          Fraction(0))) for q in PROFILE_STEPS]
+            assert profile.nonzero(0, r) == math.floor(sum(
+                (Fraction(c, max(t, r)) for t, _, b, c in values if b >= PROFILE_STEPS[0]),
+                Fraction(0)))
 
 
 def clear_frame(units: int = 3000) -> pd.DataFrame:
