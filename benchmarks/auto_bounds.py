@@ -134,10 +134,11 @@ def curator_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon: floa
 
 
 def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str],
-                   rho: float | None) -> dict[str, Any]:
-    """One release of ``sql`` with ``bounds="auto"`` and bounded intervals, keeping what its
-    joint choice saw: ``auto_plan``, ``plan``, ``stats`` (the profile's statistics) and
-    ``scores`` (the scores and epsilon given to permute-and-flip)."""
+                   rho: float | None, **options: object) -> dict[str, Any]:
+    """One release of ``sql`` (``options``: by default ``bounds="auto"`` and bounded
+    intervals), keeping what its joint choice saw: ``auto_plan``, ``plan``, ``stats`` (the
+    profile's statistics), ``rows_for`` (the proven candidates) and ``scores`` (the scores
+    and epsilon given to permute-and-flip), and the ``release`` itself."""
     from dpcurator.curator import _auto_bounds
 
     captured: dict[str, Any] = {}
@@ -145,7 +146,7 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
 
     def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any,
                   rows_for: Any = None) -> Any:
-        captured.update(auto_plan=auto_plan, plan=plan, stats=stats)
+        captured.update(auto_plan=auto_plan, plan=plan, stats=stats, rows_for=rows_for)
         return real_joint(auto_plan, plan, stats, source, rows_for)
 
     def spy_release(scores: Any, epsilon: float, source: Any, *, monotonic: bool = False
@@ -159,7 +160,9 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     _auto_bounds._choose_joint = spy_joint  # type: ignore[assignment]
     _auto_bounds._release = spy_release  # type: ignore[assignment]
     try:
-        curator.sql(sql, keys=keys, bounds="auto", intervals="bounded", **request)  # type: ignore[arg-type]
+        captured["release"] = curator.sql(sql, keys=keys, **request,  # type: ignore[arg-type]
+                                          **(options or {"bounds": "auto",
+                                                         "intervals": "bounded"}))
     finally:
         _auto_bounds._choose_joint, _auto_bounds._release = real_joint, real_release
     return captured

@@ -193,25 +193,6 @@ def _law(scores: np.ndarray, epsilon: float, sensitivity: float, monotonic: bool
                                           epsilon * (2.0 if monotonic else 1.0), sensitivity)
 
 
-def _capture(curator: dp.Curator, sql: str, keys: list[str], request: dict[str, float]
-             ) -> tuple[dict[str, Any], Any]:
-    from dpcurator.curator import _auto_bounds
-
-    captured: dict[str, Any] = {}
-    real = _auto_bounds._choose_joint
-
-    def spy(auto_plan: Any, plan: Any, stats: Any, source: Any, rows_for: Any = None) -> Any:
-        captured.update(auto_plan=auto_plan, plan=plan, stats=stats, rows_for=rows_for)
-        return real(auto_plan, plan, stats, source, rows_for)
-
-    _auto_bounds._choose_joint = spy  # type: ignore[assignment]
-    try:
-        release = curator.sql(sql, keys=keys, **request)  # type: ignore[arg-type]
-    finally:
-        _auto_bounds._choose_joint = real  # type: ignore[assignment]
-    return captured, release
-
-
 @dataclass
 class Outcome:
     shape: str
@@ -260,18 +241,19 @@ def _avg_errors(count: np.ndarray, total: np.ndarray, truth: np.ndarray, lo: flo
 
 def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
     """The outcome of one question on one shape (the module docstring)."""
+    from auto_bounds import capture_choice
     from dpcurator.curator import _auto_bounds
 
     table = shape_table(shape)
     pairs = Pairs(table, shape.groups)
     keys = [f"g{i}" for i in range(shape.groups)]
     gaussian = shape.rho is not None
-    request: dict[str, float] = {"rho": shape.rho} if gaussian else {"epsilon": shape.epsilon}
     whole = float(shape.rho if gaussian else shape.epsilon)  # type: ignore[arg-type]
-    budget = dp.ZCDP(1e9) if gaussian else dp.PureDP(1e9)
-    curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=budget, cache=False)
     sql = f"SELECT g, {QUESTIONS[question]} AS v FROM data GROUP BY g"
-    captured, release = _capture(curator, sql, keys, request)
+    # one release with the default options (no bounds given, bounded intervals)
+    captured = capture_choice(table, sql, float(shape.epsilon or 0.0), keys, shape.rho,
+                              bounds=None)
+    release = captured["release"]
     noise = Noise(shape.groups, draws, gaussian, shape.seed)
     values = question in ("SUM", "AVG")
     rows = question != "COUNT_DISTINCT"

@@ -417,15 +417,9 @@ budgets = {{ d = {{ epsilon = 1.0 }} }}
                 load_config(config)
 
 
-@pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("groups", [8, 24])
-def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
-        seed: int, groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The joint choice (caps and the first magnitude) scores -max of the penalties: each a
-    statistic plus a constant, so every score moves by at most 1 (the scores of the real
-    product of candidates, from the engine's profiles of neighbouring data); with 8 keys
-    the row cap reads the 1 / P statistic, with 24 the per-k one (``_per_k_rows``)."""
-    import dpcurator.curator._auto_bounds as auto_bounds
+def capture_choice_inputs(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """What the curator's next choice of bounds is given (``auto_plan``, ``plan``), kept in
+    the returned dict when the choice runs; the choice itself is unchanged."""
     import dpcurator.curator._session as session
 
     captured: dict[str, object] = {}
@@ -436,6 +430,20 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
         return real(auto_plan, plan, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session, "choose_bounds", spy)
+    return captured
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("groups", [8, 24])
+def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
+        seed: int, groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The joint choice (caps and the first magnitude) scores -max of the penalties: each a
+    statistic plus a constant, so every score moves by at most 1 (the scores of the real
+    product of candidates, from the engine's profiles of neighbouring data); with 8 keys
+    the row cap reads the 1 / P statistic, with 24 the per-k one (``_per_k_rows``)."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    captured = capture_choice_inputs(monkeypatch)
     base = random_frame(seed)
     curator = dp.Curator.from_pandas(base, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(seed))
@@ -655,16 +663,8 @@ def test_the_joint_choice_stays_within_the_proven_candidates(
     allows every candidate is the unrestricted choice, draw for draw (the law is unchanged
     where nothing is left out)."""
     import dpcurator.curator._auto_bounds as auto_bounds
-    import dpcurator.curator._session as session
 
-    captured: dict[str, object] = {}
-    real = session.choose_bounds
-
-    def spy(auto_plan: object, plan: object, *args: object) -> object:
-        captured.update(auto_plan=auto_plan, plan=plan)
-        return real(auto_plan, plan, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(session, "choose_bounds", spy)
+    captured = capture_choice_inputs(monkeypatch)
     frame = random_frame(3)
     curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(3))

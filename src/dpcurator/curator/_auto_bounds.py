@@ -488,8 +488,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         raise InternalError("no proven candidate to choose from; this is a bug")
     magnitude = bool(auto.columns)
     width = len(MAGNITUDES) if magnitude else 1
-    size = sum(allowed[k] for k in ks) * width
-    cap = CAP * auto_plan.floor(name, size)
+    cap = CAP * thin_floor(auto_plan, plan, rows_for)
     # a mean's caps cost it less bias per row they cut (``MEAN_CAP_FACTOR``)
     means = all(isinstance(agg, Mean) for agg in plan.aggregates)
     weigh = MEAN_CAP_FACTOR if means else 1.0
@@ -499,8 +498,8 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         pk = _penalties(stats.partitions(ks), ks, targets, cap, epsilon, K_LAMBDA)
     # the magnitude's statistic per row cap (a row weighs 1 / max(T, r)): its penalties per r
     # and k (the target's rate depends on k)
-    # (read at the power of two at or below r: a valid weight, 1 / max(T, r') <= 1 / T, on 13
-    # series instead of 49)
+    # (read at r' = ``magnitude_cap(r)``: a valid weight, 1 / max(T, r') <= 1 / T, on at most
+    # three series, r' = 1, 2, 4, instead of one per row cap)
     octave = {r: magnitude_cap(r) for r in all_rs}
     value_stats = stats.magnitudes_by_cap(0, sorted(set(octave.values()))) if magnitude \
         else {}
@@ -609,7 +608,9 @@ def _outer_index(stats: Sequence[float], octaves: npt.NDArray[np.float64], epsil
 
 def thin_floor(auto_plan: AutoPlan, plan: Plan,
                rows_for: Sequence[tuple[int, int]] | None = None) -> float:
-    """The joint choice's floor F (``AutoPlan.floor``) over its candidates: public."""
+    """The joint choice's floor F (``AutoPlan.floor``) over the candidates ``rows_for``
+    allows (all of them when None): public numbers only. The joint choice caps its ramp at
+    ``CAP`` times this, and the thin-data rule compares its count with it."""
     auto = auto_plan.auto
     ks = partition_candidates(plan) if auto.max_partitions else [plan.max_partitions or 1]
     rows = len(ROW_CANDIDATES) if auto.max_rows_per_partition else 1
