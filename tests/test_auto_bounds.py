@@ -744,3 +744,32 @@ def test_a_mean_under_the_widest_clamps_lies_within_its_interval() -> None:
             low, high = release.interval(name)
             value = release.values[name]
             assert np.all((low <= value) & (value <= high))
+
+
+def test_the_thin_rules_count_spends_its_charged_share_at_sensitivity_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thin-data rule's noisy count is a discrete Laplace of sensitivity 1 with the
+    ``units`` choice's epsilon: 1/4 of the bounds' share over the summed weights (a joint
+    choice of k, r and a magnitude 4, the signs 1, the count 1/4), which the release's
+    privacy includes. A count drawn with more epsilon than charged would pass every other
+    test; this one fails."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    drawn: list[tuple[float, float]] = []
+    real = auto_bounds.DiscreteLaplace
+
+    def spy(*, epsilon: float, sensitivity: float = 1, **kwargs: Any) -> Any:
+        drawn.append((epsilon, sensitivity))
+        return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
+
+    monkeypatch.setattr(auto_bounds, "DiscreteLaplace", spy)
+    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(6))
+    release = curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,
+                          keys=["g0", "g1", "g2", "g3"])
+    assert len(drawn) == 1
+    epsilon, sensitivity = drawn[0]
+    assert sensitivity == 1
+    assert epsilon == pytest.approx(0.2 * 0.25 / 5.25, rel=1e-9)
+    assert epsilon <= 0.2 * 0.25 / 5.25
+    assert release.privacy == dp.PureDP(2.0) and curator.spent.epsilon == pytest.approx(2.0)
