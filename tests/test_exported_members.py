@@ -57,12 +57,12 @@ EXPORTED: dict[str, list[str]] = {
         "plan_to_json", "public_keys", "width_bucket",
     ],
     "dpcurator.engines": [
-        "ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "PROFILE_STEPS",
-        "PostgresTable", "SourceKind", "column_kind", "integer_valued", "open_engine",
-        "register_source",
+        "ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "LinkReport",
+        "PROFILE_STEPS", "PostgresTable", "SourceKind", "TableSet", "column_kind",
+        "integer_valued", "open_engine", "open_tables", "register_source",
     ],
     "dpcurator.curator": ["Curator", "CuratorLike", "CuratorQuery", "PreparedQuery",
-                          "PrivacyRequest", "Release", "ResolvedQuery"],
+                          "PrivacyRequest", "Release", "ResolvedQuery", "Schema"],
     "dpcurator.local": [
         "Accumulator", "BadReport", "BinaryResponse", "Collector", "ConfigError", "Duchi",
         "FrequencyEstimate", "FrequencyOracle", "GeneralizedRR", "HadamardResponse",

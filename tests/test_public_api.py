@@ -11,6 +11,7 @@ from dpcurator import noise
 def test_top_level_names() -> None:
     assert set(dp.__all__) == {
         "ApproxDP", "Budget", "Curator", "CuratorLike", "Neighbouring", "PureDP", "Release",
+        "Schema",
         "ZCDP", "__version__", "accounting", "audit", "connect", "ledger", "local",
         "mechanisms", "noise",
     }

@@ -12,7 +12,7 @@ from dpcurator.accounting.guarantees import ZCDP, ApproxDP, Neighbouring, PureDP
 
 if TYPE_CHECKING:
     from dpcurator import accounting, audit, ledger, local, mechanisms, noise
-    from dpcurator.curator import Curator, CuratorLike, Release
+    from dpcurator.curator import Curator, CuratorLike, Release, Schema
     from dpcurator.ledger import Budget
     from dpcurator.server.client import connect
 
@@ -27,6 +27,7 @@ __all__ = [
     "Neighbouring",
     "PureDP",
     "Release",
+    "Schema",
     "__version__",
     "accounting",
     "audit",
@@ -42,6 +43,7 @@ __getattr__, __dir__ = exports(__name__, {
     "Curator": "dpcurator.curator",
     "CuratorLike": "dpcurator.curator",
     "Release": "dpcurator.curator",
+    "Schema": "dpcurator.curator",
     "connect": "dpcurator.server.client",
     **{name: f"dpcurator.{name}" for name in
        ("accounting", "audit", "ledger", "local", "mechanisms", "noise")},

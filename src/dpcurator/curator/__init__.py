@@ -12,9 +12,10 @@
 """
 
 from dpcurator.curator._privacy import PrivacyRequest
+from dpcurator.curator._schema import Schema
 from dpcurator.curator._session import Curator, CuratorQuery, PreparedQuery, ResolvedQuery
 from dpcurator.curator.protocol import CuratorLike
 from dpcurator.curator.release import Release
 
 __all__ = ["Curator", "CuratorLike", "CuratorQuery", "PreparedQuery", "PrivacyRequest",
-           "Release", "ResolvedQuery"]
+           "Release", "ResolvedQuery", "Schema"]

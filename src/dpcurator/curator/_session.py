@@ -25,11 +25,18 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dpcurator.accounting import RDP, ZCDP, ApproxDP, Neighbouring, PureDP
 from dpcurator.accounting.filters import Amount
-from dpcurator.engines import Engine, PostgresTable, column_kind, open_engine
+from dpcurator.engines import (
+    Engine,
+    PostgresTable,
+    TableSet,
+    column_kind,
+    open_engine,
+    open_tables,
+)
 from dpcurator.errors import (
     BudgetExceededError,
     InternalError,
@@ -40,7 +47,10 @@ from dpcurator.ledger import Budget, Charge
 from dpcurator.noise import RandomSource, resolve_source
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import QueryError, UnknownColumnError
+from dpcurator.query.joins import UNIT_COLUMN
 from dpcurator.query.plan import INTERVAL_KINDS, AutoBounds, Bounds, Count, Plan, auto_options
+from dpcurator.query.schema import Schema as Declared
+from dpcurator.query.schema import declare
 from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import choose_bounds, outer_names
@@ -50,10 +60,12 @@ from ._prepared import PreparedQuery, ResolvedQuery, charge_cost, profile_query
 from ._privacy import PrivacyRequest, check_delta
 from ._release_stages import add_noise, describe_selection, select_partitions
 from ._resolve import Defaults, match_column, resolve_plan
+from ._schema import Schema, schema_parts
 from ._warnings import after_noise, before_charge, collect, take_chosen
 from .release import Release, check_confidence
 
-__all__ = ["Curator", "CuratorQuery", "PreparedQuery", "ResolvedQuery", "charge_cost"]
+__all__ = ["Curator", "CuratorQuery", "PreparedQuery", "ResolvedQuery", "Schema",
+           "charge_cost"]
 
 BudgetLike = PureDP | ApproxDP | ZCDP | RDP | Budget
 _SLACK = 1e-9  # a request this close above the remaining budget is calibrated to it
@@ -83,9 +95,15 @@ class Curator:
 
     Args:
         data: a CSV or Parquet path (scanned in place), a pandas or Polars DataFrame, an Arrow
-            table, or use ``Curator.from_duckdb(connection, table)``.
+            table, or use ``Curator.from_duckdb(connection, table)``. Several tables: a
+            mapping ``{name: data}`` (or a ``Schema``), queried with joins in DP SQL.
         privacy_unit: the column identifying whose data a row is (a user id, a patient id):
-            the guarantee protects all rows of one unit together.
+            the guarantee protects all rows of one unit together. With several tables, a
+            mapping from each private table to its unit column or to its path to the unit,
+            ``{"customer": "c_custkey", "orders": "o_custkey -> customer.c_custkey"}``
+            (``dpcurator.query.schema``): the guarantee then protects one unit with every
+            row that reaches it, in every table.
+        public: with several tables, the tables that hold no one's data (joined freely).
         budget: the total privacy loss allowed, ``PureDP(eps)``, ``ApproxDP(eps, delta)``,
             ``ZCDP(rho)``, ``RDP(...)``, or a ``Budget`` (to share one ledger).
         one_row_per_person: the explicit, deliberately loud opt-in to row-level privacy when
@@ -127,8 +145,9 @@ class Curator:
         self,
         data: Any,
         *,
-        privacy_unit: str | None = None,
+        privacy_unit: str | Mapping[str, str] | None = None,
         budget: BudgetLike,
+        public: Any = (),
         one_row_per_person: bool = False,
         table: str = "data",
         bounds: Mapping[str, Any] | str | None = None,
@@ -149,22 +168,43 @@ class Curator:
         intervals: str | None = None,
         total_share: float | None = None,
     ) -> None:
-        self._engine = _engine_for(data, connection_table, threads)
-        self.table = _check_table_name(table)
-        columns = self._engine.columns()
-        if privacy_unit is None:
+        self._tables: TableSet | None = None
+        self.schema: Declared | None = None
+        self.privacy_unit: str | None = None
+        self.excluded: tuple[str, ...] = ()
+        parts = schema_parts(data, privacy_unit, public, connection_table)
+        if parts is not None:
+            sources, privacy_unit, public, connection = parts
+            if one_row_per_person:
+                raise UserError("one_row_per_person is for one table; with several tables, "
+                                "declare each private table's unit or path in privacy_unit")
+            self._tables = open_tables(sources, connection=connection, threads=threads)
+            self.schema = declare(self._tables.columns(), privacy_unit, public)
+            self.table = ""
+            self.privacy_unit = UNIT_COLUMN
+            # the curator's bounds name columns as queries do: by their own names
+            columns: Mapping[str, str] = {c: kind for cols in self._tables.columns().values()
+                                          for c, kind in cols.items()}
+        else:
+            self._engine = _engine_for(data, connection_table, threads)
+            self.table = _check_table_name(table)
+            columns = self._engine.columns()
+        if self._tables is not None:
+            pass
+        elif privacy_unit is None:
             if one_row_per_person is not True:
                 raise UserError(
                     "say whose privacy to protect: privacy_unit='<column>' (for example a user "
                     "id). Row-level privacy, where every row is assumed to be a different "
                     "person, needs the explicit opt-in one_row_per_person=True")
-            self.privacy_unit: str | None = None
+            self.privacy_unit = None
         else:
             if one_row_per_person:
                 raise UserError("give privacy_unit or one_row_per_person=True, not both")
             folded = [c for c in columns if isinstance(privacy_unit, str)
                       and c.lower() == privacy_unit.lower()]  # as DuckDB matches names
-            if privacy_unit not in columns and len(folded) != 1:
+            if not isinstance(privacy_unit, str) or (privacy_unit not in columns and
+                                                     len(folded) != 1):
                 raise UnknownColumnError(
                     f"unknown privacy unit {privacy_unit!r}: the table's columns are "
                     f"{list(columns)}")
@@ -211,8 +251,11 @@ class Curator:
         Plan(aggregates=(Query().count().plan().aggregates[0],),  # validates the defaults
              max_partitions=max_partitions, max_rows_per_partition=max_rows_per_partition,
              bounding=bounding)  # type: ignore[arg-type]
-        self._engine.check_source()  # every value read once: no query can fail on the data
-        if check_nan and declared:
+        if self._tables is not None:
+            self._check_tables(declared if check_nan else {})
+        else:
+            self._engine.check_source()  # every value read once: no query fails on the data
+        if check_nan and declared and self._tables is None:
             bad = self._engine.nan_columns(sorted(declared))
             if bad:
                 raise UserError(f"column(s) {bad} contain NaN values; clean them, or pass "
@@ -249,8 +292,13 @@ class Curator:
         return cls(table, **options)
 
     @classmethod
-    def from_duckdb(cls, connection: Any, table: str, **options: Any) -> Curator:
-        """A table or view of an existing DuckDB connection, queried where it is."""
+    def from_duckdb(cls, connection: Any, table: str | Any, **options: Any) -> Curator:
+        """A table or view of an existing DuckDB connection, queried where it is; several
+        (a list of names, or ``{name in queries: table}``) with ``privacy_unit`` a mapping."""
+        if not isinstance(table, str):
+            tables = dict(table) if isinstance(table, Mapping) else {t: t for t in table}
+            return cls(Schema(tables, options.pop("privacy_unit", None),
+                              options.pop("public", ()), connection=connection), **options)
         return cls(connection, connection_table=table, **options)
 
     @classmethod
@@ -288,8 +336,49 @@ class Curator:
 
     @property
     def columns(self) -> dict[str, str]:
-        """The table's schema (column -> type); public."""
+        """The table's schema (column -> type); public. With several tables, every table's
+        columns as ``table.column``."""
+        if self._tables is not None:
+            return self._schema_columns()
         return dict(self._engine.columns())
+
+    def _schema_columns(self) -> dict[str, str]:
+        assert self._tables is not None
+        return {f"{t}.{c}": kind for t, cols in self._tables.columns().items()
+                for c, kind in cols.items()}
+
+    def _check_tables(self, declared: Mapping[str, Any]) -> None:
+        """The data owner's check of a schema's tables, at construction: every value read
+        once, every path's target unique, rows with a broken path counted (warned, kept in
+        ``excluded``), and declared-bound columns checked for NaN in every table."""
+        import warnings
+
+        assert self._tables is not None and self.schema is not None
+        for engine in self._tables.engines.values():
+            engine.check_source()
+        report = self._tables.check_links(self.schema)
+        self.excluded = tuple(report.lines())
+        for line in self.excluded:
+            warnings.warn(line, UserWarning, stacklevel=3)
+        for name, engine in self._tables.engines.items():
+            mine = [c for c in declared if c in engine.columns()]
+            bad = engine.nan_columns(sorted(mine)) if mine else []
+            if bad:
+                raise UserError(f"column(s) {bad} of {name!r} contain NaN values; clean them, "
+                                "or pass check_nan=False to have queries ignore NaN like NULL")
+
+    def _engine_of(self, plan: Plan) -> Engine:
+        """The engine reading a plan's rows: the one table's, or its join's."""
+        if self._tables is None:
+            if plan.source is not None:
+                raise UserError("this curator has one table; a joined query needs a curator "
+                                "over several tables")
+            return self._engine
+        if plan.source is None:
+            raise UserError("this curator holds several tables: ask in DP SQL, naming the "
+                            f"tables in FROM and JOIN ({', '.join(self.schema.names())})"
+                            if self.schema is not None else "no table")
+        return cast(Engine, self._tables.view(plan.source))
 
     def query(self) -> CuratorQuery:
         """A query builder bound to this curator: ``curator.query()...release(epsilon=1)``."""
@@ -334,13 +423,17 @@ class Curator:
         """The plan of a DP SQL query about this curator's table (``FROM <table>``), with the
         options of ``sql``; nothing is resolved, compiled, charged or read. ``sql`` is
         ``run(parse(...))``, and a service parses with it before its own checks."""
-        if isinstance(bounds, Mapping):  # a misspelt column is named, not silently unused
-            for name in bounds:
+        if isinstance(bounds, Mapping) and self._tables is None:  # a misspelt column is
+            for name in bounds:                                   # named, not unused
                 match_column(str(name), self._engine.columns(), "bounds")
         plan = parse_sql(query, table=self.table, privacy_unit=self.privacy_unit,
                          bounds=bounds, keys=keys, max_partitions=max_partitions,
                          max_rows_per_partition=max_rows_per_partition,
-                         bounding=bounding)  # type: ignore[arg-type]
+                         bounding=bounding, schema=self.schema)  # type: ignore[arg-type]
+        if isinstance(bounds, Mapping) and self._tables is not None:
+            columns = self._engine_of(plan).columns()
+            for name in bounds:
+                match_column(str(name), columns, "bounds")
         if bounds_share is not None:
             try:
                 plan = plan.replace(auto=AutoBounds(share=bounds_share).merged(plan.auto))
@@ -383,7 +476,7 @@ class Curator:
         if not isinstance(plan, Plan):
             raise UserError("run() takes a Query or a Plan; for SQL use curator.sql(...)")
         try:
-            plan = resolve_plan(plan, self._engine.columns(), self._defaults,
+            plan = resolve_plan(plan, self._engine_of(plan).columns(), self._defaults,
                                 self.privacy_unit)
         except RecursionError:  # sqlglot reads and writes expressions recursively
             raise too_deep_error() from None
@@ -399,9 +492,10 @@ class Curator:
         a service's ledger: ``cost_in``) and then ``answer``-ed."""
         try:
             compiled = self._compile(resolved.plan, resolved.request)
-            statements = self._engine.validate(compiled.bounded)
+            engine = self._engine_of(compiled.plan)
+            statements = engine.validate(compiled.bounded)
             if compiled.auto is not None:  # the choice's statement too, before any charge
-                self._engine.validate(profile_query(compiled))
+                engine.validate(profile_query(compiled))
         except RecursionError:
             raise too_deep_error() from None
         try:  # priced once, here; a budget that cannot account it refuses at the charge
@@ -486,7 +580,10 @@ class Curator:
         return explained
 
     def close(self) -> None:
-        self._engine.close()
+        if self._tables is not None:
+            self._tables.close()
+        else:
+            self._engine.close()
 
     # -- stages ------------------------------------------------------------------------------
 
@@ -553,7 +650,8 @@ class Curator:
         auto, candidates = compiled.auto, compiled.candidates
         if auto is None or candidates is None:
             raise InternalError("bounds to choose without proven candidates; this is a bug")
-        profile = self._engine.compute_exact_aggregates(profile_query(compiled), key).profile
+        profile = self._engine_of(compiled.plan).compute_exact_aggregates(
+            profile_query(compiled), key).profile
         if profile is None:
             raise InternalError("the engine returned no profile; this is a bug")
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
@@ -569,7 +667,7 @@ class Curator:
         if compiled.auto is not None:
             compiled, chosen = self._choose_bounds(compiled, key)
             warned = collect(warned, take_chosen(chosen), before_charge(compiled))
-        exact = self._engine.compute_exact_aggregates(compiled.bounded, key)
+        exact = self._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded, key)
         # exact: E partitions found, each with its exact integer measures and histograms
         kept = select_partitions(compiled, exact)
         # kept: P released keys, each with its row in exact (-1: no row, a public key unseen)

@@ -15,7 +15,14 @@ from dpcurator.engines._base import (
     column_kind,
     integer_valued,
 )
-from dpcurator.engines._sources import PostgresTable, SourceKind, open_engine, register_source
+from dpcurator.engines._joins import LinkReport, TableSet
+from dpcurator.engines._sources import (
+    PostgresTable,
+    SourceKind,
+    open_engine,
+    open_tables,
+    register_source,
+)
 from dpcurator.engines._sql import PROFILE_STEPS
 from dpcurator.engines.duckdb import DuckDBEngine
 
@@ -25,10 +32,13 @@ __all__ = [
     "DuckDBEngine",
     "Engine",
     "ExactAggregates",
+    "LinkReport",
     "PostgresTable",
     "SourceKind",
+    "TableSet",
     "column_kind",
     "integer_valued",
     "open_engine",
+    "open_tables",
     "register_source",
 ]

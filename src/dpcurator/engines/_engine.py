@@ -8,13 +8,14 @@ error text (it could quote a value of the data).
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import decimal
 import itertools
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlglot.errors import SqlglotError
@@ -55,6 +56,18 @@ class SqlEngine:
     def columns(self) -> Mapping[str, str]:
         raise NotImplementedError
 
+    def check_source(self) -> None:
+        raise NotImplementedError
+
+    def nan_columns(self, columns: Sequence[str]) -> list[str]:
+        raise NotImplementedError
+
+    def show_progress(self, enabled: bool) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
     def group_key_types(self, query: BoundedQuery) -> list[str]:
         """The SQL type of each group key expression (no row is read)."""
         raise NotImplementedError
@@ -86,6 +99,33 @@ class SqlEngine:
         """The message of a query the database refuses to bind (types that do not fit)."""
         return (f"the query does not fit the table's column types (check the WHERE clause, "
                 f"group keys and keys); {self.title} said: {type(exc).__name__}")
+
+    def quote(self, name: str) -> str:
+        """An identifier of this engine's SQL, always quoted."""
+        return '"' + name.replace('"', '""') + '"'
+
+    def scalar(self, text: str) -> int:
+        """One integer from a data owner's check (``dpcurator.engines._joins``)."""
+        try:
+            value = self._fetch(text)[0][0]
+        except self._errors():
+            raise UserError(f"{self.title} could not run a check of the schema's tables; "
+                            "check that the declared columns have comparable types") from None
+        return int(value or 0)
+
+    def derived(self, relation: str, label: str) -> SqlEngine:
+        """An engine on the same connection (and lock) reading ``relation`` instead: a
+        schema's joined rows (``_joins.TableSet.view``). It never closes the connection."""
+        view = copy.copy(self)
+        view._relation = relation
+        view.label = label
+        view._compiled = CompileCache()
+        view._checked_keys = OrderedDict()
+        view._reset_derived()
+        return view
+
+    def _reset_derived(self) -> None:
+        """Forget what a copy must not share with the engine it was derived from."""
 
     # -- shared ----------------------------------------------------------------------------------
 

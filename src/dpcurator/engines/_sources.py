@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpcurator.engines._base import Engine
+from dpcurator.engines._joins import TableSet
 from dpcurator.errors import UserError
 
-__all__ = ["PostgresTable", "SourceKind", "open_engine", "register_source", "source_kinds"]
+__all__ = ["PostgresTable", "SourceKind", "open_engine", "open_tables", "register_source",
+           "source_kinds"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,23 @@ def open_engine(data: Any, *, table: str | None = None, threads: int | None = No
                     "path, a pandas or Polars DataFrame, an Arrow table, a DuckDB connection "
                     "and table (Curator.from_duckdb), a PostgreSQL table "
                     "(Curator.from_postgres), or a Spark DataFrame (Curator.from_spark)")
+
+
+def open_tables(sources: Any, *, connection: Any = None, threads: int | None = None
+                ) -> TableSet:
+    """A schema's tables on one engine (``_joins.TableSet``): files, DataFrames and Arrow
+    tables on one DuckDB connection, or the named tables of a DuckDB ``connection``."""
+    from dpcurator.engines.duckdb import DuckDBEngine
+
+    if connection is not None and not _instance_of("duckdb", "DuckDBPyConnection")(connection):
+        raise UserError("connection must be a DuckDB connection")
+    for name, data in sources.items():
+        if isinstance(data, PostgresTable) or _instance_of(
+                "pyspark.sql.dataframe", "DataFrame")(data):
+            raise UserError(f"table {name!r}: several tables are read on DuckDB (files, "
+                            "DataFrames, Arrow tables or a DuckDB connection's tables); "
+                            "PostgreSQL and Spark schemas are not supported yet")
+    return DuckDBEngine.tables(sources, connection=connection, threads=threads)
 
 
 def _instance_of(module: str, *names: str) -> Callable[[Any], bool]:

@@ -31,6 +31,7 @@ from dpcurator.engines._dialect import Dialect
 from dpcurator.engines._duckdb_csv import check_csv
 from dpcurator.engines._engine import SqlEngine
 from dpcurator.engines._hash import WORD_BITS
+from dpcurator.engines._joins import TableSet
 from dpcurator.engines._results import CompiledQuery
 from dpcurator.engines._trees import band, cast, num, shr
 from dpcurator.errors import UserError
@@ -128,6 +129,12 @@ class DuckDBEngine(SqlEngine):
     def from_path(cls, path: str | os.PathLike[str], *, threads: int | None = None
                   ) -> DuckDBEngine:
         """A CSV or Parquet file (or glob), scanned in place at every query."""
+        return cls._on_path(duckdb.connect(), path, owns=True, threads=threads)
+
+    @classmethod
+    def _on_path(cls, con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str], *,
+                 owns: bool, threads: int | None = None, label: str | None = None
+                 ) -> DuckDBEngine:
         text = os.fspath(path)
         suffix = Path(text).suffix.lower()
         if "*" not in text and not Path(text).exists():
@@ -138,12 +145,53 @@ class DuckDBEngine(SqlEngine):
             reader = "read_csv"
         else:
             raise UserError(f"unknown file type {suffix!r}: give a .csv or .parquet file")
-        con = duckdb.connect()
-        engine = cls(con, f"{reader}({_string(text)})", label=text, owns_connection=True,
-                     threads=threads)
+        engine = cls(con, f"{reader}({_string(text)})", label=label or text,
+                     owns_connection=owns, threads=threads)
         if reader == "read_csv":
             engine._csv = text
         return engine
+
+    @classmethod
+    def tables(cls, sources: Mapping[str, Any], *, connection: Any = None,
+               threads: int | None = None) -> TableSet:
+        """A schema's tables on one connection: CSV or Parquet paths, DataFrames or Arrow
+        tables (registered without copying), or, with ``connection``, the names of its
+        tables or views."""
+        owns = connection is None
+        con = duckdb.connect() if owns else connection
+        if threads is not None and owns:
+            con.execute(f"SET threads={int(threads)}")
+        engines: dict[str, SqlEngine] = {}
+        for name, data in sources.items():
+            if not owns:
+                if not isinstance(data, str) or not data:
+                    raise UserError(f"table {name!r}: with a DuckDB connection, give the name "
+                                    "of its table or view")
+                relation = ".".join(quote(part) for part in data.split("."))
+                engine = cls(con, relation, label=data)
+            elif isinstance(data, str | os.PathLike):
+                engine = cls._on_path(con, data, owns=False, label=str(name))
+            elif _is_table_like(data):
+                registered = f"__dpcurator_source_{next(_ids)}"
+                con.register(registered, data)
+                engine = cls(con, quote(registered), label=str(name))
+            else:
+                raise UserError(f"table {name!r}: cannot read data of type "
+                                f"{type(data).__name__} on DuckDB: give a CSV or Parquet "
+                                "path, or a pandas or Polars DataFrame or an Arrow table")
+            if engines:
+                engine._lock = next(iter(engines.values()))._lock
+            engines[str(name)] = engine
+        if owns and engines:
+            first = next(iter(engines.values()))
+            assert isinstance(first, DuckDBEngine)
+            first._owns = True  # closes the connection, once
+        return TableSet(engines, "DuckDB")
+
+    def _reset_derived(self) -> None:
+        self._columns = None
+        self._csv = None
+        self._owns = False
 
     @classmethod
     def from_frame(cls, frame: Any, *, threads: int | None = None) -> DuckDBEngine:
@@ -242,6 +290,11 @@ class DuckDBEngine(SqlEngine):
     def close(self) -> None:
         if self._owns:
             self._con.close()
+
+
+def _is_table_like(data: Any) -> bool:
+    module = type(data).__module__.split(".")[0]
+    return module in ("pandas", "polars", "pyarrow")
 
 
 def _keys_arrow(values: tuple[tuple[Any, ...], ...], width: int) -> Any:

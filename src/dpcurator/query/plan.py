@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dpcurator.query.errors import BoundsError, QueryError
+from dpcurator.query.joins import JoinSource
 
 __all__ = [
     "AUTO",
@@ -411,6 +412,8 @@ class Plan:
       a unit's sum of |value| (a column not named: chosen from the data).
     - ``total_share``: the share of the query's budget the total intervals spend, in (0, 1)
       (None: the curator's, else 10%).
+    - ``source``: the joined tables the query reads, over a curator's schema (None: the
+      curator's one table); its columns are the joined rows' (``dpcurator.query.joins``).
     """
 
     aggregates: tuple[Aggregate, ...]
@@ -425,8 +428,11 @@ class Plan:
     max_unit_rows: int | None = None
     max_unit_sums: tuple[tuple[str, float], ...] = ()
     total_share: float | None = None
+    source: JoinSource | None = None
 
     def __post_init__(self) -> None:
+        if self.source is not None and not isinstance(self.source, JoinSource):
+            raise QueryError("source must be a JoinSource (from DP SQL over a schema) or None")
         if self.auto is not None and not isinstance(self.auto, AutoBounds):
             raise QueryError("auto must be an AutoBounds value or None")
         aggregates = tuple(self.aggregates)
@@ -513,6 +519,6 @@ class Plan:
         values = {name: getattr(self, name) for name in (
             "aggregates", "group_by", "where", "keys", "max_partitions",
             "max_rows_per_partition", "bounding", "auto", "intervals", "max_unit_rows",
-            "max_unit_sums", "total_share")}
+            "max_unit_sums", "total_share", "source")}
         values.update(changes)
         return Plan(**values)

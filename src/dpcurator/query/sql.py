@@ -31,6 +31,7 @@ from sqlglot.errors import ParseError, TokenError
 from dpcurator.query import expressions as ex
 from dpcurator.query._keys import public_keys
 from dpcurator.query.errors import QueryError, UnsupportedQueryError
+from dpcurator.query.joins import UNIT_COLUMN, flatten
 from dpcurator.query.plan import (
     Aggregate,
     BoundingMode,
@@ -45,12 +46,13 @@ from dpcurator.query.plan import (
     Variance,
     auto_options,
 )
+from dpcurator.query.schema import Schema
 
 __all__ = ["parse_sql"]
 
 _CLAUSES = {
-    "joins": "JOIN is not supported: a DP query reads one table (joins can multiply one "
-             "unit's rows in ways the bounds do not see)",
+    "joins": "JOIN is answered over a schema of several tables (Curator({name: data, ...}, "
+             "privacy_unit={table: column or path})); this curator has one table",
     "having": "HAVING is not supported: it filters on exact aggregates; filter the released "
               "noisy table instead",
     "order": "ORDER BY is not supported: sort the released table instead (sorting noisy "
@@ -95,8 +97,11 @@ def _parse(sql: str) -> exp.Select:
     return stmt
 
 
-def _check_clauses(select: exp.Select) -> None:
+def _check_clauses(select: exp.Select, *, joins: bool = False) -> None:
+    """Refuse the clauses outside the subset (``joins``: joins are allowed)."""
     for arg, message in _CLAUSES.items():
+        if arg == "joins" and joins:
+            continue
         if select.args.get(arg):
             raise _unsupported(message)
 
@@ -232,8 +237,12 @@ def parse_sql(
     max_partitions: int | str | None = None,
     max_rows_per_partition: int | str | None = None,
     bounding: BoundingMode | None = None,
+    schema: Schema | None = None,
 ) -> Plan:
     """Parse a DP SQL query into a ``Plan`` (see the module docstring for the subset).
+
+    ``schema``: the query is over the schema's tables, joined as ``dpcurator.query.joins``
+    accepts (``table`` and ``privacy_unit`` are then unused: the joined rows carry the unit).
 
     ``bounds`` gives clamping bounds per column; ``keys`` the public partitions (a list, tuples,
     DataFrame or Arrow table); the contribution bounds default to the curator's. ``"auto"``
@@ -245,7 +254,7 @@ def parse_sql(
     try:
         plan = _parse_sql(sql, table, privacy_unit, bounds, keys,  # type: ignore[arg-type]
                           max_partitions,
-                          max_rows_per_partition, bounding)
+                          max_rows_per_partition, bounding, schema)
     except RecursionError:  # sqlglot parses and writes expressions recursively
         raise too_deep_error() from None
     return plan if auto is None else plan.replace(auto=auto)
@@ -259,8 +268,14 @@ def too_deep_error() -> UnsupportedQueryError:
 
 def _parse_sql(sql: str, table: str, privacy_unit: str | None,
                bounds: Mapping[str, Any] | None, keys: Any, max_partitions: int | None,
-               max_rows_per_partition: int | None, bounding: BoundingMode | None) -> Plan:
+               max_rows_per_partition: int | None, bounding: BoundingMode | None,
+               schema: Schema | None = None) -> Plan:
     select = _parse(sql)
+    source = None
+    if schema is not None:
+        _check_clauses(select, joins=True)
+        select, source = flatten(select, schema)
+        table, privacy_unit = "__joined", UNIT_COLUMN
     _check_clauses(select)
     _check_from(select, table)
     bounds_by_column = _bounds_map(bounds)
@@ -333,4 +348,5 @@ def _parse_sql(sql: str, table: str, privacy_unit: str | None,
         max_partitions=max_partitions,
         max_rows_per_partition=max_rows_per_partition,
         bounding=bounding,
+        source=source,
     )

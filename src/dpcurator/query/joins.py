@@ -1,0 +1,369 @@
+"""Joins in DP SQL: which are answered, and the rows each answered join hands to the bounding.
+
+A query over a ``Schema`` names tables in FROM and JOIN ... ON. The join is answered when each
+of its output rows belongs to exactly one privacy unit, so that the per-unit bounding applied
+*after* the join (caps on partitions and rows, value clamping, inside the engine) bounds each
+unit's whole influence, as it does for one table:
+
+- Joins to public tables are free, on any key (their rows are the same in neighbouring
+  databases).
+- A private table joined to private tables already in the query must be joined on an equality
+  of columns that stand for the same key (``Schema.key_of``): the unit itself
+  (``o.o_custkey = c.c_custkey``) or a key on the declared paths (``l.l_orderkey =
+  o.o_orderkey``). Equal keys then mean the same unit, so no output row mixes two units;
+  other private-private joins are refused before any charge, with the join that would be
+  accepted.
+- INNER and LEFT equi-joins (ON a conjunction of column equalities); a LEFT JOIN whose kept
+  side has no private table is refused (its unmatched rows belong to no one).
+
+Why the bound holds (add/remove one unit u with all its rows in every table): an output row
+that holds a row of u holds only rows of u and public rows (the equalities above); an output
+row that holds no row of u is in both databases (public rows are fixed; for a LEFT JOIN, a row
+of another unit matched no row of u, since matches share a unit). So the join's output changes
+by exactly the output rows of one unit, the neighbouring relation the single-table bounding
+is proved for (``dpcurator.query.bounding``).
+
+A private table whose path to its unit is not in the query (``FROM lineitem`` alone) is joined
+along the declared path by the compiler (inner joins, so rows with a broken path drop out, as
+the schema says), and the unit of each output row is read from a table holding it in its own
+column. ``flatten`` returns the source (``JoinSource``) and the query rewritten over its flat
+column names, which the single-table front end then parses as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpcurator.errors import InternalError
+from dpcurator.query.errors import QueryError, UnknownColumnError, UnsupportedQueryError
+from dpcurator.query.schema import UNIT, Schema
+
+__all__ = ["UNIT_COLUMN", "JoinSource", "JoinedTable", "flatten"]
+
+UNIT_COLUMN = "__unit"  # the joined rows' privacy unit, a column of the source
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedTable:
+    """One table of a join: its alias, how it joins (``from``, ``inner`` or ``left``) and the
+    equalities ``((left alias, column), (right alias, column))`` it joins on."""
+
+    alias: str
+    table: str
+    kind: str
+    on: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSource:
+    """The rows a joined query reads: the tables joined, in order; ``columns`` ((flat name,
+    alias, column), ...), each read column once; ``unit`` (alias, column) holding every
+    output row's unit. Hashable: a curator keeps one engine view per source."""
+
+    tables: tuple[JoinedTable, ...]
+    columns: tuple[tuple[str, str, str], ...]
+    unit: tuple[str, str]
+
+    def describe(self) -> str:
+        parts = []
+        for t in self.tables:
+            name = t.table if t.alias == t.table else f"{t.table} AS {t.alias}"
+            if t.kind == "from":
+                parts.append(name)
+                continue
+            on = " AND ".join(f"{a}.{c} = {b}.{d}" for (a, c), (b, d) in t.on)
+            parts.append(f"{'LEFT JOIN' if t.kind == 'left' else 'JOIN'} {name} ON {on}")
+        return " ".join(parts)
+
+
+def _unsupported(message: str) -> UnsupportedQueryError:
+    return UnsupportedQueryError(message)
+
+
+def _table_of(node: exp.Expression, schema: Schema) -> tuple[str, str]:
+    """(alias, table name as the schema spells it) of a FROM or JOIN item."""
+    if isinstance(node, exp.Subquery):
+        raise _unsupported("subqueries in FROM are not supported: a DP query reads the "
+                           "schema's tables directly")
+    if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
+        raise _unsupported("FROM and JOIN must name the schema's tables; table functions and "
+                           "other sources are refused")
+    if node.args.get("db") or node.args.get("catalog"):
+        raise _unsupported(f"name the table {node.name!r} without a database or schema")
+    spec = schema.table(node.name)  # QueryError naming the tables
+    return (node.alias or spec.name), spec.name
+
+
+def _join_kind(join: exp.Join) -> str:
+    side = (join.args.get("side") or "").upper()
+    kind = (join.args.get("kind") or "").upper()
+    if join.args.get("method"):
+        raise _unsupported(f"{join.args['method'].upper()} JOIN is not supported: write the "
+                           "join condition with ON")
+    if not side and kind in ("", "INNER"):
+        if join.args.get("on") is None and not join.args.get("using"):
+            raise _unsupported("a join needs ON with the columns it joins on (a comma or "
+                               "CROSS JOIN pairs every row with every row)")
+        return "inner"
+    if side == "LEFT" and kind in ("", "OUTER"):
+        return "left"
+    what = " ".join(w for w in (side, kind) if w) or "this"
+    raise _unsupported(f"{what} JOIN is not supported: the curator answers JOIN (inner) and "
+                       "LEFT JOIN")
+
+
+class _Columns:
+    """Resolves the query's column references to (alias, column) and names them flat."""
+
+    def __init__(self, schema: Schema, aliases: dict[str, str]) -> None:
+        self.schema = schema
+        self.aliases = aliases  # alias -> table
+        self.used: dict[tuple[str, str], None] = {}
+
+    def resolve(self, node: exp.Column, what: str) -> tuple[str, str]:
+        if node.args.get("db") or node.args.get("catalog"):
+            raise _unsupported(f"name the column {node.sql()} as table.column or column")
+        if node.table:
+            alias = self._alias(node.table)
+            return alias, self.schema.table(self.aliases[alias]).column(node.name, what)
+        found = [(a, self.schema.table(t).column(node.name, what))
+                 for a, t in self.aliases.items() if self.schema.table(t).has(node.name)]
+        if not found:
+            tables = ", ".join(f"{a} ({t})" if a != t else t for a, t in self.aliases.items())
+            raise UnknownColumnError(f"{what} names the column {node.name!r}, which none of "
+                                     f"the query's tables has ({tables})")
+        if len(found) > 1:
+            raise QueryError(f"the column {node.name!r} is in several of the query's tables "
+                             f"({', '.join(a for a, _ in found)}): qualify it, as "
+                             f"{found[0][0]}.{found[0][1]}")
+        return found[0]
+
+    def _alias(self, name: str) -> str:
+        if name in self.aliases:
+            return name
+        folded = [a for a in self.aliases if a.lower() == name.lower()]
+        if len(folded) == 1:
+            return folded[0]
+        raise QueryError(f"unknown table or alias {name!r} in a column reference; the "
+                         f"query's tables are {list(self.aliases)}")
+
+    def flat(self, alias: str, column: str) -> str:
+        """The column's name in the joined rows: its own where no other table of the query
+        has a column of that name, else ``alias.column``."""
+        self.used[(alias, column)] = None
+        clash = [a for a, t in self.aliases.items()
+                 if a != alias and self.schema.table(t).has(column)]
+        return f"{alias}.{column}" if clash else column
+
+
+def _equalities(on: exp.Expression, columns: _Columns, joined: str
+                ) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    """ON as ((alias, column), (alias, column)) pairs, each with one side in ``joined``."""
+    terms: list[exp.Expression] = []
+    stack = [on]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, exp.Paren):
+            stack.append(node.this)
+        elif isinstance(node, exp.And):
+            stack += [node.this, node.expression]
+        else:
+            terms.append(node)
+    pairs = []
+    for term in terms:
+        if not isinstance(term, exp.EQ) or not isinstance(term.this, exp.Column) or \
+                not isinstance(term.expression, exp.Column):
+            raise _unsupported("ON takes equalities of two columns joined with AND "
+                               f"(equi-joins); got {term.sql()}; filter rows with WHERE")
+        left = columns.resolve(term.this, "ON")
+        right = columns.resolve(term.expression, "ON")
+        if left[0] == right[0]:
+            raise _unsupported(f"ON {term.sql()} compares two columns of one table; filter "
+                               "rows with WHERE")
+        if right[0] == joined:
+            left, right = right, left
+        if left[0] != joined:
+            raise _unsupported(f"ON {term.sql()} must compare a column of {joined!r} with a "
+                               "column of a table joined before it")
+        pairs.append((right, left))  # (earlier table's column, the joined table's column)
+    return pairs
+
+
+def _suggest(schema: Schema, aliases: dict[str, str], private_before: list[str],
+             joined: str) -> str:
+    """The join that would be accepted for ``joined``, for the refusal's message: on the
+    unit's columns where both tables have one, else on a key of the paths, else along the
+    path of the table farther from its unit."""
+    table = aliases[joined]
+    found = []
+    for earlier in private_before:
+        for column, key in schema.keyed_columns(aliases[earlier]):
+            for mine, other in schema.keyed_columns(table):
+                if key == other:
+                    found.append((key != UNIT, f"JOIN {table} AS {joined} ON "
+                                               f"{earlier}.{column} = {joined}.{mine}"))
+    if found:
+        return min(found)[1]
+    longest = max([table, *(aliases[p] for p in private_before)],
+                  key=lambda t: len(schema.path(t)))
+    path = [link.target for link in schema.path(longest)]
+    return (f"join {longest} along its path to the unit ({' -> '.join([longest, *path])}), "
+            "on the declared keys")
+
+
+def flatten(select: exp.Select, schema: Schema) -> tuple[exp.Select, JoinSource]:
+    """Check the query's FROM and JOINs against the rules (module docstring) and return the
+    query rewritten over the joined rows' flat column names, with its ``JoinSource``."""
+    source = select.args.get("from_") or select.args.get("from")
+    if source is None:
+        raise _unsupported(f"the query needs FROM one of the tables {schema.names()}")
+    if source.expressions:
+        raise _unsupported("several tables in FROM are not supported: write JOIN ... ON")
+    alias, table = _table_of(source.this, schema)
+    aliases = {alias: table}
+    joins = list(select.args.get("joins") or [])
+    for join in joins:
+        a, t = _table_of(join.this, schema)
+        if a in aliases or a.lower() in {x.lower() for x in aliases}:
+            raise QueryError(f"the table or alias {a!r} appears twice: give each table of "
+                             "the join its own alias")
+        aliases[a] = t
+    columns = _Columns(schema, aliases)
+    tables = [JoinedTable(alias, table, "from")]
+    private = [alias] if schema.table(table).private else []
+    for join in joins:
+        kind = _join_kind(join)
+        if join.args.get("using"):
+            raise _unsupported("JOIN ... USING is not supported: write ON a.column = "
+                               "b.column")
+        joined, name = _table_of(join.this, schema)
+        on = _equalities(join.args["on"], columns, joined)
+        if schema.table(name).private:
+            if kind == "left" and not private:
+                raise _unsupported(f"LEFT JOIN {name}: the kept side has no private table, "
+                                   "so its unmatched rows belong to no one; write JOIN")
+            equated = [(e, j) for e, j in on if e[0] in private and
+                       schema.key_of(aliases[e[0]], e[1]) is not None and
+                       schema.key_of(aliases[e[0]], e[1]) == schema.key_of(name, j[1])]
+            if private and not equated:
+                raise _unsupported(
+                    f"the join of {name!r} with {', '.join(aliases[p] for p in private)} is "
+                    "refused: its ON does not equate their privacy units, so an output row "
+                    "could hold two people's rows. It is accepted on columns that lead to "
+                    "the same unit through the declared paths: "
+                    f"{_suggest(schema, aliases, private, joined)}")
+            private.append(joined)
+        tables.append(JoinedTable(joined, name, kind, tuple(on)))
+    if not private:
+        raise _unsupported("the query reads no private table: public tables hold no one's "
+                           "data, so query them directly")
+    tables, unit = _complete_paths(schema, tables, private)
+    rewritten = _rewrite(select, columns)
+    read = tuple((columns.flat(a, c), a, c) for a, c in columns.used)
+    return rewritten, JoinSource(tuple(tables), read, unit)
+
+
+def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str]
+                    ) -> tuple[list[JoinedTable], tuple[str, str]]:
+    """Join each private table whose path to its unit is not in the query along that path
+    (inner joins: a broken path drops the row), and say where the unit is read.
+
+    A table's path is in the query when the table holds its unit itself, or when its path
+    column is equated with a column of a table whose own path is in the query, standing for
+    the same key (for the unit itself, of the same unit table), and that table's row cannot
+    be missing where this table's is (it is not LEFT JOINed to it)."""
+    aliases = {t.alias: t.table for t in tables}
+    kind_of = {t.alias: t.kind for t in tables}
+
+    def covered(alias: str, seen: frozenset[str]) -> bool:
+        spec = schema.table(aliases[alias])
+        if spec.unit is not None:
+            return True
+        link = spec.link
+        assert link is not None
+        key = schema.key_of(spec.name, link.column)
+        for t in tables:
+            for ends in t.on:
+                for (x, xc), (y, yc) in (ends, ends[::-1]):
+                    if x != alias or xc != link.column or y in seen:
+                        continue
+                    if not schema.table(aliases[y]).private or \
+                            schema.key_of(aliases[y], yc) != key:
+                        continue
+                    if key == UNIT and schema.root(aliases[y]).name != \
+                            schema.root(spec.name).name:
+                        continue
+                    if t.alias == y and kind_of[y] == "left":
+                        continue  # y LEFT JOINed to this table: its row may be missing
+                    if covered(y, seen | {alias}):
+                        return True
+        return False
+
+    extra = 0
+    out = list(tables)
+    for alias in private:
+        if covered(alias, frozenset()):
+            continue
+        current = alias
+        for link in schema.path(aliases[alias]):
+            extra += 1
+            target = f"__path{extra}"
+            aliases[target] = link.target
+            kind_of[target] = "inner"
+            out.append(JoinedTable(target, link.target, "inner",
+                                   (((current, link.column), (target, link.target_column)),)))
+            current = target
+    roots = [t for t in out if schema.table(t.table).private and
+             schema.table(t.table).unit is not None and t.kind != "left"]
+    if not roots:  # every private table is LEFT JOINed to a public one: refused before
+        raise InternalError("a joined query without a table holding its unit; a bug")
+    anchor = roots[0]
+    spec = schema.table(anchor.table)
+    assert spec.unit is not None
+    return out, (anchor.alias, spec.unit)
+
+
+def _rewrite(select: exp.Select, columns: _Columns) -> exp.Select:
+    """The query over the flat columns: FROM the joined rows, each column by its flat name
+    (a bare column item keeps its own name as its alias); COUNT(DISTINCT c) of a column
+    holding the unit counts the unit."""
+    out = select.copy()
+    out.set("joins", None)
+    out.set("from_", exp.From(this=exp.to_table("__joined")))
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
+            cols = node.this.expressions
+            if len(cols) == 1 and isinstance(cols[0], exp.Column):
+                alias, column = columns.resolve(cols[0], "COUNT(DISTINCT ...)")
+                table = columns.aliases[alias]
+                if columns.schema.key_of(table, column) == UNIT:
+                    unit = exp.column(UNIT_COLUMN)
+                    unit.meta["dp_unit"] = True
+                    return exp.Count(this=exp.Distinct(expressions=[unit]))
+                raise _unsupported("COUNT(DISTINCT ...) is supported only for a column "
+                                   "holding the privacy unit (a private table's unit "
+                                   "column, or a path column pointing at one)")
+        if isinstance(node, exp.Column) and not node.meta.get("dp_unit"):
+            alias, column = columns.resolve(node, "the query")
+            return exp.Column(this=exp.to_identifier(columns.flat(alias, column),
+                                                     quoted=True))
+        return node
+
+    items = []
+    for item in out.expressions:
+        if isinstance(item, exp.Column):
+            item = exp.Alias(this=item, alias=exp.to_identifier(item.name))
+        items.append(item)
+    out.set("expressions", items)
+    for part in ("expressions", "where", "group"):
+        value = out.args.get(part)
+        if value is None:
+            continue
+        if isinstance(value, list):
+            out.set(part, [v.transform(fix, copy=False) for v in value])
+        else:
+            out.set(part, value.transform(fix, copy=False))
+    return out

@@ -1,0 +1,387 @@
+"""DP SQL over a schema of several tables: the join rules, the bounding after the join, the
+data owner's checks, bad input refused before any charge, and audits with broken twins.
+
+The schema is a small TPC-H: ``customer`` holds the unit (``c_custkey``), ``orders`` reaches
+it through ``o_custkey``, ``lineitem`` through ``l_orderkey -> orders``, ``nation`` is
+public. Some orders point at no customer and some line items at no order (broken paths),
+and a few customers are heavy (many orders, many line items each).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpcurator as dp
+from dpcurator.errors import UserError
+from dpcurator.noise import SeededRandom
+from dpcurator.query import QueryError, UnsupportedQueryError
+
+NATIONS = ["FRANCE", "GERMANY", "JAPAN", "BRAZIL", "KENYA"]
+UNITS = {"customer": "c_custkey", "orders": "o_custkey -> customer.c_custkey",
+         "lineitem": "l_orderkey -> orders.o_orderkey"}
+
+
+def tables(seed: int = 0, customers: int = 300, orders: int = 1200, items: int = 5000
+           ) -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    customer = pd.DataFrame({
+        "c_custkey": np.arange(customers),
+        "c_nationkey": rng.integers(0, len(NATIONS), customers),
+        "c_mktsegment": rng.choice(["AUTOMOBILE", "BUILDING", "MACHINERY"], customers),
+        "c_acctbal": rng.uniform(-999, 9999, customers)})
+    # customers 0-4 are heavy: a third of the orders; 2% of orders point at no customer
+    heavy = rng.random(orders) < 0.3
+    custkey = np.where(heavy, rng.integers(0, 5, orders), rng.integers(0, customers, orders))
+    custkey[rng.random(orders) < 0.02] = customers + 7
+    order = pd.DataFrame({
+        "o_orderkey": np.arange(orders) * 4 + 1,
+        "o_custkey": custkey,
+        "o_orderpriority": rng.choice(["1-URGENT", "2-HIGH", "3-MEDIUM"], orders),
+        "o_totalprice": rng.uniform(10, 5000, orders)})
+    orderkey = rng.choice(order.o_orderkey.to_numpy(), items)
+    orderkey[rng.random(items) < 0.01] = 2  # no such order
+    lineitem = pd.DataFrame({
+        "l_orderkey": orderkey,
+        "l_extendedprice": rng.uniform(1, 1000, items),
+        "l_shipmode": rng.choice(["AIR", "RAIL", "SHIP"], items)})
+    nation = pd.DataFrame({"n_nationkey": np.arange(len(NATIONS)), "n_name": NATIONS})
+    return {"customer": customer, "orders": order, "lineitem": lineitem, "nation": nation}
+
+
+def schema_curator(data: dict[str, pd.DataFrame], seed: int = 1, **options: Any) -> dp.Curator:
+    options.setdefault("budget", dp.PureDP(1000))
+    with pytest.warns(UserWarning, match="reach no unit"):
+        return dp.Curator(data, privacy_unit=UNITS, public=["nation"],
+                          source=SeededRandom(seed), cache=False, **options)
+
+
+def flat(data: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """lineitem joined up to customer and nation by hand (broken paths drop out)."""
+    return (data["lineitem"].merge(data["orders"], left_on="l_orderkey", right_on="o_orderkey")
+            .merge(data["customer"], left_on="o_custkey", right_on="c_custkey")
+            .merge(data["nation"], left_on="c_nationkey", right_on="n_nationkey"))
+
+
+def exact(curator: dp.Curator, sql: str, **options: Any) -> dict[str, Any]:
+    """The engine's exact bounded aggregates of a query (nothing charged, no noise)."""
+    prepared = curator.prepare(curator.resolve(curator.parse(sql, **options), epsilon=1.0,
+                                               delta=1e-6))
+    compiled = prepared.compiled
+    engine = curator._engine_of(compiled.plan)
+    result = engine.compute_exact_aggregates(compiled.bounded, key=12345)
+    names = sorted(result.measures)
+    rows = {key: tuple(result.measures[n][i] for n in names)
+            for i, key in enumerate(result.keys)}
+    if result.selection_units is not None:
+        rows = {k: (*v, result.selection_units[i]) for i, (k, v) in enumerate(rows.items())}
+    return rows
+
+
+FOUR = ("FROM lineitem l JOIN orders o ON l.l_orderkey = o.o_orderkey "
+        "JOIN customer c ON o.o_custkey = c.c_custkey "
+        "JOIN nation n ON c.c_nationkey = n.n_nationkey")
+FLAT = "FROM data"
+QUESTIONS = [
+    ("SELECT n_name, COUNT(*) AS n {src} GROUP BY n_name", {"keys": NATIONS}),
+    ("SELECT n_name, SUM(l_extendedprice) AS s {src} GROUP BY n_name",
+     {"keys": NATIONS, "bounds": {"l_extendedprice": (0, 1000)}}),
+    ("SELECT c_mktsegment, AVG(l_extendedprice) AS m {src} WHERE l_shipmode = 'AIR' "
+     "GROUP BY c_mktsegment", {"bounds": {"l_extendedprice": (0, 1000)}}),
+    ("SELECT o_orderpriority, l_shipmode, COUNT(*) AS n, COUNT(DISTINCT c_custkey) AS u "
+     "{src} GROUP BY o_orderpriority, l_shipmode", {}),
+    ("SELECT COUNT(*) AS n, VARIANCE(l_extendedprice) AS v {src}",
+     {"bounds": {"l_extendedprice": (0, 1000)}}),
+]
+
+
+@pytest.mark.parametrize(("sql", "options"), QUESTIONS)
+@pytest.mark.parametrize("bounding", ["rescale", "sample"])
+def test_a_four_table_join_bounds_exactly_as_the_table_joined_by_hand(
+        sql: str, options: dict[str, Any], bounding: str) -> None:
+    """Bounding after the join: the joined rows are capped per customer exactly as the same
+    rows joined by hand into one table with the customer as its unit (same caps, same secret
+    key): identical exact aggregates, public and private keys, both bounding modes."""
+    data = tables()
+    caps = {"max_partitions": 2, "max_rows_per_partition": 7, "bounding": bounding}
+    joined = exact(schema_curator(data), sql.format(src=FOUR), **options, **caps)
+    one = dp.Curator(flat(data), privacy_unit="c_custkey", budget=dp.PureDP(1000),
+                     cache=False)
+    by_hand = exact(one, sql.format(src=FLAT).replace("COUNT(DISTINCT c_custkey)",
+                                                      "COUNT(DISTINCT c_custkey)"),
+                    **options, **caps)
+    assert joined == by_hand
+    assert joined
+
+
+def test_a_table_alone_is_joined_up_its_path_and_broken_paths_drop_out() -> None:
+    """``FROM lineitem`` alone reads each line item's unit through orders and customer: the
+    line items whose order (or whose order's customer) is missing are not counted."""
+    data = tables()
+    cur = schema_curator(data)
+    n = len(flat(data))
+    big = {"max_rows_per_partition": 10_000}
+    alone = exact(cur, "SELECT COUNT(*) AS n FROM lineitem", **big)
+    both = exact(cur, "SELECT COUNT(*) AS n FROM lineitem JOIN orders ON l_orderkey = "
+                      "o_orderkey", **big)
+    assert alone == both
+    one = dp.Curator(flat(data), privacy_unit="c_custkey", budget=dp.PureDP(10), cache=False)
+    assert exact(one, "SELECT COUNT(*) AS n FROM data", **big) == alone
+    assert n < len(data["lineitem"])
+    assert any("lineitem" in line and "reach no unit" in line for line in cur.excluded)
+    assert any("orders" in line for line in cur.excluded)
+
+
+def test_a_release_over_a_join_is_charged_once_and_carries_its_interval() -> None:
+    data = tables()
+    cur = schema_curator(data, budget=dp.PureDP(2))
+    release = cur.sql(f"SELECT n.n_name AS nation, COUNT(*) AS n {FOUR} GROUP BY n.n_name",
+                      epsilon=1.0, keys=NATIONS, max_partitions=1, max_rows_per_partition=50,
+                      confidence=1 - 1e-7)
+    assert cur.spent.epsilon == pytest.approx(1.0) and len(cur.ledger) == 1
+    frame = release.to_pandas(intervals=True)
+    assert list(frame.nation) == NATIONS
+    # each customer's line items capped at 50 (one nation each): the bounded count, which
+    # each interval covers w.p. >= 1 - 1e-7 (the five together fail w.p. below 1e-6)
+    capped = (flat(data).groupby(["n_name", "c_custkey"]).size().clip(upper=50)
+              .groupby("n_name").sum().reindex(NATIONS).to_numpy())
+    assert np.all((frame.n_low.to_numpy() <= capped) & (capped <= frame.n_high.to_numpy()))
+
+
+def test_a_left_join_keeps_customers_without_orders() -> None:
+    data = tables()
+    cur = schema_curator(data)
+    sql = ("SELECT c.c_mktsegment, COUNT(*) AS n FROM customer c LEFT JOIN orders o "
+           "ON o.o_custkey = c.c_custkey WHERE o.o_orderkey IS NULL GROUP BY c.c_mktsegment")
+    result = exact(cur, sql, max_rows_per_partition=1)
+    lonely = data["customer"][~data["customer"].c_custkey.isin(data["orders"].o_custkey)]
+    assert len(lonely) > 10 and result
+    one = dp.Curator(lonely, privacy_unit="c_custkey", budget=dp.PureDP(10), cache=False)
+    assert exact(one, "SELECT c_mktsegment, COUNT(*) AS n FROM data GROUP BY c_mktsegment",
+                 max_rows_per_partition=1) == result
+
+
+@pytest.mark.parametrize(("sql", "error", "words"), [
+    ("SELECT COUNT(*) FROM orders o1 JOIN orders o2 ON o1.o_orderpriority = "
+     "o2.o_orderpriority", UnsupportedQueryError, "o1.o_custkey = o2.o_custkey"),
+    ("SELECT COUNT(*) FROM lineitem l JOIN customer c ON l.l_orderkey = c.c_custkey",
+     UnsupportedQueryError, "lineitem -> orders -> customer"),
+    ("SELECT COUNT(*) FROM lineitem l JOIN orders o ON l.l_orderkey = o.o_custkey",
+     UnsupportedQueryError, "l.l_orderkey = o.o_orderkey"),
+    ("SELECT COUNT(*) FROM lineitem JOIN parts ON l_orderkey = p_key", QueryError,
+     "unknown table 'parts'"),
+    ("SELECT COUNT(*) FROM nation", UnsupportedQueryError, "no private table"),
+    ("SELECT COUNT(*) FROM nation n LEFT JOIN customer c ON c.c_nationkey = n.n_nationkey",
+     UnsupportedQueryError, "write JOIN"),
+    ("SELECT COUNT(*) FROM customer c RIGHT JOIN orders o ON o.o_custkey = c.c_custkey",
+     UnsupportedQueryError, "RIGHT"),
+    ("SELECT COUNT(*) FROM customer c, orders o", UnsupportedQueryError, "ON"),
+    ("SELECT COUNT(*) FROM customer c JOIN orders o USING (x)", UnsupportedQueryError,
+     "USING"),
+    ("SELECT COUNT(*) FROM customer c JOIN orders o ON o.o_custkey > c.c_custkey",
+     UnsupportedQueryError, "equalities"),
+    ("SELECT COUNT(*) FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
+     "JOIN nation n ON n.n_nationkey = 1", QueryError, "appears twice"),
+    ("SELECT COUNT(*) FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
+     "WHERE n_name2 = 'x'", QueryError, "n_name2"),
+])
+def test_refused_joins_say_why_and_charge_nothing(sql: str, error: type[Exception],
+                                                   words: str | None) -> None:
+    cur = schema_curator(tables(), budget=dp.PureDP(1))
+    with pytest.raises(error) as caught:
+        cur.sql(sql, epsilon=0.5, delta=None)
+    if words:
+        assert words in str(caught.value)
+    assert cur.spent.epsilon == 0.0 and not cur.ledger
+
+
+def test_a_private_key_join_is_refused_only_when_it_mixes_units() -> None:
+    """The join of a table with itself on its unit is accepted (each row pairs two orders
+    of one customer); on another column it is refused."""
+    cur = schema_curator(tables())
+    ok = exact(cur, "SELECT COUNT(*) AS n FROM orders o1 JOIN orders o2 ON o1.o_custkey = "
+                    "o2.o_custkey", max_rows_per_partition=10_000)
+    data = tables()
+    valid = data["orders"][data["orders"].o_custkey.isin(data["customer"].c_custkey)]
+    pairs = valid.groupby("o_custkey").size().pow(2).sum()
+    one = dp.Curator(pd.DataFrame({"u": np.repeat(valid.groupby("o_custkey").size().index,
+                                                  valid.groupby("o_custkey").size() ** 2)}),
+                     privacy_unit="u", budget=dp.PureDP(10), cache=False)
+    assert len(one.columns) == 1 and pairs > len(valid)
+    assert ok == exact(one, "SELECT COUNT(*) AS n FROM data", max_rows_per_partition=10_000)
+
+
+@pytest.mark.parametrize(("units", "public", "words"), [
+    ({"customer": "c_custkey", "orders": "o_custkey -> customers.c_custkey",
+      "lineitem": "l_orderkey -> orders.o_orderkey"}, ["nation"], "'customers'"),
+    ({"customer": "c_custkey", "orders": "o_custkey -> customer.c_key",
+      "lineitem": "l_orderkey -> orders.o_orderkey"}, ["nation"], "'c_key'"),
+    ({"customer": "c_custkey", "orders": "o_orderkey -> lineitem.l_orderkey",
+      "lineitem": "l_orderkey -> orders.o_orderkey"}, ["nation"], "cycle"),
+    ({"customer": "c_custkey", "orders": "o_custkey -> customer.c_custkey",
+      "lineitem": "l_orderkey -> orders.o_orderkey", "nation": "n_nationkey"}, ["nation"],
+     "both public and private"),
+    ({"customer": "c_nationkey -> nation.n_nationkey", "orders": "o_custkey -> "
+      "customer.c_custkey", "lineitem": "l_orderkey -> orders.o_orderkey"}, ["nation"],
+     "declared public"),
+    ({"customer": "c_custkey", "orders": "o_custkey -> customer.c_custkey"}, ["nation"],
+     "neither private"),
+    ({"customer": "c_custkey", "orders": "o_custkey -> customer.c_custkey",
+      "lineitem": "l_orderkey -> orders.o_orderkey"}, ["nations"], "'nations'"),
+    ({"customer": "c_custkey", "orders": "o_custkey -> customer.c_custkey",
+      "lineitem": "l_orderkey -> orders.o_orderpriority"}, ["nation"], "not unique"),
+    ({"customer": "c_custkey", "orders": "o_custkey", "lineitem": "l_orderkey -> orders"},
+     ["nation"], "column -> table.column"),
+])
+def test_bad_declarations_are_refused_when_the_curator_is_made(
+        units: dict[str, str], public: list[str], words: str) -> None:
+    with pytest.raises(UserError) as caught:
+        dp.Curator(tables(), privacy_unit=units, public=public, budget=dp.PureDP(1))
+    assert words in str(caught.value)
+
+
+def test_a_schema_object_and_a_duckdb_connection_give_the_same_answers(tmp_path: Any) -> None:
+    import duckdb
+
+    data = tables()
+    sql = f"SELECT n_name, COUNT(*) AS n {FOUR} GROUP BY n_name"
+    con = duckdb.connect()
+    for name, frame in data.items():
+        con.register(f"src_{name}", frame)
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM src_{name}")
+    with pytest.warns(UserWarning):
+        on_con = dp.Curator.from_duckdb(con, list(data), privacy_unit=UNITS,
+                                        public=["nation"], budget=dp.PureDP(10))
+    paths = {}
+    for name, frame in data.items():
+        paths[name] = str(tmp_path / f"{name}.parquet")
+        frame.to_parquet(paths[name])
+    with pytest.warns(UserWarning):
+        on_files = dp.Curator(dp.Schema(paths, UNITS, ["nation"]), budget=dp.PureDP(10))
+    expected = exact(schema_curator(data), sql, keys=NATIONS)
+    assert exact(on_con, sql, keys=NATIONS) == expected == exact(on_files, sql, keys=NATIONS)
+    assert "customer.c_custkey" in on_files.columns
+
+
+# -- audits: one customer removed with all their rows in every table ---------------------------
+
+
+def _neighbour(data: dict[str, pd.DataFrame], unit: int) -> dict[str, pd.DataFrame]:
+    orders = data["orders"][data["orders"].o_custkey != unit]
+    gone = set(data["orders"].o_orderkey) - set(orders.o_orderkey)
+    return {"customer": data["customer"][data["customer"].c_custkey != unit],
+            "orders": orders,
+            "lineitem": data["lineitem"][~data["lineitem"].l_orderkey.isin(gone)],
+            "nation": data["nation"]}
+
+
+def _measured(data: dict[str, pd.DataFrame], sql: str, **options: Any
+              ) -> tuple[dict[Any, int], Any]:
+    """One partition's exact measure per key, and the mechanism the query noises it with."""
+    cur = schema_curator(data)
+    plan = cur.parse(sql, **options)
+    prepared = cur.prepare(cur.resolve(plan, epsilon=1.0))
+    estimator = prepared.compiled.estimators[0]
+    measure = estimator.measures[-1]
+    result = cur._engine_of(prepared.compiled.plan).compute_exact_aggregates(
+        prepared.compiled.bounded, key=99)
+    values = dict(zip((k[0] if len(k) == 1 else k for k in result.keys),
+                      result.measures[measure.spec.name], strict=True))
+    return values, measure.mechanism
+
+
+AUDITED = [
+    (f"SELECT n_name, COUNT(*) AS n {FOUR} GROUP BY n_name", {"keys": NATIONS}),
+    (f"SELECT n_name, SUM(l_extendedprice) AS s {FOUR} GROUP BY n_name",
+     {"bounds": {"l_extendedprice": (0, 1000)}, "keys": NATIONS}),
+    ("SELECT o_orderpriority, COUNT(*) AS n FROM orders o JOIN customer c ON "
+     "o.o_custkey = c.c_custkey GROUP BY o_orderpriority",
+     {"keys": ["1-URGENT", "2-HIGH", "3-MEDIUM"]}),
+]
+
+
+@pytest.mark.audit
+@pytest.mark.parametrize(("sql", "options"), AUDITED)
+def test_joined_counts_and_sums_pass_the_audit(sql: str, options: dict[str, Any]) -> None:
+    """The heaviest customer (hundreds of line items) removed with all their orders and line
+    items: in the partition that moves most, the exact measure moves by at most the
+    sensitivity the query's noise is calibrated to, and the audit of the noised measure on the
+    two databases stays within epsilon = 1. Each audit is wrong w.p. at most 1e-7
+    (``audit_mechanism``): a correct implementation fails below 1e-6."""
+    from dpcurator.audit import audit_mechanism
+
+    data = tables(3)
+    caps = {"max_partitions": 2, "max_rows_per_partition": 5}
+    x1, mechanism = _measured(data, sql, **options, **caps)
+    x2, _ = _measured(_neighbour(data, 0), sql, **options, **caps)
+    key = max(x1, key=lambda k: abs(x1[k] - x2.get(k, 0)))
+    moved = abs(x1[key] - x2.get(key, 0))
+    assert 0 < moved <= mechanism.sensitivity
+    assert not audit_mechanism(mechanism, x1[key], x2.get(key, 0), n=200_000).exceeds(1.0)
+
+
+@pytest.mark.audit
+def test_the_audit_catches_caps_applied_before_the_join(monkeypatch: Any) -> None:
+    """The broken twin bounds each table on its own before joining: a customer's orders are
+    capped (5 per nation), then the join fans each kept order out to all its line items, and
+    the line items are bounded per order instead of per customer. Removing the heavy customer
+    then moves the count by far more than the sensitivity of 5 rows that the noise is
+    calibrated to, and the audit proves epsilon above 1 (wrong w.p. at most 1e-7)."""
+    from dpcurator.audit import audit_mechanism
+    from dpcurator.engines import _joins
+
+    real = _joins.join_relation
+
+    def capped_first(source: Any, engine: Any, relations: dict[str, str]) -> str:
+        capped = dict(relations)
+        capped["orders"] = (f"(SELECT * FROM {relations['orders']} QUALIFY row_number() OVER "
+                            "(PARTITION BY o_custkey ORDER BY o_orderkey) <= 5)")
+        text = real(source, engine, capped)
+        # the join's unit becomes the order: the caps after it bind per order, not customer
+        return text.replace('"c"."c_custkey" AS "__unit"', '"o"."o_orderkey" AS "__unit"')
+
+    sql = f"SELECT n_name, COUNT(*) AS n {FOUR} GROUP BY n_name"
+    caps = {"max_partitions": 1, "max_rows_per_partition": 5, "keys": NATIONS}
+    data = tables(3)
+    x1, mechanism = _measured(data, sql, **caps)
+    x2, _ = _measured(_neighbour(data, 0), sql, **caps)
+    key = max(x1, key=lambda k: abs(x1[k] - x2.get(k, 0)))
+    assert abs(x1[key] - x2[key]) <= mechanism.sensitivity  # the real pipeline holds
+    monkeypatch.setattr(_joins, "join_relation", capped_first)
+    t1, _ = _measured(data, sql, **caps)
+    t2, _ = _measured(_neighbour(data, 0), sql, **caps)
+    key = max(t1, key=lambda k: abs(t1[k] - t2.get(k, 0)))
+    assert abs(t1[key] - t2[key]) > 3 * mechanism.sensitivity
+    assert audit_mechanism(mechanism, t1[key], t2[key], n=200_000).exceeds(1.0)
+
+
+@pytest.mark.audit
+def test_the_audit_catches_a_private_join_on_a_non_unit_key(monkeypatch: Any) -> None:
+    """The broken twin accepts any equality between private tables: orders joined with
+    orders on the order priority pair one customer's orders with every other customer's.
+    Removing the heavy customer then changes the rows of every other customer, beyond the
+    sensitivity the noise is calibrated to; the audit proves epsilon above 1 (wrong w.p. at
+    most 1e-7). The real rules refuse the query before any charge."""
+    from dpcurator.audit import audit_mechanism
+    from dpcurator.query.schema import UNIT, Schema
+
+    sql = ("SELECT COUNT(*) AS n FROM orders o1 JOIN orders o2 ON o1.o_orderpriority = "
+           "o2.o_orderpriority")
+    caps = {"max_rows_per_partition": 400}
+    with pytest.raises(UnsupportedQueryError):
+        schema_curator(tables(3)).parse(sql, **caps)
+    real = Schema.key_of
+
+    def anything(self: Schema, table: str, column: str) -> tuple[str, str] | None:
+        return UNIT if column == "o_orderpriority" else real(self, table, column)
+
+    monkeypatch.setattr(Schema, "key_of", anything)
+    data = tables(3)
+    t1, mechanism = _measured(data, sql, **caps)
+    t2, _ = _measured(_neighbour(data, 0), sql, **caps)
+    (key,) = t1
+    assert abs(t1[key] - t2[key]) > 3 * mechanism.sensitivity
+    assert audit_mechanism(mechanism, t1[key], t2[key], n=200_000).exceeds(1.0)
