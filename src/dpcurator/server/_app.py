@@ -181,8 +181,11 @@ async def _anyone(request: Request, credentials: Annotated[
     try:
         who = service.authenticate(token)
         _notes(request)["analyst"] = who.name
-    except ServiceError:
-        who = service.authenticate_owner(token)
+    except ServiceError as refused:
+        try:
+            who = service.authenticate_owner(token)
+        except ServiceError:
+            raise refused from None  # the plain 401: it says nothing of who might exist
         _notes(request)["owner"] = who.name
     service.addresses.give_back(_client(request.scope))
     service.admit(who)

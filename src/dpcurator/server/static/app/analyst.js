@@ -27,7 +27,7 @@ export async function datasetsView() {
       meter("Your budget", budget, "my-budget"),
       meter("The dataset's budget (all analysts)", budget.dataset, "dataset-budget"),
       ledger.charges.length
-        ? spentOverTime(ledger.charges, budget.total[unit] ?? 0, unit)
+        ? spentOverTime(ledger.charges, budget.total[unit] ?? 0, unit, ledger.next === null)
         : h("p", { class: "muted" }, "Nothing spent yet."),
       ledger.next ? h("small", { class: "muted" }, "The chart shows your newest 500 charges.") : null,
       h("footer", { class: "pager" },

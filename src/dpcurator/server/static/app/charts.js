@@ -34,10 +34,14 @@ function draw(config, attrs = {}) {
   return box;
 }
 
-// Spent against time, with the budget's total as a flat line.
-export function spentOverTime(charges, total, unit = "epsilon") {
+// Spent against time, up to now, with the budget's total as a flat line; `complete` when
+// the charges go back to the first (the line then starts from nothing spent).
+export function spentOverTime(charges, total, unit = "epsilon", complete = true) {
   const points = charges.map((c) => ({ x: c.time, y: c.spent[unit] ?? 0 })).sort((a, b) => a.x - b.x);
-  const span = points.length ? [points[0].x, points[points.length - 1].x] : [0, 1];
+  const now = Math.max(Date.now() / 1000, points[points.length - 1].x + 1);
+  if (complete) points.unshift({ x: points[0].x, y: 0 });
+  points.push({ x: now, y: points[points.length - 1].y });
+  const span = [points[0].x, now];
   return draw({
     type: "line",
     data: {
@@ -49,7 +53,7 @@ export function spentOverTime(charges, total, unit = "epsilon") {
     },
     options: {
       scales: {
-        x: { type: "linear", ticks: { callback: (v) => when(v).slice(0, 17), maxTicksLimit: 5 } },
+        x: { type: "linear", min: span[0], max: span[1], ticks: { callback: (v) => when(v).slice(0, 17), maxTicksLimit: 5 } },
         y: { beginAtZero: true, title: { display: true, text: unit } },
       },
     },

@@ -31,10 +31,10 @@ export async function ownerView() {
       h("tbody", {}, view.analysts.flatMap((a) => a.budgets.map((b) => h("tr", { class: b.share_spent >= view.near_limit_share ? "near" : "" },
         h("td", {}, a.name), h("td", {}, b.dataset), h("td", {}, privacy(b.total)), h("td", {}, privacy(b.spent)),
         h("td", {}, privacy(b.remaining)), h("td", { class: "num" }, pct(b.share_spent))))))),
-    h("h3", {}, `Audit log (newest ${audit.entries.length})`),
-    h("figure", {}, h("table", { "data-testid": "audit" },
+    h("h3", {}, `Audit log (newest ${audit.entries.length} lines, requests for the dashboard's own files left out)`),
+    h("figure", { class: "scroll" }, h("table", { "data-testid": "audit" },
       h("thead", {}, h("tr", {}, ["time", "who", "action", "status", "dataset", "error", "query"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, audit.entries.map((e) => h("tr", {},
+      h("tbody", {}, audit.entries.filter((e) => e.action !== "dashboard").map((e) => h("tr", {},
         h("td", {}, e.time ? when(e.time) : ""), h("td", {}, e.analyst ?? (e.owner ? `${e.owner} (owner)` : e.client ?? "")),
         h("td", {}, e.action ?? e.path ?? ""), h("td", {}, e.status ?? ""), h("td", {}, e.dataset ?? ""),
         h("td", {}, e.error ?? ""), h("td", { class: "sql" }, e.sql ?? "")))))));
