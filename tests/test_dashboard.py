@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -253,6 +254,32 @@ def test_the_history_route_reads_one_page_of_the_ledger(client: TestClient) -> N
     assert len(page["releases"]) == 25 and read == [25]
     client.get("/v1/datasets/orders/history", headers=auth(ALICE))
     assert read == [25, 50]  # the default page
+
+
+def test_a_history_page_checks_its_rows_against_the_chain(client: TestClient,
+                                                        folder: Path) -> None:
+    ids = _fill_history(client, "alice", 5)
+    db = sqlite3.connect(folder / "ledger.sqlite", isolation_level=None)
+    db.execute("UPDATE requests SET label = 'alice: forged' WHERE id = ?", (ids[2],))
+    db.close()
+    fine = client.get("/v1/datasets/orders/history?limit=2", headers=auth(ALICE))
+    assert fine.status_code == 200  # ids[4] and ids[3]: the page does not hold the row
+    forged = client.get("/v1/datasets/orders/history?limit=3", headers=auth(ALICE))
+    assert forged.status_code == 503 and "forged" not in forged.text
+
+
+def test_a_ledger_page_checks_its_entries_against_the_chain(client: TestClient,
+                                                          folder: Path) -> None:
+    _fill_history(client, "alice", 3)
+    db = sqlite3.connect(folder / "ledger.sqlite", isolation_level=None)
+    db.execute("DROP TRIGGER IF EXISTS entries_are_append_only_u")
+    seq, body = db.execute("SELECT seq, body FROM entries WHERE account = "
+                           "'analyst/alice/orders' ORDER BY seq DESC LIMIT 1").fetchone()
+    db.execute("UPDATE entries SET body = ? WHERE seq = ?",
+               (body.replace("alice: q2", "alice: forged"), seq))
+    db.close()
+    forged = client.get("/v1/datasets/orders/ledger", headers=auth(ALICE))
+    assert forged.status_code == 503 and "forged" not in forged.text
 
 
 def test_the_ledger_route_is_paged_with_what_was_spent(client: TestClient) -> None:
