@@ -339,6 +339,25 @@ def test_the_owner_sees_every_budget_and_who_is_near_their_limit(client: TestCli
     assert service.ledger.verify().head == ledger["head"]["hash"]
 
 
+def test_the_owner_sees_a_ledger_that_does_not_verify_beside_the_budgets(
+        client: TestClient, folder: Path) -> None:
+    """The owner most needs the view when the ledger fails (here found by the periodic
+    verification): it says so, with the budgets as the service last saw them (marked stale)
+    and no head."""
+    ask(client, ALICE, epsilon=0.3)
+    db = sqlite3.connect(folder / "ledger.sqlite", isolation_level=None)
+    db.execute("DROP TRIGGER IF EXISTS entries_are_append_only_u")
+    db.execute("UPDATE entries SET body = replace(body, '0.3', '0.1') WHERE seq = "
+               "(SELECT MAX(seq) FROM entries WHERE account = 'analyst/alice/orders')")
+    db.close()
+    client.app.state.service.verifier.verify_now()  # type: ignore[attr-defined]
+    view = client.get("/v1/owner/overview", headers=auth(OLGA)).json()
+    assert view["ledger"]["verified"] is False and view["ledger"]["stale"] is True
+    assert view["ledger"]["head"] is None and "error" in view["ledger"]
+    alice = next(a for a in view["analysts"] if a["name"] == "alice")
+    assert alice["budgets"][0]["spent"]["epsilon"] == pytest.approx(0.3)
+
+
 def test_the_owner_reads_the_audit_logs_newest_lines(client: TestClient, folder: Path) -> None:
     for _ in range(250):
         client.get("/healthz")
