@@ -310,7 +310,7 @@ def test_the_ledger_route_lists_the_analysts_charges(client: TestClient) -> None
     assert charged[0]["label"] == f"alice: {COUNT}" and charged[0]["time"] > 0
     assert made["query_id"]  # the releases themselves are in history
     assert client.get("/v1/datasets/orders/ledger", headers=auth(BOB)).json() == {
-        "charges": []}
+        "charges": [], "next": None}
     assert client.get("/v1/datasets/orders/ledger", headers=auth(EVE)).status_code == 404
 
 
@@ -325,7 +325,7 @@ def test_history_and_replay_are_the_analysts_own(client: TestClient) -> None:
     other = client.get(f"/v1/datasets/orders/queries/{made['query_id']}", headers=auth(BOB))
     assert other.status_code == 404
     assert client.get("/v1/datasets/orders/history", headers=auth(BOB)).json() == {
-        "releases": []}
+        "releases": [], "next": None}
 
 
 def test_explain_is_free(client: TestClient, service_dir: Path) -> None:

@@ -85,17 +85,22 @@ def _access_handler(target: str) -> logging.Handler | None:
 
 @serve_app.command()
 def token(
-    name: str = typer.Argument(..., help="The analyst's name, as in [analysts.NAME]."),
+    name: str = typer.Argument(..., help="The analyst's name, as in [analysts.NAME] (or the "
+                                         "owner's, with --owner)."),
+    owner: bool = typer.Option(False, "--owner", help="A data owner's token ([owners.NAME]: "
+                                                     "the dashboard's owner's view) instead "
+                                                     "of an analyst's."),
     token_file: Path | None = typer.Option(
         None, "--token-file", help="Write the token to this new file (owner-only) instead of "
                                    "printing it, and print only the configuration's lines "
                                    "(to append to curator.toml)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """A fresh analyst token (give it to the analyst) and the line to put in the config."""
+    """A fresh analyst (or owner) token (give it to them) and the lines to put in the config."""
     fresh = "dpc_" + secrets.token_urlsafe(32)
     digest = hashlib.sha256(fresh.encode()).hexdigest()
-    lines = f'[analysts.{name}]\ntoken_sha256 = "{digest}"'
+    role = "owner" if owner else "analyst"
+    lines = f'[{role}s.{name}]\ntoken_sha256 = "{digest}"'
     if token_file is not None:
         with user_errors(as_json):
             try:
@@ -107,11 +112,11 @@ def token(
                 raise UserError(f"cannot write {token_file}: {exc.strerror}") from None
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(fresh + "\n")
-        written = {"analyst": name, "token_file": str(token_file), "token_sha256": digest,
+        written = {role: name, "token_file": str(token_file), "token_sha256": digest,
                    "config": lines}
         emit(written, as_json, lambda r: typer.echo(r["config"]))
         return
-    result = {"analyst": name, "token": fresh, "token_sha256": digest, "config": lines}
+    result = {role: name, "token": fresh, "token_sha256": digest, "config": lines}
     emit(result, as_json, lambda r: typer.echo(
         f"token for {name} (give it to them; it is not stored anywhere):\n  {r['token']}\n\n"
         f"in the configuration:\n{r['config']}"))

@@ -55,6 +55,7 @@ from ._chain import (
     entry_hash,
     genesis,
     make_body,
+    read_entry,
     request_digest,
     text_digest,
 )
@@ -512,6 +513,35 @@ class Ledger(ABC):
                 self._check_requests(db, found)
             return found
 
+    def requests_page(self, analyst: str, dataset: str, *, limit: int,
+                      before: str | None = None) -> list[StoredRequest]:
+        """The analyst's requests on the dataset, newest first: at most ``limit`` of them,
+        made before the request ``before`` (an id of theirs: the last of the page before)
+        when given. One page through the (analyst, dataset, created) index, however long
+        the history; each row checked against the entries that record it. A ``before`` that
+        is not one of the analyst's requests on the dataset is a ``UserError``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UserError(f"limit must be a whole number >= 1, got {limit!r}")
+        with self._transaction(write=False) as db:
+            after = ""
+            parameters: list[Any] = [analyst, dataset]
+            if before is not None:
+                mark = db.execute("SELECT created, id FROM requests WHERE id = ? AND "
+                                  "analyst = ? AND dataset = ?",
+                                  (before, analyst, dataset)).fetchone()
+                if mark is None:
+                    raise UserError(f"before: no request {before!r} of this analyst on "
+                                    "this dataset")
+                after = " AND (created < ? OR (created = ? AND id < ?))"
+                parameters += [mark[0], mark[0], mark[1]]
+            rows = db.execute(f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE analyst = ? "
+                              f"AND dataset = ?{after} ORDER BY created DESC, id DESC LIMIT ?",
+                              [*parameters, limit]).fetchall()
+            found = [_request_of(row) for row in rows]
+            with self._tripwire():
+                self._check_requests(db, found)
+            return found
+
     # -- the owner's view ----------------------------------------------------------------------
 
     def entries(self, account: str | None = None) -> list[Entry]:
@@ -526,6 +556,33 @@ class Ledger(ABC):
                 if account is None or entry.account == account:
                     out.append(entry)
             return out
+
+    def account_entries(self, account: str, *, limit: int,
+                        before: int | None = None) -> list[Entry]:
+        """The account's newest entries, newest first: at most ``limit``, numbered below
+        ``before`` when given. One page through the (account, seq) index, however long the
+        chain; each entry checked against the hash this process verified for it."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UserError(f"limit must be a whole number >= 1, got {limit!r}")
+        with self._transaction(write=False) as db:
+            below = self._replay.seq + 1 if before is None else min(before,
+                                                                    self._replay.seq + 1)
+            rows = db.execute("SELECT seq, account, kind, body, hash FROM entries WHERE "
+                              "account = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                              (account, below, limit)).fetchall()
+            out = []
+            with self._tripwire():
+                for seq, name, kind, body, stored in rows:
+                    self._check_entry(int(seq), (str(body), str(stored)))
+                    out.append(read_entry(int(seq), str(kind), str(name), str(body),
+                                          str(stored)))
+            return out
+
+    def head(self) -> tuple[int, str]:
+        """The chain's head as this process verified it: the newest entry's number and
+        hash (the empty chain's is 0 and its genesis hash)."""
+        with self._transaction(write=False):
+            return self._replay.seq, self._replay.hash
 
     def verify(self) -> LedgerReport:
         """Check the whole chain from its first entry, the head, and every request row (and

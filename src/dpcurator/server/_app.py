@@ -10,10 +10,22 @@ datasets they have a budget on, and any other name is 404):
     GET  /v1/datasets/{name}/history          the analyst's releases on the dataset
     GET  /v1/datasets/{name}/queries/{id}     one stored release again, free
     GET  /v1/datasets                         the analyst's datasets (schema, bounds, keys)
+    GET  /v1/whoami                           whose token this is: an analyst's or an owner's
+    GET  /v1/posterior?epsilon=&delta=&prior= what an ε lets an attacker learn (free; any
+                                              token)
+    GET  /v1/owner/overview                   the owner's view: every budget, the ledger's
+                                              verification and head (an owner's token only)
+    GET  /v1/owner/audit?limit=               the audit log's newest lines (an owner's token)
     GET  /healthz                             liveness; whether the ledger verifies, and when
                                               it was last verified whole
     GET  /docs                                the API's documentation (Swagger UI, served from
                                               the swagger-ui-bundle package: no CDN)
+    GET  /                                    the dashboard (``_dashboard``): static pages
+                                              that hold no data; they ask the API above
+
+The ledger and history are paged, newest first (``?limit=`` up to 500, default 50, and
+``?before=`` the ``next`` of the page before): a page is read alone, however long the
+ledger.
 
 Errors are ``{"error": {"type", "message"}}`` with 400 (bad request, or a body that is not
 JSON), 401 (no or wrong token), 404 (no such dataset or release), 403 ``budget_exhausted``,
@@ -41,7 +53,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
@@ -52,8 +64,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dpcurator.errors import LedgerIntegrityError
 
-from ._config import AnalystConfig, ServiceConfig
-from ._service import QueryBody, Service, ServiceError
+from ._config import AnalystConfig, OwnerConfig, ServiceConfig
+from ._dashboard import add_dashboard
+from ._owner import AUDIT_LINES, audit_tail, overview
+from ._posterior import posterior_curve
+from ._service import MAX_PAGE, PAGE, QueryBody, Service, ServiceError
 
 __all__ = ["create_app"]
 
@@ -145,7 +160,42 @@ async def _analyst(request: Request, credentials: Annotated[
     return who
 
 
+async def _owner(request: Request, credentials: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> OwnerConfig:
+    """The owner a request's bearer token names (401 otherwise: an analyst's token is not
+    an owner's), within their rate (429)."""
+    service: Service = request.app.state.service
+    who = service.authenticate_owner(credentials.credentials if credentials else None)
+    _notes(request)["owner"] = who.name
+    service.addresses.give_back(_client(request.scope))
+    service.admit(who)
+    return who
+
+
+async def _anyone(request: Request, credentials: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> AnalystConfig | OwnerConfig:
+    """An analyst or an owner (401 otherwise), within their rate (429)."""
+    service: Service = request.app.state.service
+    token = credentials.credentials if credentials else None
+    who: AnalystConfig | OwnerConfig
+    try:
+        who = service.authenticate(token)
+        _notes(request)["analyst"] = who.name
+    except ServiceError as refused:
+        try:
+            who = service.authenticate_owner(token)
+        except ServiceError:
+            raise refused from None  # the plain 401: it says nothing of who might exist
+        _notes(request)["owner"] = who.name
+    service.addresses.give_back(_client(request.scope))
+    service.admit(who)
+    return who
+
+
 Analyst = Annotated[AnalystConfig, Depends(_analyst)]
+Owner = Annotated[OwnerConfig, Depends(_owner)]
+Anyone = Annotated[AnalystConfig | OwnerConfig, Depends(_anyone)]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="the page's size")]
 
 
 def create_app(config: ServiceConfig | Service, *, docs: bool = True) -> FastAPI:
@@ -188,15 +238,21 @@ def create_app(config: ServiceConfig | Service, *, docs: bool = True) -> FastAPI
         return service.budget(who, name)
 
     @app.get("/v1/datasets/{name}/ledger",
-             summary="The charges to the analyst's budget on the dataset")
-    def ledger(name: str, who: Analyst, request: Request) -> dict[str, Any]:
+             summary="The charges to the analyst's budget on the dataset, newest first")
+    def ledger(name: str, who: Analyst, request: Request, limit: Limit = PAGE,
+               before: Annotated[int | None, Query(ge=1, description="the page before's "
+                                                   "next")] = None) -> dict[str, Any]:
         _notes(request, action="ledger")
-        return {"charges": service.charges(who, name)}
+        return service.charges(who, name, limit=limit, before=before)
 
-    @app.get("/v1/datasets/{name}/history", summary="The analyst's releases on the dataset")
-    def history(name: str, who: Analyst, request: Request) -> dict[str, Any]:
+    @app.get("/v1/datasets/{name}/history",
+             summary="The analyst's releases on the dataset, newest first")
+    def history(name: str, who: Analyst, request: Request, limit: Limit = PAGE,
+                before: Annotated[str | None, Query(max_length=64, description="the page "
+                                                    "before's next")] = None
+                ) -> dict[str, Any]:
         _notes(request, action="history")
-        return {"releases": service.history(who, name)}
+        return service.history(who, name, limit=limit, before=before)
 
     @app.get("/v1/datasets/{name}/queries/{query_id}", summary="A stored release, free")
     def replay(name: str, query_id: str, who: Analyst, request: Request) -> dict[str, Any]:
@@ -208,6 +264,33 @@ def create_app(config: ServiceConfig | Service, *, docs: bool = True) -> FastAPI
         _notes(request, action="datasets")
         return {"datasets": service.catalogue(who)}
 
+    @app.get("/v1/whoami", summary="Whose token this is: an analyst's or an owner's")
+    def whoami(who: Anyone, request: Request) -> dict[str, Any]:
+        _notes(request, action="whoami")
+        return {"role": "analyst" if isinstance(who, AnalystConfig) else "owner",
+                "name": who.name}
+
+    @app.get("/v1/posterior", summary="What an epsilon lets an attacker learn (free)")
+    def posterior(who: Anyone, request: Request,
+                  epsilon: Annotated[float, Query(gt=0, le=100, allow_inf_nan=False)],
+                  delta: Annotated[float, Query(ge=0, lt=0.1, allow_inf_nan=False)] = 0.0,
+                  prior: Annotated[float, Query(ge=0, le=1, allow_inf_nan=False)] = 0.5
+                  ) -> dict[str, Any]:
+        _notes(request, action="posterior")
+        return posterior_curve(epsilon, delta, prior)
+
+    @app.get("/v1/owner/overview", summary="Every budget, and the ledger's state (owners)")
+    def owner_overview(who: Owner, request: Request) -> dict[str, Any]:
+        _notes(request, action="owner_overview")
+        return overview(service)
+
+    @app.get("/v1/owner/audit", summary="The audit log's newest lines (owners)")
+    def owner_audit(who: Owner, request: Request,
+                    limit: Annotated[int, Query(ge=1, le=AUDIT_LINES)] = AUDIT_LINES
+                    ) -> dict[str, Any]:
+        _notes(request, action="owner_audit")
+        return {"entries": audit_tail(service.config.audit_log, limit)}
+
     @app.get("/healthz", summary="Liveness; whether the ledger verifies, and when it was "
                                  "last verified whole")
     def healthz(request: Request) -> JSONResponse:
@@ -217,6 +300,7 @@ def create_app(config: ServiceConfig | Service, *, docs: bool = True) -> FastAPI
 
     if docs:
         _add_docs(app)
+    add_dashboard(app, _notes)
 
     @app.exception_handler(ServiceError)
     def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
@@ -407,7 +491,8 @@ class _Front:
         try:
             self.service.audit.write(
                 client=client, method=scope.get("method"), path=path, status=status,
-                analyst=notes.get("analyst"), dataset=params.get("name"),
+                analyst=notes.get("analyst"), owner=notes.get("owner"),
+                dataset=params.get("name"),
                 action=notes.get("action"), error=notes.get("error"), sql=notes.get("sql"),
                 query_id=notes.get("query_id"), cached=notes.get("cached"),
                 cost=notes.get("cost"), ms=round(took * 1000, 1))

@@ -11,6 +11,8 @@
     [analysts.alice]
     token_sha256 = "<hex sha-256 of alice's token>"
     budgets = { orders = { epsilon = 1.0, delta = 1e-7 } }
+    [owners.olga]                            # optional: the data owner's view (dashboard)
+    token_sha256 = "<hex sha-256 of olga's token>"
     audit_log = "audit.jsonl"                # default: beside the ledger (or this file)
     verify_every_s = 60.0                    # the whole ledger is verified this often
     [limits]                                 # optional; these are the defaults
@@ -31,7 +33,11 @@ The address limit counts every request from a client address that does not authe
 (no token, a wrong one, ``/healthz``, ``/docs``) and is checked before the token is; a request
 that authenticates is counted against its analyst's limit instead.
 
-Tokens are never stored: only their SHA-256 (``dpcurator serve token NAME`` makes one). Every
+An owner's token opens the owner's view (every dataset and analyst, the ledger's state, the
+audit log) and nothing an analyst's token opens; an analyst's token opens none of it.
+
+Tokens are never stored: only their SHA-256 (``dpcurator serve token NAME`` makes one, and
+``dpcurator serve token --owner NAME`` an owner's). No two tokens may be the same. Every
 problem is reported as a ``ConfigError`` naming the key and what was expected.
 """
 
@@ -47,8 +53,8 @@ from typing import Any
 from dpcurator.accounting.guarantees import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import ConfigError
 
-__all__ = ["AnalystConfig", "ConfigError", "DatasetConfig", "Limits", "ServiceConfig",
-           "load_config"]
+__all__ = ["AnalystConfig", "ConfigError", "DatasetConfig", "Limits", "OwnerConfig",
+           "ServiceConfig", "load_config"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -79,6 +85,14 @@ class AnalystConfig:
 
 
 @dataclass(frozen=True)
+class OwnerConfig:
+    """A data owner: sees every budget, the ledger's state and the audit log, asks nothing."""
+
+    name: str
+    token_sha256: str
+
+
+@dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 65536
     requests_per_second: float = 100.0  # per analyst
@@ -95,6 +109,7 @@ class ServiceConfig:
     limits: Limits = field(default_factory=Limits)
     audit_log: Path | None = None
     verify_every_s: float = 60.0  # the whole ledger is verified this often while serving
+    owners: dict[str, OwnerConfig] = field(default_factory=dict)
 
 
 def load_config(path: str | Path) -> ServiceConfig:
@@ -112,8 +127,8 @@ def load_config(path: str | Path) -> ServiceConfig:
 
 
 def parse_config(data: dict[str, Any], *, base: Path) -> ServiceConfig:
-    _only(data, {"ledger", "datasets", "analysts", "limits", "audit_log", "verify_every_s"},
-          "the configuration")
+    _only(data, {"ledger", "datasets", "analysts", "owners", "limits", "audit_log",
+                 "verify_every_s"}, "the configuration")
     ledger = data.get("ledger", "ledger.sqlite")
     if not isinstance(ledger, str) or not ledger:
         raise ConfigError("ledger must be a file path or a postgresql:// URL")
@@ -123,12 +138,15 @@ def parse_config(data: dict[str, Any], *, base: Path) -> ServiceConfig:
                 for name, spec in _table(data, "datasets", required=True).items()}
     analysts = {name: _analyst(name, spec, datasets)
                 for name, spec in _table(data, "analysts", required=True).items()}
+    owners = {name: _owner(name, spec) for name, spec in _table(data, "owners").items()}
     seen: dict[str, str] = {}
-    for analyst in analysts.values():
-        if analyst.token_sha256 in seen:
-            raise ConfigError(f"analysts {seen[analyst.token_sha256]!r} and {analyst.name!r} "
-                              "have the same token_sha256; give each analyst a token of their own")
-        seen[analyst.token_sha256] = analyst.name
+    holders = [(f"analyst {a.name!r}", a.token_sha256) for a in analysts.values()]
+    holders += [(f"owner {o.name!r}", o.token_sha256) for o in owners.values()]
+    for who, digest in holders:
+        if digest in seen:
+            raise ConfigError(f"{seen[digest]} and {who} have the same token_sha256; give "
+                              "each analyst and owner a token of their own")
+        seen[digest] = who
     limits = _limits(_table(data, "limits"))
     audit = data.get("audit_log")
     if audit is not None and not isinstance(audit, str):
@@ -142,7 +160,7 @@ def parse_config(data: dict[str, Any], *, base: Path) -> ServiceConfig:
     if not _is_number(every) or not 0.05 <= every <= 86_400:
         raise ConfigError("verify_every_s must be a number of seconds from 0.05 to 86400 (how "
                           "often the whole ledger is verified while serving)")
-    return ServiceConfig(ledger, datasets, analysts, limits, audit_path, float(every))
+    return ServiceConfig(ledger, datasets, analysts, limits, audit_path, float(every), owners)
 
 
 def _is_url(ledger: str) -> bool:
@@ -255,6 +273,20 @@ def _analyst(name: str, spec: Any, datasets: dict[str, DatasetConfig]) -> Analys
     if not budgets:
         raise ConfigError(f"{where} needs budgets = {{ DATASET = {{ epsilon = ... }} }}")
     return AnalystConfig(name, token, budgets)
+
+
+def _owner(name: str, spec: Any) -> OwnerConfig:
+    where = f"[owners.{name}]"
+    if not _NAME.match(name):
+        raise ConfigError(f"owner name {name!r}: use letters, digits, '_', '-' or '.'")
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where} must be a table")
+    _only(spec, {"token_sha256"}, where)
+    token = spec.get("token_sha256")
+    if not isinstance(token, str) or not _SHA256.match(token):
+        raise ConfigError(f"{where} token_sha256 must be 64 lowercase hex digits (the SHA-256 "
+                          "of the owner's token; `dpcurator serve token --owner NAME` makes one)")
+    return OwnerConfig(name, token)
 
 
 def _total(value: Any, where: str) -> Total:

@@ -67,14 +67,14 @@ from dpcurator.errors import (
     InternalError,
     LedgerIntegrityError,
 )
-from dpcurator.ledger import Budget, IdempotencyConflict, Ledger, fingerprint
+from dpcurator.ledger import AccountState, Budget, IdempotencyConflict, Ledger, fingerprint
 from dpcurator.noise import RandomSource
 from dpcurator.query import plan_from_json, public_keys
 from dpcurator.query.plan import DEFAULT_AUTO_SHARE, Plan
 
-from ._config import AnalystConfig, DatasetConfig, ServiceConfig
+from ._config import AnalystConfig, DatasetConfig, OwnerConfig, ServiceConfig
 
-__all__ = ["QueryBody", "Service", "ServiceError"]
+__all__ = ["QueryBody", "Service", "ServiceError", "account_view"]
 
 _log = logging.getLogger("dpcurator.server")
 
@@ -82,6 +82,8 @@ T = TypeVar("T")
 Price = PureDP | ApproxDP | ZCDP  # what a query is charged (``Curator.cost_in``)
 _MAX_SQL = 20_000
 _CACHE_SIZE = 4096
+PAGE = 50  # history and ledger pages: the default size ...
+MAX_PAGE = 500  # ... and the largest (a page is read alone, however long the history)
 
 
 class ServiceError(DPCuratorError):
@@ -315,9 +317,23 @@ class Service:
                 return found
         raise ServiceError(401, "unauthorized", "a valid bearer token is required")
 
-    def admit(self, analyst: AnalystConfig) -> None:
-        """Rate limit per analyst (429)."""
-        if not self._limiter.take(analyst.name):
+    def authenticate_owner(self, token: str | None) -> OwnerConfig:
+        """The owner whose token this is (compared in constant time), or 401: an analyst's
+        token is not an owner's."""
+        if token:
+            digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+            found = None
+            for owner in self.config.owners.values():
+                if hmac.compare_digest(digest, owner.token_sha256):
+                    found = owner
+            if found is not None:
+                return found
+        raise ServiceError(401, "unauthorized", "a valid owner's bearer token is required")
+
+    def admit(self, who: AnalystConfig | OwnerConfig) -> None:
+        """Rate limit per analyst, or per owner (429)."""
+        key = who.name if isinstance(who, AnalystConfig) else f"owner/{who.name}"
+        if not self._limiter.take(key):
             raise ServiceError(429, "rate_limited", "too many requests; slow down and retry")
 
     def dataset(self, analyst: AnalystConfig, name: str) -> _Dataset:
@@ -497,31 +513,46 @@ class Service:
         return {**self._account_view(self.account_of(analyst, name)),
                 "dataset": self._account_view(data.account)}
 
-    def charges(self, analyst: AnalystConfig, name: str) -> list[dict[str, Any]]:
-        """The charges to the analyst's account on the dataset, oldest first, as
-        ``Curator.ledger`` lists a budget's (costs as ``encode_cost`` writes them)."""
+    def charges(self, analyst: AnalystConfig, name: str, *, limit: int = PAGE,
+                before: int | None = None) -> dict[str, Any]:
+        """One page of the charges to the analyst's account on the dataset, newest first,
+        as ``Curator.ledger`` lists a budget's (costs as ``encode_cost`` writes them), each
+        with what the account had spent after it; ``next`` is the ``before`` of the page
+        after (None at the oldest). Reads one page of the ledger, however long."""
         self.dataset(analyst, name)
-        return [{"sequence": e.seq, "cost": encode_cost(e.cost), "label": e.label,
-                 "time": e.time}
-                for e in self.ledger.entries(self.account_of(analyst, name))
-                if e.kind in ("charge", "migrated") and e.cost is not None]
+        limit = _page_size(limit)
+        account = self.account_of(analyst, name)
+        rule = self._rule(account)
+        entries = self.ledger.account_entries(account, limit=limit, before=before)
+        charges = [{"sequence": e.seq, "cost": encode_cost(e.cost), "label": e.label,
+                    "time": e.time, "spent": _amount_json(rule.amount(list(e.spent), up=True))}
+                   for e in entries if e.kind in ("charge", "migrated") and e.cost is not None]
+        return {"charges": charges,
+                "next": entries[-1].seq if len(entries) == limit else None}
 
-    def history(self, analyst: AnalystConfig, name: str) -> list[dict[str, Any]]:
-        """The analyst's own requests on the dataset, with their stored releases."""
+    def history(self, analyst: AnalystConfig, name: str, *, limit: int = PAGE,
+                before: str | None = None) -> dict[str, Any]:
+        """One page of the analyst's own requests on the dataset, newest first, with their
+        stored releases; ``next`` is the ``before`` of the page after (None at the oldest).
+        Reads one page of the ledger's requests, however many there are."""
         self.dataset(analyst, name)
-        return [{"query_id": r.id, "time": r.created, "label": r.label,
-                 "release": json.loads(r.release) if r.release is not None else None}
-                for r in self.ledger.requests(analyst.name, name)]
+        page = _user(lambda: self.ledger.requests_page(analyst.name, name,
+                                                       limit=_page_size(limit), before=before))
+        return {"releases": [{"query_id": r.id, "time": r.created, "label": r.label,
+                              "release": json.loads(r.release) if r.release is not None
+                              else None} for r in page],
+                "next": page[-1].id if len(page) == limit else None}
 
     def replay(self, analyst: AnalystConfig, name: str, query_id: str) -> dict[str, Any]:
-        """A stored release of the analyst's, again, for free."""
+        """A stored release of the analyst's, again, for free, with its query (``label``)
+        and when it was asked (``time``)."""
         self.dataset(analyst, name)
         request = self.ledger.request(query_id)
         if (request is None or request.analyst != analyst.name or request.dataset != name
                 or request.release is None):
             raise ServiceError(404, "not_found", f"no stored release {query_id!r}")
-        return self._response(analyst, name, request.id, json.loads(request.release),
-                              cached=True)
+        return {**self._response(analyst, name, request.id, json.loads(request.release),
+                                 cached=True), "label": request.label, "time": request.created}
 
     def catalogue(self, analyst: AnalystConfig) -> list[dict[str, Any]]:
         """The analyst's datasets: schema, bounds, public keys, privacy unit (all public)."""
@@ -570,17 +601,17 @@ class Service:
             confidence=body.confidence))
 
     def _composition(self, account: str) -> str:
-        state = self.ledger.last_known(account)  # an account's composition never changes
+        return self._rule(account).composition
+
+    def _rule(self, account: str) -> FilterRule:
+        state = self.ledger.last_known(account)  # an account's rule never changes
         assert state is not None
-        return state.rule.composition
+        return state.rule
 
     def _account_view(self, account: str, *, fresh: bool = True) -> dict[str, Any]:
         state = self.ledger.account(account) if fresh else self.ledger.last_known(account)
         assert state is not None
-        left = [max(lim - s, 0 * lim) for lim, s in zip(state.limits, state.spent, strict=True)]
-        return {"total": _guarantee_json(state.rule.total),
-                "spent": _amount_json(state.rule.amount(state.spent, up=True)),
-                "remaining": _amount_json(state.rule.amount(left, up=False))}
+        return account_view(state)
 
     def _response(self, analyst: AnalystConfig, name: str, query_id: str,
                   release: dict[str, Any], *, cached: bool) -> dict[str, Any]:
@@ -623,6 +654,13 @@ def _user(action: Callable[[], T]) -> T:
                            f"({type(exc).__name__})") from None
 
 
+def _page_size(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ServiceError(422, "invalid_request",
+                           f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r}")
+    return limit
+
+
 def _ledger_unavailable() -> ServiceError:
     """The refusal once the ledger does not verify (its details are for the owner: the log,
     ``/healthz``, ``dpcurator ledger verify``)."""
@@ -630,6 +668,14 @@ def _ledger_unavailable() -> ServiceError:
                         "the budget ledger does not verify: nothing was charged, and nothing "
                         "will be until its owner restores it (GET /healthz says what failed "
                         "and when the ledger was last verified)")
+
+
+def account_view(state: AccountState) -> dict[str, Any]:
+    """An account's total, what was spent (rounded up) and what is left (rounded down)."""
+    left = [max(lim - s, 0 * lim) for lim, s in zip(state.limits, state.spent, strict=True)]
+    return {"total": _guarantee_json(state.rule.total),
+            "spent": _amount_json(state.rule.amount(state.spent, up=True)),
+            "remaining": _amount_json(state.rule.amount(left, up=False))}
 
 
 def _guarantee_json(cost: Any) -> dict[str, Any]:

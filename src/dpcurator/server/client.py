@@ -200,14 +200,14 @@ class RemoteCurator:
         """Every charge to this analyst's budget on the dataset, oldest first, as
         ``Curator.ledger`` lists them (answers sent again for free are not charges);
         ``history()`` has the releases themselves."""
-        return _charges_of(self._call("GET", f"/v1/datasets/{_quote(self.dataset)}/ledger"))
+        pages = self._pages(f"/v1/datasets/{_quote(self.dataset)}/ledger", "charges")
+        return _charges_of({"charges": pages})
 
     def history(self) -> list[dict[str, Any]]:
         """This analyst's requests on the dataset, oldest first, with their releases, each
         replayable for free (``release(query_id)``): ``{"query_id", "time", "label",
         "release"}``."""
-        releases: list[dict[str, Any]] = self._call(
-            "GET", f"/v1/datasets/{_quote(self.dataset)}/history")["releases"]
+        releases = self._pages(f"/v1/datasets/{_quote(self.dataset)}/history", "releases")
         for item in releases:
             if isinstance(item.get("release"), dict):
                 _with_warnings(item["release"])
@@ -223,6 +223,23 @@ class RemoteCurator:
         return found
 
     # -- transport -----------------------------------------------------------------------------
+
+    def _pages(self, path: str, key: str) -> list[Any]:
+        """Every item of a paged list (the service sends them newest first, a page at a
+        time), oldest first."""
+        items: list[Any] = []
+        before: Any = None
+        while True:
+            query = urllib.parse.urlencode({"limit": 500, **(
+                {"before": before} if before is not None else {})})
+            page = self._call("GET", f"{path}?{query}")
+            try:
+                items.extend(page[key])
+                before = page.get("next")
+            except (AttributeError, KeyError, TypeError):
+                raise RemoteError("the curator sent a page this client cannot read") from None
+            if before is None:
+                return items[::-1]
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
               headers: dict[str, str] | None = None, retries: int = 0,
