@@ -385,3 +385,86 @@ def test_the_audit_catches_a_private_join_on_a_non_unit_key(monkeypatch: Any) ->
     (key,) = t1
     assert abs(t1[key] - t2[key]) > 3 * mechanism.sensitivity
     assert audit_mechanism(mechanism, t1[key], t2[key], n=200_000).exceeds(1.0)
+
+
+def test_the_command_line_takes_several_tables(tmp_path: Any) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from dpcurator.cli import app
+
+    data = tables()
+    options = []
+    for name, frame in data.items():
+        path = tmp_path / f"{name}.parquet"
+        frame.to_parquet(path)
+        options += ["--table", f"{name}={path}"]
+    for table, spec in UNITS.items():
+        options += ["--privacy-unit", f"{table}={spec}"]
+    sql = f"SELECT n_name, COUNT(*) AS n {FOUR} GROUP BY n_name"
+    result = CliRunner().invoke(app, ["query", *options, "--public", "nation", "--sql", sql,
+                                      "--epsilon", "1", "--delta", "1e-6",
+                                      "--max-partitions", "1", "--max-rows-per-partition",
+                                      "50", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output.strip().splitlines()[-1])
+    assert {row["n_name"] for row in out["rows"]} <= set(NATIONS)
+    assert out["privacy"]["epsilon"] == 1.0
+    refused = CliRunner().invoke(app, ["query", *options, "--public", "nation", "--sql",
+                                       sql.replace("o.o_custkey = c.c_custkey",
+                                                   "o.o_orderkey = c.c_custkey"),
+                                       "--epsilon", "1", "--json"])
+    assert refused.exit_code != 0
+    assert "refused" in refused.output and "o.o_custkey = c.c_custkey" in refused.output
+    mixed = CliRunner().invoke(app, ["query", str(tmp_path / "orders.parquet"), *options,
+                                     "--sql", sql, "--epsilon", "1", "--json"])
+    assert mixed.exit_code != 0 and "not both" in mixed.output
+
+
+def test_the_service_serves_a_dataset_of_several_tables(tmp_path: Any) -> None:
+    """A TOML dataset with ``tables``: a joined query is answered and charged once, a refused
+    join is 400 with its reason and charges nothing, and the catalogue shows the schema."""
+    import hashlib
+
+    from fastapi.testclient import TestClient
+
+    from dpcurator.server import create_app, load_config
+
+    for name, frame in tables().items():
+        frame.to_parquet(tmp_path / f"{name}.parquet")
+    token = "t" * 40
+    units = ", ".join(f'{t} = "{spec}"' for t, spec in UNITS.items())
+    (tmp_path / "curator.toml").write_text(f"""ledger = "ledger.sqlite"
+[datasets.shop]
+tables = {{ customer = "customer.parquet", orders = "orders.parquet", \
+lineitem = "lineitem.parquet", nation = "nation.parquet" }}
+privacy_unit = {{ {units} }}
+public = ["nation"]
+max_partitions = 1
+max_rows_per_partition = 40
+budget = {{ epsilon = 3.0 }}
+[analysts.alice]
+token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"
+budgets = {{ shop = {{ epsilon = 2.0 }} }}
+""")
+    with pytest.warns(UserWarning, match="reach no unit"):  # the owner's check, at start
+        app = create_app(load_config(tmp_path / "curator.toml"))
+    headers = {"Authorization": f"Bearer {token}"}
+    sql = f"SELECT n_name, COUNT(*) AS n {FOUR} GROUP BY n_name"
+    with TestClient(app) as client:
+        answer = client.post("/v1/datasets/shop/queries", headers=headers,
+                             json={"sql": sql, "epsilon": 0.5, "keys": NATIONS})
+        assert answer.status_code == 200, answer.text
+        assert {row["n_name"] for row in answer.json()["rows"]} == set(NATIONS)
+        refused = client.post("/v1/datasets/shop/queries", headers=headers, json={
+            "sql": sql.replace("o.o_custkey = c.c_custkey", "o.o_orderkey = c.c_custkey"),
+            "epsilon": 0.5, "keys": NATIONS})
+        assert refused.status_code == 400 and "refused" in refused.json()["error"]["message"]
+        budget = client.get("/v1/datasets/shop/budget", headers=headers).json()
+        catalogue = client.get("/v1/datasets", headers=headers).json()
+    assert budget["spent"]["epsilon"] == pytest.approx(0.5)
+    (shop,) = catalogue["datasets"]
+    assert "lineitem.l_orderkey" in shop["columns"]
+    assert shop["privacy_unit"]["lineitem"] == UNITS["lineitem"]
+    app.state.service.close()

@@ -4,7 +4,17 @@
         --sql "SELECT region, COUNT(*) AS n, AVG(amount) AS avg FROM data GROUP BY region" \\
         --bounds amount=0:500 --keys regions.csv --json
 
-The file is scanned in place by DuckDB. By default the budget is what the query spends; with
+The file is scanned in place by DuckDB. Several tables, joined in the query, are given with
+``--table NAME=PATH`` (repeatable), each private table's unit or path with
+``--privacy-unit TABLE=COLUMN`` or ``--privacy-unit "TABLE=COLUMN -> TABLE.COLUMN"`` and the
+public ones with ``--public NAME`` (``dpcurator.query.schema``)::
+
+    dpcurator query --table customer=customer.parquet --table orders=orders.parquet \
+        --table nation=nation.parquet --privacy-unit customer=c_custkey \
+        --privacy-unit "orders=o_custkey -> customer.c_custkey" --public nation \
+        --sql "SELECT n_name, COUNT(*) AS n FROM orders JOIN customer ON o_custkey = \
+               c_custkey JOIN nation ON c_nationkey = n_nationkey GROUP BY n_name" \
+        --epsilon 1 --delta 1e-6 By default the budget is what the query spends; with
 ``--journal`` the charges are kept in a ledger file (SQLite, shared safely by concurrent
 runs): ``--budget-epsilon`` / ``--budget-delta`` set its total when it is created, and later
 runs use the stored total (a different one is refused: ``dpcurator ledger raise`` changes it).
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +63,41 @@ def parse_bounds(items: list[str] | None) -> dict[str, Any] | str:
                 f"--bounds {column}: LO and HI must be numbers, got {rest!r}") from None
         out[column] = (lo, hi)
     return out
+
+
+def _tables(data: Path | None, tables: list[str] | None, units: list[str] | None,
+            public: list[str] | None) -> tuple[Any, Any, list[str]]:
+    """(the data, the privacy unit, the public tables) from the options: one file and one
+    column, or ``--table NAME=PATH`` with ``--privacy-unit TABLE=UNIT`` for each private
+    table."""
+    if not tables:
+        if public:
+            raise UserError("--public names public tables among several --table; give "
+                            "--table NAME=PATH for each table")
+        if units and len(units) > 1:
+            raise UserError("--privacy-unit is given once for one file (several are for "
+                            "several --table)")
+        if data is None:
+            raise UserError("give the data file, or several tables with --table NAME=PATH")
+        return data, units[0] if units else None, []
+    if data is not None:
+        raise UserError("give either the data file or --table NAME=PATH options, not both")
+    sources: dict[str, str] = {}
+    for item in tables:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise UserError(f"--table takes NAME=PATH, got {item!r}")
+        if name.strip() in sources:
+            raise UserError(f"--table names {name.strip()!r} twice")
+        sources[name.strip()] = path.strip()
+    declared: dict[str, str] = {}
+    for item in units or []:
+        table, sep, spec = item.partition("=")
+        if not sep or not table.strip() or not spec.strip():
+            raise UserError(f"with --table, --privacy-unit takes TABLE=COLUMN or "
+                            f"'TABLE=COLUMN -> TABLE.COLUMN', got {item!r}")
+        declared[table.strip()] = spec.strip()
+    return sources, declared or None, list(public or [])
 
 
 def _cap(option: str, value: str | None) -> int | str | None:
@@ -249,11 +295,19 @@ def _cell(value: Any) -> str:
 
 @guarded
 def query(
-    data: Path = typer.Argument(
-        ..., help="CSV or Parquet file (scanned in place), or with --server a dataset's name."),
+    data: Path | None = typer.Argument(
+        None, help="CSV or Parquet file (scanned in place), or with --server a dataset's "
+                   "name; or none, with --table."),
     sql: str = typer.Option(..., "--sql", help="DP SQL: SELECT ... FROM data ..."),
-    privacy_unit: str | None = typer.Option(
-        None, "--privacy-unit", help="Column identifying whose data a row is."),
+    privacy_unit: list[str] | None = typer.Option(
+        None, "--privacy-unit", help="Column identifying whose data a row is; with --table, "
+                                     "TABLE=COLUMN or 'TABLE=COLUMN -> TABLE.COLUMN' for each "
+                                     "private table (repeatable)."),
+    table_options: list[str] | None = typer.Option(
+        None, "--table", help="A table of several, NAME=PATH (CSV or Parquet; repeatable), "
+                              "joined in the query by NAME."),
+    public: list[str] | None = typer.Option(
+        None, "--public", help="A public table among the --table ones (repeatable)."),
     epsilon: float = typer.Option(..., "--epsilon", help="Epsilon this query spends."),
     delta: float = typer.Option(0.0, "--delta", help="Delta (needed for private keys)."),
     bounds: list[str] | None = typer.Option(
@@ -312,6 +366,7 @@ def query(
 
     if server is not None:
         local = {"--privacy-unit": privacy_unit, "--bounds": bounds, "--journal": journal,
+                 "--table": table_options, "--public": public,
                  "--budget-epsilon": budget_epsilon, "--budget-delta": budget_delta,
                  "--one-row-per-person": one_row_per_person or None,
                  "--allow-large-delta": allow_large_delta or None,
@@ -325,6 +380,8 @@ def query(
                                 "not to a query sent with --server")
             if not token:
                 raise UserError("--server needs --token (or DPCURATOR_TOKEN)")
+            if data is None:
+                raise UserError("with --server, give the dataset's name")
             if explain:
                 explained = _remote_explain(server, token, str(data), sql, epsilon, delta,
                                             noise, keys, interval_kind, total_share)
@@ -337,22 +394,28 @@ def query(
             _show_remote(remote, as_json)
         return
     with user_errors(as_json):  # --explain charges nothing: no ledger is opened or made
+        source, unit, public_tables = _tables(data, table_options, privacy_unit, public)
         budget = _budget(None if explain else journal, epsilon, delta, budget_epsilon,
                          budget_delta)
-        curator = Curator(
-            data, privacy_unit=privacy_unit, one_row_per_person=one_row_per_person,
-            budget=budget, max_partitions=_cap("--max-partitions", max_partitions),
-            max_rows_per_partition=_cap("--max-rows-per-partition", max_rows_per_partition),
-            confidence=confidence, auto_bounds_share=bounds_share,
-            allow_large_delta=allow_large_delta, intervals=interval_kind,
-            total_share=total_share)
+        with warnings.catch_warnings(record=True) as owner_checks:
+            warnings.simplefilter("always", UserWarning)
+            curator = Curator(
+                source, privacy_unit=unit, public=public_tables,
+                one_row_per_person=one_row_per_person,
+                budget=budget, max_partitions=_cap("--max-partitions", max_partitions),
+                max_rows_per_partition=_cap("--max-rows-per-partition", max_rows_per_partition),
+                confidence=confidence, auto_bounds_share=bounds_share,
+                allow_large_delta=allow_large_delta, intervals=interval_kind,
+                total_share=total_share)
+        for check in owner_checks:  # the data owner's check of several tables: on stderr
+            typer.echo(f"data owner's check: {check.message}", err=True)
         if explain:
             explained = _explained_json(curator.explain(
                 sql, epsilon=epsilon, delta=delta or None, bounds=parse_bounds(bounds),
                 keys=_read_keys(keys) if keys is not None else None, noise=noise))
         else:
             if not as_json:
-                curator._engine.show_progress(True)
+                curator.show_progress(True)
             release = curator.sql(sql, epsilon=epsilon, delta=delta or None,
                                   bounds=parse_bounds(bounds),
                                   keys=_read_keys(keys) if keys is not None else None,

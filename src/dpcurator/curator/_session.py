@@ -579,6 +579,12 @@ class Curator:
                             "query runs (placeholders of 1 above)"}
         return explained
 
+    def show_progress(self, enabled: bool) -> None:
+        """The engine's own progress display on long queries (DuckDB's progress bar)."""
+        engines = self._tables.engines.values() if self._tables is not None else [self._engine]
+        for engine in engines:
+            engine.show_progress(enabled)
+
     def close(self) -> None:
         if self._tables is not None:
             self._tables.close()

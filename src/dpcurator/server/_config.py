@@ -64,8 +64,8 @@ Total = PureDP | ApproxDP | ZCDP
 @dataclass(frozen=True)
 class DatasetConfig:
     name: str
-    path: Path
-    privacy_unit: str | None
+    path: Path | None  # one table; or ``tables``
+    privacy_unit: str | dict[str, str] | None
     one_row_per_person: bool
     bounds: dict[str, tuple[float, float] | str] | str  # "auto": chosen under DP per query
     keys: dict[str, list[Any]] | None
@@ -75,6 +75,15 @@ class DatasetConfig:
     allow_large_delta: bool
     bounds_share: float | None = None  # of each query's budget, choosing its bounds
     share_releases: bool = False  # analysts of the dataset may be sent each other's releases
+    tables: dict[str, Path] | None = None  # several tables, joined in queries
+    public: tuple[str, ...] = ()  # of ``tables``, those holding no one's data
+
+    @property
+    def source(self) -> Any:
+        """What the curator reads: the file, or ``{name: file}`` of several tables."""
+        if self.tables is not None:
+            return {name: str(path) for name, path in self.tables.items()}
+        return str(self.path)
 
 
 @dataclass(frozen=True)
@@ -192,13 +201,24 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         raise ConfigError(f"{where} must be a table")
     _only(spec, {"path", "privacy_unit", "one_row_per_person", "bounds", "keys", "budget",
                  "max_partitions", "max_rows_per_partition", "bounds_share",
-                 "allow_large_delta", "share_releases"}, where)
+                 "allow_large_delta", "share_releases", "tables", "public"}, where)
     path = spec.get("path")
-    if not isinstance(path, str) or not path:
-        raise ConfigError(f"{where} needs path = \"<CSV or Parquet file>\"")
+    tables, public = _tables(spec, where, base)
+    if tables is None and (not isinstance(path, str) or not path):
+        raise ConfigError(f"{where} needs path = \"<CSV or Parquet file>\", or tables = "
+                          "{ name = \"<file>\", ... } for several tables")
+    if tables is not None and path is not None:
+        raise ConfigError(f"{where} takes path (one table) or tables (several), not both")
     unit = spec.get("privacy_unit")
     per_person = spec.get("one_row_per_person", False)
-    if unit is not None and not isinstance(unit, str):
+    if tables is not None:
+        if not isinstance(unit, dict) or not unit or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in unit.items()):
+            raise ConfigError(f"{where} with tables needs privacy_unit = {{ table = "
+                              "\"unit column\" or \"column -> table.column\", ... }} for "
+                              "each private table")
+        unit = {str(k): str(v) for k, v in unit.items()}
+    elif unit is not None and not isinstance(unit, str):
         raise ConfigError(f"{where} privacy_unit must be a column name")
     if not isinstance(per_person, bool) or (unit is None) != per_person:
         raise ConfigError(f"{where} needs privacy_unit = \"<column>\", or the explicit "
@@ -227,7 +247,8 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
             raise ConfigError(f"{where} keys must be {{ column = [value, ...] }} (one column)")
         keys = {str(k): list(v) for k, v in keys.items()}
     return DatasetConfig(
-        name=name, path=(base / path).resolve(), privacy_unit=unit,
+        name=name, path=(base / str(path)).resolve() if tables is None else None,
+        tables=tables, public=public, privacy_unit=unit,
         one_row_per_person=per_person, bounds=bounds, keys=keys,
         budget=_total(spec.get("budget"), f"{where} budget"),
         max_partitions=_cap(spec.get("max_partitions", "auto"), f"{where} max_partitions"),
@@ -236,6 +257,22 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         bounds_share=_share(spec.get("bounds_share"), f"{where} bounds_share"),
         allow_large_delta=bool(spec.get("allow_large_delta", False)),
         share_releases=_flag(spec.get("share_releases", False), f"{where} share_releases"))
+
+
+def _tables(spec: dict[str, Any], where: str, base: Path
+            ) -> tuple[dict[str, Path] | None, tuple[str, ...]]:
+    """A dataset's several tables (``tables = { name = "file" }``) and its public ones."""
+    tables, public = spec.get("tables"), spec.get("public", [])
+    if tables is None:
+        if public:
+            raise ConfigError(f"{where} public names public tables of tables = {{...}}")
+        return None, ()
+    if not isinstance(tables, dict) or not tables or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in tables.items()):
+        raise ConfigError(f"{where} tables must be {{ name = \"<CSV or Parquet file>\", ... }}")
+    if not isinstance(public, list) or not all(isinstance(p, str) for p in public):
+        raise ConfigError(f"{where} public must be a list of table names")
+    return {str(k): (base / v).resolve() for k, v in tables.items()}, tuple(public)
 
 
 def _flag(value: Any, where: str) -> bool:

@@ -278,7 +278,7 @@ class Service:
         for name, spec in config.datasets.items():
             budget = Budget(spec.budget, ledger=self.ledger, account=f"dataset/{name}")
             curator = Curator(
-                str(spec.path), privacy_unit=spec.privacy_unit, budget=budget,
+                spec.source, privacy_unit=spec.privacy_unit, public=spec.public, budget=budget,
                 one_row_per_person=spec.one_row_per_person, bounds=spec.bounds or None,
                 max_partitions=spec.max_partitions,
                 max_rows_per_partition=spec.max_rows_per_partition,
