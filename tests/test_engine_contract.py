@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 import dpcurator as dp
+import test_joins as joins
 from dpcurator.engines import DuckDBEngine, Engine, ExactAggregates
 from dpcurator.engines._sql import PLAN_FLAGS, compile_bounding
 from dpcurator.engines.spark import SparkDialect
@@ -1085,3 +1086,56 @@ def test_substring_left_and_right_cut_the_same_text_on_every_engine(make: Make,
                        "v": np.full(len(grid), 1.0)})
     q = bounded(FAILING_MEASURES, ("rescale", "rescale"), (GroupKey("k", key),), unit=None)
     same_on(make, df, q, reference=reference_counts(df, lambda r: True, TEXT_KEYS[key]))
+
+
+# -- join shapes: a schema of tables, joined inside each engine ---------------------------------
+
+JOINED = [
+    *joins.QUESTIONS,
+    ("SELECT c_mktsegment, COUNT(*) AS n {src} GROUP BY c_mktsegment", {}),
+    ("SELECT o_orderpriority, MEDIAN(l_extendedprice) AS m {src} GROUP BY o_orderpriority",
+     {"bounds": {"l_extendedprice": (0, 1000)},
+      "keys": ["1-URGENT", "2-HIGH", "3-MEDIUM"]}),
+]
+OTHERS = [
+    "SELECT COUNT(*) AS n FROM lineitem",
+    "SELECT c.c_mktsegment, COUNT(*) AS n FROM customer c LEFT JOIN orders o ON "
+    "o.o_custkey = c.c_custkey WHERE o.o_orderkey IS NULL GROUP BY c.c_mktsegment",
+    "SELECT COUNT(DISTINCT o_custkey) AS u, SUM(o_totalprice) AS s FROM orders",
+]
+
+
+def schema_exact(curators: dict[str, dp.Curator]) -> None:
+    """Every join shape gives identical exact aggregates on each curator's engine."""
+    for bounding in ("rescale", "sample"):
+        caps = {"max_partitions": 2, "max_rows_per_partition": 7, "bounding": bounding}
+        cases = [(sql.format(src=joins.FOUR), options) for sql, options in JOINED] + \
+            [(sql, {"bounds": {"o_totalprice": (0, 5000)}} if "o_totalprice" in sql else {})
+             for sql in OTHERS]
+        for sql, options in cases:
+            results = {name: joins.exact(cur, sql, **options, **caps)
+                       for name, cur in curators.items()}
+            first = results.pop("duckdb")
+            assert first, sql
+            for name, result in results.items():
+                assert result == first, (name, bounding, sql)
+
+
+def test_join_shapes_give_identical_exact_aggregates_on_postgres(postgres_url: str) -> None:
+    pytest.importorskip("psycopg")
+    data = joins.tables(5)
+    tables = PostgresTables(postgres_url)
+    names = {}
+    for name, rows in data.items():
+        tables.build(rows)  # a table of its own in the run's schema
+        names[name] = f"{tables.schema}.t{len(names)}"
+    try:
+        with pytest.warns(UserWarning, match="reach no unit"):
+            on_postgres = dp.Curator.from_postgres(
+                postgres_url, names, privacy_unit=joins.UNITS, public=["nation"],
+                budget=dp.PureDP(10), cache=False)
+        schema_exact({"duckdb": joins.schema_curator(data), "postgres": on_postgres})
+        assert on_postgres.excluded == joins.schema_curator(data).excluded
+        on_postgres.close()
+    finally:
+        tables.close()

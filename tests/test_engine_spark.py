@@ -423,3 +423,17 @@ def test_a_standalone_cluster_gives_local_modes_answer() -> None:
     finally:
         _end(processes)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_join_shapes_give_identical_exact_aggregates_on_spark(spark: Any) -> None:
+    """The contract's join shapes (tests/test_engine_contract.py): a schema of Spark
+    DataFrames, joined by Spark, bounded after the join exactly as DuckDB does."""
+    import test_joins as joins
+
+    data = joins.tables(5)
+    frames = {name: spark_frame(spark, frame) for name, frame in data.items()}
+    with pytest.warns(UserWarning, match="reach no unit"):
+        on_spark = dp.Curator.from_spark(frames, privacy_unit=joins.UNITS,
+                                         public=["nation"], budget=dp.PureDP(10), cache=False)
+    contract.schema_exact({"duckdb": joins.schema_curator(data), "spark": on_spark})
+    on_spark.close()

@@ -302,16 +302,22 @@ class Curator:
         return cls(connection, connection_table=table, **options)
 
     @classmethod
-    def from_postgres(cls, dsn: str, table: str, **options: Any) -> Curator:
+    def from_postgres(cls, dsn: str, table: str | Any, **options: Any) -> Curator:
         """A table or view of a PostgreSQL database (``postgresql://`` URL), queried where it
-        is: bounding and sums run in PostgreSQL (psycopg 3: ``dpcurator[postgres]``)."""
+        is: bounding and sums run in PostgreSQL (psycopg 3: ``dpcurator[postgres]``). Several
+        (a list of names, or ``{name in queries: table}``) with ``privacy_unit`` a mapping:
+        the joins run in PostgreSQL too."""
+        if not isinstance(table, str):
+            names = dict(table) if isinstance(table, Mapping) else {t: t for t in table}
+            return cls({n: PostgresTable(dsn, t) for n, t in names.items()}, **options)
         return cls(PostgresTable(dsn, table), **options)
 
     @classmethod
     def from_spark(cls, dataframe: Any, **options: Any) -> Curator:
         """A Spark DataFrame (pyspark), queried where it is: bounding and the exact sums run
         as Spark SQL on its session's cluster, and one row per partition comes back
-        (``dpcurator[spark]``)."""
+        (``dpcurator[spark]``). Several: ``{name: DataFrame}`` with ``privacy_unit`` a
+        mapping."""
         return cls(dataframe, **options)
 
     # -- state -------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ class SqlEngine:
     dialect: Dialect
     label: str
     _relation: str
+    _fixed_columns: dict[str, str] | None = None  # a derived engine's (a join's) columns
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -113,12 +114,14 @@ class SqlEngine:
                             "check that the declared columns have comparable types") from None
         return int(value or 0)
 
-    def derived(self, relation: str, label: str) -> SqlEngine:
-        """An engine on the same connection (and lock) reading ``relation`` instead: a
-        schema's joined rows (``_joins.TableSet.view``). It never closes the connection."""
+    def derived(self, relation: str, label: str, columns: Mapping[str, str]) -> SqlEngine:
+        """An engine on the same connection (and lock) reading ``relation``, whose columns
+        are ``columns``, instead: a schema's joined rows (``_joins.TableSet.view``). It never
+        closes the connection."""
         view = copy.copy(self)
         view._relation = relation
         view.label = label
+        view._fixed_columns = dict(columns)
         view._compiled = CompileCache()
         view._checked_keys = OrderedDict()
         view._reset_derived()

@@ -114,12 +114,22 @@ class TableSet:
             view = self._views.get(source)
             if view is None:
                 relation = join_relation(source, first, self.relations())
-                view = self._views[source] = first.derived(relation, source.describe())
+                view = self._views[source] = first.derived(relation, source.describe(),
+                                                           self._columns_of(source))
                 while len(self._views) > VIEWS:
                     self._views.popitem(last=False)
             else:
                 self._views.move_to_end(source)
             return view
+
+    def _columns_of(self, source: JoinSource) -> dict[str, str]:
+        """The joined rows' columns and types, from the tables' (no statement runs)."""
+        tables = {t.alias: t.table for t in source.tables}
+        types = self.columns()
+        out = {flat: types[tables[a]][c] for flat, a, c in source.columns}
+        alias, column = source.unit
+        out[UNIT_COLUMN] = types[tables[alias]][column]
+        return out
 
     def check_links(self, schema: Schema) -> LinkReport:
         """The data owner's check of the paths (module docstring); UserError if a path's

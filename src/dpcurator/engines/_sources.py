@@ -85,17 +85,31 @@ def open_engine(data: Any, *, table: str | None = None, threads: int | None = No
 def open_tables(sources: Any, *, connection: Any = None, threads: int | None = None
                 ) -> TableSet:
     """A schema's tables on one engine (``_joins.TableSet``): files, DataFrames and Arrow
-    tables on one DuckDB connection, or the named tables of a DuckDB ``connection``."""
+    tables on one DuckDB connection, or the named tables of a DuckDB ``connection``;
+    ``PostgresTable`` values of one database; Spark DataFrames of one application."""
     from dpcurator.engines.duckdb import DuckDBEngine
 
+    values = list(sources.values())
+    spark = _instance_of("pyspark.sql.dataframe", "DataFrame")
+    if any(isinstance(v, PostgresTable) for v in values):
+        dsns = {v.dsn for v in values if isinstance(v, PostgresTable)}
+        if len(dsns) != 1 or not all(isinstance(v, PostgresTable) for v in values):
+            raise UserError("several PostgreSQL tables must all be PostgresTable values of "
+                            "one database (Curator.from_postgres(dsn, [tables...]))")
+        try:
+            from dpcurator.engines.postgres import PostgresEngine
+        except ImportError:
+            raise UserError("PostgreSQL needs psycopg 3: pip install 'dpcurator[postgres]'"
+                            ) from None
+        return PostgresEngine.tables(dsns.pop(), {n: v.table for n, v in sources.items()})
+    if any(spark(v) for v in values):
+        if not all(spark(v) for v in values):
+            raise UserError("several Spark tables must all be Spark DataFrames")
+        from dpcurator.engines.spark import SparkEngine
+
+        return SparkEngine.tables(sources)
     if connection is not None and not _instance_of("duckdb", "DuckDBPyConnection")(connection):
         raise UserError("connection must be a DuckDB connection")
-    for name, data in sources.items():
-        if isinstance(data, PostgresTable) or _instance_of(
-                "pyspark.sql.dataframe", "DataFrame")(data):
-            raise UserError(f"table {name!r}: several tables are read on DuckDB (files, "
-                            "DataFrames, Arrow tables or a DuckDB connection's tables); "
-                            "PostgreSQL and Spark schemas are not supported yet")
     return DuckDBEngine.tables(sources, connection=connection, threads=threads)
 
 

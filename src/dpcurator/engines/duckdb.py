@@ -219,6 +219,8 @@ class DuckDBEngine(SqlEngine):
     # -- schema ------------------------------------------------------------------------------
 
     def columns(self) -> Mapping[str, str]:
+        if self._fixed_columns is not None:
+            return self._fixed_columns
         if self._columns is None:
             with self._lock:
                 try:

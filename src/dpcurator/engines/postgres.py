@@ -27,6 +27,7 @@ from dpcurator.engines import _postgres_expressions as pe
 from dpcurator.engines._dialect import Dialect, ValueKind, base_type
 from dpcurator.engines._engine import SqlEngine, key_text
 from dpcurator.engines._hash import PREFIX, WORD_BITS
+from dpcurator.engines._joins import TableSet
 from dpcurator.engines._results import CompiledQuery
 from dpcurator.engines._trees import add, band, cast, mul, num, shr
 from dpcurator.errors import InternalError, UserError
@@ -162,6 +163,25 @@ class PostgresEngine(SqlEngine):
         """A table of an open psycopg connection (autocommit; left open by ``close``)."""
         return cls(connection, table, label=table)
 
+    @classmethod
+    def tables(cls, dsn: str, tables: Mapping[str, str]) -> TableSet:
+        """A schema's tables of one database (``{name in queries: table}``), on one
+        connection."""
+        first = cls.from_dsn(dsn, next(iter(tables.values())))
+        engines: dict[str, SqlEngine] = {}
+        for name, table in tables.items():
+            engine = first if not engines else cls(first._con, table, label=table)
+            engine._lock = first._lock
+            engines[name] = engine
+        return TableSet(engines, "PostgreSQL")
+
+    def _reset_derived(self) -> None:
+        self._columns = None
+        self._types = {}
+        self._owns = False
+        self._table = self.label
+        self.dialect = PostgresDialect(self.type_of)
+
     def show_progress(self, enabled: bool) -> None:
         """PostgreSQL shows no progress to a client."""
 
@@ -183,6 +203,8 @@ class PostgresEngine(SqlEngine):
     # -- schema ------------------------------------------------------------------------------
 
     def columns(self) -> Mapping[str, str]:
+        if self._fixed_columns is not None:
+            return self._fixed_columns
         if self._columns is None:
             with self._run("reading the table's columns") as cur:
                 cur.execute("SELECT a.attname, format_type(a.atttypid, a.atttypmod) "

@@ -33,6 +33,7 @@ from dpcurator.engines import _total
 from dpcurator.engines._dialect import Dialect
 from dpcurator.engines._engine import SqlEngine, key_text
 from dpcurator.engines._hash import WORD_BITS
+from dpcurator.engines._joins import TableSet
 from dpcurator.engines._results import CompiledQuery
 from dpcurator.engines._trees import add, band, case, cast, mul, num, paren, shr
 from dpcurator.errors import UserError
@@ -272,7 +273,27 @@ class SparkEngine(SqlEngine):
 
     # -- schema ------------------------------------------------------------------------------
 
+    @classmethod
+    def tables(cls, frames: Mapping[str, Any]) -> TableSet:
+        """A schema's tables, Spark DataFrames of one Spark application (each a global
+        temporary view that the joined statement reads)."""
+        engines: dict[str, SqlEngine] = {}
+        for name, frame in frames.items():
+            engine = cls(frame, label=str(name))
+            if engines:
+                engine._lock = next(iter(engines.values()))._lock
+            engines[str(name)] = engine
+        return TableSet(engines, "Spark")
+
+    def quote(self, name: str) -> str:
+        return _quote(name)
+
+    def _reset_derived(self) -> None:
+        self._view = ""  # the view is the first table's, dropped by it
+
     def columns(self) -> Mapping[str, str]:
+        if self._fixed_columns is not None:
+            return self._fixed_columns
         fields = self._frame.schema.fields
         if len({f.name.lower() for f in fields}) != len(fields):
             raise UserError("the DataFrame has two columns of the same name (case ignored): "
@@ -347,6 +368,8 @@ class SparkEngine(SqlEngine):
 
     def close(self) -> None:
         """Drop the engine's view (the DataFrame and its session stay the caller's)."""
+        if not self._view:
+            return
         with contextlib.suppress(Exception):
             self._session.catalog.dropGlobalTempView(self._view)
 
