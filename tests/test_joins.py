@@ -468,3 +468,35 @@ budgets = {{ shop = {{ epsilon = 2.0 }} }}
     assert "lineitem.l_orderkey" in shop["columns"]
     assert shop["privacy_unit"]["lineitem"] == UNITS["lineitem"]
     app.state.service.close()
+
+
+def test_the_builder_joins_as_dp_sql_does() -> None:
+    """``from_`` and ``join`` give the plan DP SQL gives: the same release, charged alike,
+    and the same refusals; a plan with its tables travels as JSON."""
+    from dpcurator.query import plan_from_json, plan_to_json
+
+    cur = schema_curator(tables())
+    built = (cur.query().from_("lineitem l").join("orders o", on="l.l_orderkey = o.o_orderkey")
+             .join("customer c", on="o.o_custkey = c.c_custkey")
+             .join("nation n", on="c.c_nationkey = n.n_nationkey")
+             .where("l.l_shipmode = 'AIR'")
+             .group_by("n.n_name", keys=NATIONS).count("n")
+             .sum("l_extendedprice", (0, 1000), "s")
+             .bound_contributions(max_partitions=1, max_rows_per_partition=7))
+    sql = (f"SELECT n.n_name, COUNT(*) AS n, SUM(l_extendedprice) AS s {FOUR} "
+           "WHERE l.l_shipmode = 'AIR' GROUP BY n.n_name")
+    from_sql = cur.resolve(cur.parse(sql, keys=NATIONS, bounds={"l_extendedprice": (0, 1000)},
+                                     max_partitions=1, max_rows_per_partition=7),
+                           epsilon=1.0)
+    from_builder = cur.resolve(built, epsilon=1.0)
+    assert from_builder.plan == from_sql.plan
+    assert plan_from_json(plan_to_json(built.plan())) == built.plan()
+    release = built.release(epsilon=1.0)
+    assert release.group_columns == ("n_name",) and cur.spent.epsilon == 1.0
+    with pytest.raises(UnsupportedQueryError, match="refused"):
+        cur.run(cur.query().from_("orders o1").join("orders o2", on="o1.o_orderkey = "
+                                                    "o2.o_custkey").count(), epsilon=1.0)
+    assert cur.spent.epsilon == 1.0
+    with pytest.raises(UserError, match="several tables"):
+        dp.Curator(flat(tables()), privacy_unit="c_custkey",
+                   budget=dp.PureDP(1)).run(built, epsilon=1.0)

@@ -47,7 +47,7 @@ from dpcurator.ledger import Budget, Charge
 from dpcurator.noise import RandomSource, resolve_source
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import QueryError, UnknownColumnError
-from dpcurator.query.joins import UNIT_COLUMN
+from dpcurator.query.joins import UNIT_COLUMN, flatten_plan
 from dpcurator.query.plan import INTERVAL_KINDS, AutoBounds, Bounds, Count, Plan, auto_options
 from dpcurator.query.schema import Schema as Declared
 from dpcurator.query.schema import declare
@@ -481,6 +481,11 @@ class Curator:
         plan = query.plan() if isinstance(query, Query) else query
         if not isinstance(plan, Plan):
             raise UserError("run() takes a Query or a Plan; for SQL use curator.sql(...)")
+        if plan.tables is not None:  # the builder's joins: checked as DP SQL's
+            if self.schema is None:
+                raise UserError("from_ and join name tables of a curator over several "
+                                "tables; this curator has one")
+            plan = flatten_plan(plan, self.schema)
         try:
             plan = resolve_plan(plan, self._engine_of(plan).columns(), self._defaults,
                                 self.privacy_unit)

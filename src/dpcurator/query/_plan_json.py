@@ -37,7 +37,7 @@ _KINDS: dict[str, type[Any]] = {"count": Count, "count_units": CountUnits, "sum"
                                 "mean": Mean, "variance": Variance, "quantile": Quantile}
 _PLAN_KEYS = {"aggregates", "group_by", "where", "keys", "max_partitions",
               "max_rows_per_partition", "bounding", "intervals", "max_unit_rows",
-              "max_unit_sums", "total_share"}
+              "max_unit_sums", "total_share", "tables"}
 _MAX_ITEMS = 1000
 
 
@@ -48,8 +48,11 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         out["group_by"] = [{"name": k.name, "expression": k.expression,
                             **({"labels": list(k.labels)} if k.labels is not None else {})}
                            for k in plan.group_by]
+    if plan.source is not None:
+        raise QueryError("a plan already resolved over joined tables is not sent as JSON; "
+                         "send its SQL, or the builder's plan (with from_ and join)")
     for key in ("where", "max_partitions", "max_rows_per_partition", "bounding", "intervals",
-                "max_unit_rows", "total_share"):
+                "max_unit_rows", "total_share", "tables"):
         if getattr(plan, key) is not None:
             out[key] = getattr(plan, key)
     if plan.keys is not None:
@@ -94,7 +97,8 @@ def plan_from_json(data: Any) -> Plan:
         bounding=data.get("bounding"), intervals=data.get("intervals"),
         max_unit_rows=data.get("max_unit_rows"),
         max_unit_sums=_unit_sums(data.get("max_unit_sums", {})),
-        total_share=data.get("total_share"))
+        total_share=data.get("total_share"),
+        tables=_optional_text(data.get("tables"), "tables"))
 
 
 def _unit_sums(value: Any) -> tuple[tuple[str, float], ...]:

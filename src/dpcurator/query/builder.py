@@ -53,7 +53,7 @@ def column_key(column: str, name: str | None = None) -> GroupKey:
     """Group by a column (output column ``name``, default the column's name)."""
     if not isinstance(column, str) or not column:
         raise QueryError(f"group_by columns must be non-empty strings, got {column!r}")
-    return GroupKey(name or column, ex.Sql(exp.column(column)))
+    return GroupKey(name or column.rsplit(".", 1)[-1], ex.Sql(exp.column(column)))
 
 
 def expression_key(expression: str, name: str) -> GroupKey:
@@ -127,6 +127,28 @@ class Query:
     max_unit_rows: int | None = None
     max_unit_sums: tuple[tuple[str, float], ...] = ()
     total_share: float | None = None
+    tables: str | None = None
+
+    # -- tables (a curator over several) ---------------------------------------------------
+
+    def from_(self, table: str) -> Query:
+        """Read ``table`` of a curator over several tables (``"lineitem"``, or with an alias
+        ``"lineitem l"``); join others with ``join``. Columns may then be qualified
+        (``"l.l_extendedprice"``) or not, as in DP SQL."""
+        if not isinstance(table, str) or not table.strip():
+            raise QueryError(f"from_ takes a table's name, got {table!r}")
+        return replace(self, tables=table.strip())
+
+    def join(self, table: str, on: str, *, left: bool = False) -> Query:
+        """JOIN (or LEFT JOIN) ``table`` ON ``on`` (equalities of columns joined with AND),
+        accepted as DP SQL's joins are (``dpcurator.query.joins``)."""
+        if self.tables is None:
+            raise QueryError("call from_(table) before join")
+        for value, what in ((table, "table"), (on, "on")):
+            if not isinstance(value, str) or not value.strip():
+                raise QueryError(f"join's {what} must be non-empty text, got {value!r}")
+        kind = "LEFT JOIN" if left else "JOIN"
+        return replace(self, tables=f"{self.tables} {kind} {table.strip()} ON {on.strip()}")
 
     # -- rows and partitions -------------------------------------------------------------
 
@@ -135,7 +157,7 @@ class Query:
 
         Called twice, the predicates are combined with AND.
         """
-        node: exp.Expr = ex.parse_scalar(predicate, "where")
+        node: exp.Expr = ex.parse_scalar(predicate, "where", qualified=self.tables is not None)
         if self.predicate is not None:
             node = exp.and_(ex.tree_of(self.predicate), node)
         return replace(self, predicate=ex.Sql(node))
@@ -268,6 +290,7 @@ class Query:
             max_unit_rows=self.max_unit_rows,
             max_unit_sums=self.max_unit_sums,
             total_share=self.total_share,
+            tables=self.tables,
         )
 
 

@@ -93,8 +93,9 @@ def _reason(node: exp.Expr, context: str) -> str:
     return f"{name} is not supported in {context}"
 
 
-def parse_scalar(text: str, context: str) -> exp.Expression:
-    """Parse one scalar SQL expression (a predicate or a value), refusing anything else."""
+def parse_scalar(text: str, context: str, *, qualified: bool = False) -> exp.Expression:
+    """Parse one scalar SQL expression (a predicate or a value), refusing anything else
+    (``qualified``: columns may name their table, over a schema of several)."""
     if not isinstance(text, str) or not text.strip():
         raise QueryError(f"{context} must be a non-empty SQL expression string")
     try:
@@ -113,19 +114,22 @@ def parse_scalar(text: str, context: str) -> exp.Expression:
             or type(node).__module__.startswith("sqlglot.expressions.ddl"):
         raise UnsupportedQueryError(
             f"{context} must be a scalar expression, not a {node.key.upper()} statement")
-    check_scalar(node, context)
+    check_scalar(node, context, qualified=qualified)
     return node
 
 
-def check_scalar(node: exp.Expr, context: str) -> None:
-    """Raise UnsupportedQueryError naming the first construct outside the safe subset."""
+def check_scalar(node: exp.Expr, context: str, *, qualified: bool = False) -> None:
+    """Raise UnsupportedQueryError naming the first construct outside the safe subset
+    (``qualified``: a column may name its table, as ``alias.column``)."""
     for sub in node.walk():
         if not isinstance(sub, _ALLOWED):
             raise UnsupportedQueryError(_reason(sub, context))
-        if isinstance(sub, exp.Column) and sub.table:
+        if isinstance(sub, exp.Column) and sub.table and (
+                not qualified or sub.args.get("db") or sub.args.get("catalog")):
             raise UnsupportedQueryError(
                 f"qualified column names ({sub.sql(dialect=DIALECT)}) are not supported in "
-                f"{context}: write the column name alone")
+                f"{context}: write the column name alone (table.column is for a query over "
+                "several tables: from_(...) first)")
         if isinstance(sub, exp.In) and sub.args.get("query") is not None:
             raise UnsupportedQueryError(_reason(exp.Subquery(), context))
         if isinstance(sub, exp.WidthBucket):

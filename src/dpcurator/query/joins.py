@@ -33,6 +33,7 @@ column names, which the single-table front end then parses as before.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlglot import exp
 
@@ -40,7 +41,7 @@ from dpcurator.errors import InternalError
 from dpcurator.query.errors import QueryError, UnknownColumnError, UnsupportedQueryError
 from dpcurator.query.schema import UNIT, Schema
 
-__all__ = ["UNIT_COLUMN", "JoinSource", "JoinedTable", "flatten"]
+__all__ = ["UNIT_COLUMN", "JoinSource", "JoinedTable", "flatten", "flatten_plan"]
 
 UNIT_COLUMN = "__unit"  # the joined rows' privacy unit, a column of the source
 
@@ -125,6 +126,9 @@ class _Columns:
     def resolve(self, node: exp.Column, what: str) -> tuple[str, str]:
         if node.args.get("db") or node.args.get("catalog"):
             raise _unsupported(f"name the column {node.sql()} as table.column or column")
+        if not node.table and "." in node.name:  # a builder's "alias.column", quoted whole
+            table, _, name = node.name.partition(".")
+            node = exp.column(name, table)
         if node.table:
             alias = self._alias(node.table)
             return alias, self.schema.table(self.aliases[alias]).column(node.name, what)
@@ -261,7 +265,7 @@ def flatten(select: exp.Select, schema: Schema) -> tuple[exp.Select, JoinSource]
                            "data, so query them directly")
     tables, unit = _complete_paths(schema, tables, private)
     rewritten = _rewrite(select, columns)
-    read = tuple((columns.flat(a, c), a, c) for a, c in columns.used)
+    read = tuple(sorted((columns.flat(a, c), a, c) for a, c in columns.used))
     return rewritten, JoinSource(tuple(tables), read, unit)
 
 
@@ -367,3 +371,49 @@ def _rewrite(select: exp.Select, columns: _Columns) -> exp.Select:
         else:
             out.set(part, value.transform(fix, copy=False))
     return out
+
+
+def flatten_plan(plan: Any, schema: Schema) -> Any:
+    """A builder's plan over a schema (``Plan.tables``, its FROM clause) as DP SQL's: the
+    join checked by the same rules, every column (aggregates', group keys', WHERE's) named
+    as the joined rows name it, ``source`` set. The plan is written as a SELECT of its
+    columns and expressions, flattened, and read back."""
+    import sqlglot
+    from sqlglot.errors import ParseError, TokenError
+
+    from dpcurator.query import expressions as ex
+
+    try:
+        select = sqlglot.parse_one(f"SELECT 1 FROM {plan.tables}", dialect=ex.DIALECT)
+    except (ParseError, TokenError):
+        raise QueryError(f"the query's tables ({plan.tables}) could not be parsed as a FROM "
+                         "clause: write from_('table') and join('table', on='a.x = b.y')"
+                         ) from None
+    if not isinstance(select, exp.Select):
+        raise _unsupported("the query's tables must be a FROM clause")
+    items: list[exp.Expression] = []
+    columns = [a.column for a in plan.aggregates if getattr(a, "column", None) is not None]
+    for i, column in enumerate(columns):
+        items.append(exp.Alias(this=exp.column(*reversed(column.split(".", 1))),
+                               alias=exp.to_identifier(f"c{i}")))
+    for i, key in enumerate(plan.group_by):
+        items.append(exp.Alias(this=ex.tree_of(key.expression),
+                               alias=exp.to_identifier(f"k{i}")))
+    select.set("expressions", items or [exp.Literal.number(1)])
+    if plan.where is not None:
+        select.set("where", exp.Where(this=ex.tree_of(plan.where)))
+    flat, source = flatten(select, schema)
+    flat_items = flat.expressions
+    renamed = dict(zip(columns, (i.this.name for i in flat_items[:len(columns)]),
+                       strict=True))
+    aggregates = tuple(
+        type(a)(**{**{f: getattr(a, f) for f in a.__dataclass_fields__ if
+                      a.__dataclass_fields__[f].init}, "column": renamed[a.column],
+                   "name": a.name})
+        if getattr(a, "column", None) is not None else a for a in plan.aggregates)
+    group = tuple(type(k)(k.name, ex.Sql(item.this), k.labels)
+                  for k, item in zip(plan.group_by, flat_items[len(columns):], strict=True))
+    where = flat.args.get("where")
+    return plan.replace(aggregates=aggregates, group_by=group,
+                        where=ex.Sql(where.this) if where is not None else None,
+                        source=source, tables=None)

@@ -414,6 +414,8 @@ class Plan:
       (None: the curator's, else 10%).
     - ``source``: the joined tables the query reads, over a curator's schema (None: the
       curator's one table); its columns are the joined rows' (``dpcurator.query.joins``).
+    - ``tables``: the builder's FROM clause over a schema (``Query.from_``, ``join``), which
+      the curator turns into ``source`` (``joins.flatten_plan``) when it resolves the plan.
     """
 
     aggregates: tuple[Aggregate, ...]
@@ -429,8 +431,12 @@ class Plan:
     max_unit_sums: tuple[tuple[str, float], ...] = ()
     total_share: float | None = None
     source: JoinSource | None = None
+    tables: str | None = None
 
     def __post_init__(self) -> None:
+        if self.tables is not None and (not isinstance(self.tables, str) or
+                                        not self.tables.strip()):
+            raise QueryError("tables must be a FROM clause (text) or None")
         if self.source is not None and not isinstance(self.source, JoinSource):
             raise QueryError("source must be a JoinSource (from DP SQL over a schema) or None")
         if self.auto is not None and not isinstance(self.auto, AutoBounds):
@@ -519,6 +525,6 @@ class Plan:
         values = {name: getattr(self, name) for name in (
             "aggregates", "group_by", "where", "keys", "max_partitions",
             "max_rows_per_partition", "bounding", "auto", "intervals", "max_unit_rows",
-            "max_unit_sums", "total_share", "source")}
+            "max_unit_sums", "total_share", "source", "tables")}
         values.update(changes)
         return Plan(**values)
