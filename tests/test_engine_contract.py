@@ -1102,6 +1102,10 @@ OTHERS = [
     "SELECT c.c_mktsegment, COUNT(*) AS n FROM customer c LEFT JOIN orders o ON "
     "o.o_custkey = c.c_custkey WHERE o.o_orderkey IS NULL GROUP BY c.c_mktsegment",
     "SELECT COUNT(DISTINCT o_custkey) AS u, SUM(o_totalprice) AS s FROM orders",
+    # a self-join on the unit: the same column twice, named alias.column in the joined rows
+    "SELECT o1.o_orderpriority, SUM(o2.o_totalprice) AS s FROM orders o1 JOIN orders o2 "
+    "ON o1.o_custkey = o2.o_custkey WHERE o2.o_totalprice > o1.o_totalprice "
+    "GROUP BY o1.o_orderpriority",
 ]
 
 
@@ -1110,7 +1114,8 @@ def schema_exact(curators: dict[str, dp.Curator]) -> None:
     for bounding in ("rescale", "sample"):
         caps = {"max_partitions": 2, "max_rows_per_partition": 7, "bounding": bounding}
         cases = [(sql.format(src=joins.FOUR), options) for sql, options in JOINED] + \
-            [(sql, {"bounds": {"o_totalprice": (0, 5000)}} if "o_totalprice" in sql else {})
+            [(sql, {"bounds": {("o2.o_totalprice" if "o2" in sql else "o_totalprice"):
+                               (0, 5000)}} if "o_totalprice" in sql else {})
              for sql in OTHERS]
         for sql, options in cases:
             results = {name: joins.exact(cur, sql, **options, **caps)

@@ -500,3 +500,20 @@ def test_the_builder_joins_as_dp_sql_does() -> None:
     with pytest.raises(UserError, match="several tables"):
         dp.Curator(flat(tables()), privacy_unit="c_custkey",
                    budget=dp.PureDP(1)).run(built, epsilon=1.0)
+
+
+def test_bounds_are_chosen_from_the_joined_rows() -> None:
+    """With no caps or bounds given, the choice profiles the joined rows per customer (one
+    customer's line items through all their orders): its row cap lands among the customers'
+    joined rows (a typical customer has about 11), well above one order's (about 4), and the
+    release is charged its epsilon once."""
+    data = tables(7)
+    cur = schema_curator(data, budget=dp.PureDP(1))
+    release = cur.sql(f"SELECT n_name, COUNT(*) AS n, SUM(l_extendedprice) AS s {FOUR} "
+                      "GROUP BY n_name", epsilon=1.0, keys=NATIONS)
+    chosen = release.bounds_chosen
+    assert chosen is not None and chosen["max_rows_per_partition"] >= 8
+    per_order = flat(data).groupby("o_orderkey").size().median()
+    per_customer = flat(data).groupby("c_custkey").size()
+    assert 2 * per_order <= chosen["max_rows_per_partition"] <= per_customer.max()
+    assert cur.spent.epsilon == pytest.approx(1.0) and len(cur.ledger) == 1
