@@ -13,29 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from dpcurator.query.bounding import BoundedQuery
+from dpcurator.query.schema import ColumnKind, column_kind
 
 __all__ = ["ColumnKind", "Engine", "ExactAggregates", "column_kind", "integer_valued"]
-
-ColumnKind = str  # "numeric", "text", "temporal", "boolean" or "other"
-
-_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-            "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "INT",
-            "NUMERIC")
-
-
-def column_kind(sql_type: str) -> ColumnKind:
-    """A coarse kind for a SQL type name (DuckDB / PostgreSQL spelling)."""
-    upper = sql_type.upper()
-    if upper.startswith(_NUMERIC):
-        return "numeric"
-    if upper.startswith(("VARCHAR", "TEXT", "STRING", "CHAR")):
-        return "text"
-    if upper.startswith(("DATE", "TIME", "TIMESTAMP", "INTERVAL")):
-        return "temporal"
-    if upper.startswith("BOOL"):
-        return "boolean"
-    return "other"
-
 
 _INTEGERS = frozenset((
     "TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",

@@ -39,7 +39,7 @@ from sqlglot import exp
 
 from dpcurator.errors import InternalError
 from dpcurator.query.errors import QueryError, UnknownColumnError, UnsupportedQueryError
-from dpcurator.query.schema import UNIT, Schema
+from dpcurator.query.schema import UNIT, Schema, column_kind
 
 __all__ = ["UNIT_COLUMN", "JoinSource", "JoinedTable", "flatten", "flatten_plan"]
 
@@ -183,6 +183,13 @@ def _equalities(on: exp.Expression, columns: _Columns, joined: str
                                f"(equi-joins); got {term.sql()}; filter rows with WHERE")
         left = columns.resolve(term.this, "ON")
         right = columns.resolve(term.expression, "ON")
+        kinds = [column_kind(columns.schema.table(columns.aliases[a]).type_of(c))
+                 for a, c in (left, right)]
+        if kinds[0] != kinds[1] or kinds[0] == "other":
+            # an implicit cast between kinds could fail on a value, after the charge
+            raise _unsupported(f"ON {term.sql()} compares a {kinds[0]} column with a "
+                               f"{kinds[1]} one: join on columns of the same kind (numbers, "
+                               "text, dates)")
         if left[0] == right[0]:
             raise _unsupported(f"ON {term.sql()} compares two columns of one table; filter "
                                "rows with WHERE")

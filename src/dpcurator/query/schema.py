@@ -31,9 +31,30 @@ from typing import Any
 
 from dpcurator.query.errors import QueryError, UnknownColumnError
 
-__all__ = ["UNIT", "Link", "Schema", "TableSpec", "declare"]
+__all__ = ["UNIT", "ColumnKind", "Link", "Schema", "TableSpec", "column_kind", "declare"]
 
 UNIT = ("", "")  # the key of a column that holds the privacy unit itself
+
+
+ColumnKind = str  # "numeric", "text", "temporal", "boolean" or "other"
+
+_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+            "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "INT",
+            "NUMERIC")
+
+
+def column_kind(sql_type: str) -> ColumnKind:
+    """A coarse kind for a SQL type name (DuckDB, PostgreSQL or Spark spelling)."""
+    upper = sql_type.upper()
+    if upper.startswith(_NUMERIC):
+        return "numeric"
+    if upper.startswith(("VARCHAR", "TEXT", "STRING", "CHAR")):
+        return "text"
+    if upper.startswith(("DATE", "TIME", "TIMESTAMP", "INTERVAL")):
+        return "temporal"
+    if upper.startswith("BOOL"):
+        return "boolean"
+    return "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +93,9 @@ class TableSpec:
             return folded[0]
         raise UnknownColumnError(f"{what} names the column {name!r}, which the table "
                                  f"{self.name!r} does not have; its columns are {list(names)}")
+
+    def type_of(self, column: str) -> str:
+        return dict(self.columns)[self.column(column, "a join")]
 
     def has(self, name: str) -> bool:
         return any(c == name or c.lower() == name.lower() for c in self.column_names())
@@ -241,9 +265,14 @@ def declare(columns: Mapping[str, Mapping[str, str]], privacy_unit: Any,
                              "the privacy unit through private tables only")
         target_spec = TableSpec(target, tuple((str(c), str(t))
                                               for c, t in columns[target].items()), True)
-        specs[name] = TableSpec(name, cols, True, link=Link(
-            name, probe.column(column, f"the path of {name!r}"), target,
-            target_spec.column(target_column, f"the path of {name!r}")))
+        link = Link(name, probe.column(column, f"the path of {name!r}"), target,
+                    target_spec.column(target_column, f"the path of {name!r}"))
+        kinds = (column_kind(probe.type_of(link.column)),
+                 column_kind(target_spec.type_of(link.target_column)))
+        if kinds[0] != kinds[1] or kinds[0] == "other":
+            raise QueryError(f"the path {link} joins a {kinds[0]} column to a {kinds[1]} "
+                             "one: a path joins columns of the same kind")
+        specs[name] = TableSpec(name, cols, True, link=link)
     schema = Schema(tuple(specs[n] for n in names))
     for spec in schema.private:  # a cycle never reaches a unit column
         seen = [spec.name]
