@@ -265,14 +265,14 @@ def declare(columns: Mapping[str, Mapping[str, str]], privacy_unit: Any,
                              "the privacy unit through private tables only")
         target_spec = TableSpec(target, tuple((str(c), str(t))
                                               for c, t in columns[target].items()), True)
-        link = Link(name, probe.column(column, f"the path of {name!r}"), target,
-                    target_spec.column(target_column, f"the path of {name!r}"))
-        kinds = (column_kind(probe.type_of(link.column)),
-                 column_kind(target_spec.type_of(link.target_column)))
+        declared = Link(name, probe.column(column, f"the path of {name!r}"), target,
+                        target_spec.column(target_column, f"the path of {name!r}"))
+        kinds = (column_kind(probe.type_of(declared.column)),
+                 column_kind(target_spec.type_of(declared.target_column)))
         if kinds[0] != kinds[1] or kinds[0] == "other":
-            raise QueryError(f"the path {link} joins a {kinds[0]} column to a {kinds[1]} "
+            raise QueryError(f"the path {declared} joins a {kinds[0]} column to a {kinds[1]} "
                              "one: a path joins columns of the same kind")
-        specs[name] = TableSpec(name, cols, True, link=link)
+        specs[name] = TableSpec(name, cols, True, link=declared)
     schema = Schema(tuple(specs[n] for n in names))
     for spec in schema.private:  # a cycle never reaches a unit column
         seen = [spec.name]
