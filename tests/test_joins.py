@@ -181,6 +181,9 @@ def test_a_left_join_keeps_customers_without_orders() -> None:
     ("SELECT COUNT(*) FROM customer c, orders o", UnsupportedQueryError, "ON"),
     ("SELECT COUNT(*) FROM customer c JOIN orders o USING (x)", UnsupportedQueryError,
      "USING"),
+    ("SELECT COUNT(*) FROM customer c JOIN orders o ON o.o_custkey = l.l_orderkey "
+     "JOIN lineitem l ON l.l_orderkey = o.o_orderkey", UnsupportedQueryError,
+     "joined before it"),
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON o.o_custkey > c.c_custkey",
      UnsupportedQueryError, "equalities"),
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON o.o_custkey = c.c_custkey "

@@ -162,9 +162,10 @@ class _Columns:
         return f"{alias}.{column}" if clash else column
 
 
-def _equalities(on: exp.Expression, columns: _Columns, joined: str
+def _equalities(on: exp.Expression, columns: _Columns, joined: str, before: list[str]
                 ) -> list[tuple[tuple[str, str], tuple[str, str]]]:
-    """ON as ((alias, column), (alias, column)) pairs, each with one side in ``joined``."""
+    """ON as ((alias, column), (alias, column)) pairs, one side in ``joined`` and the other
+    in a table of ``before`` (joined before it)."""
     terms: list[exp.Expression] = []
     stack = [on]
     while stack:
@@ -195,7 +196,7 @@ def _equalities(on: exp.Expression, columns: _Columns, joined: str
                                "rows with WHERE")
         if right[0] == joined:
             left, right = right, left
-        if left[0] != joined:
+        if left[0] != joined or right[0] not in before:
             raise _unsupported(f"ON {term.sql()} must compare a column of {joined!r} with a "
                                "column of a table joined before it")
         pairs.append((right, left))  # (earlier table's column, the joined table's column)
@@ -250,7 +251,7 @@ def flatten(select: exp.Select, schema: Schema) -> tuple[exp.Select, JoinSource]
             raise _unsupported("JOIN ... USING is not supported: write ON a.column = "
                                "b.column")
         joined, name = _table_of(join.this, schema)
-        on = _equalities(join.args["on"], columns, joined)
+        on = _equalities(join.args["on"], columns, joined, [t.alias for t in tables])
         if schema.table(name).private:
             if kind == "left" and not private:
                 raise _unsupported(f"LEFT JOIN {name}: the kept side has no private table, "
