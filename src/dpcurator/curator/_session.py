@@ -1,4 +1,5 @@
-"""The Curator: one table, one privacy unit, one budget; DP answers to aggregate questions.
+"""The Curator: one table (or a schema of several, joined in queries), one privacy unit, one
+budget; DP answers to aggregate questions.
 
 The central path reads like the data flow, one call per stage, each taking a frozen value and
 returning a new one; everything that can refuse a query runs before the charge, and after it
@@ -91,7 +92,8 @@ def _engine_for(data: Any, table: str | None, threads: int | None) -> Engine:
 
 
 class Curator:
-    """Answers DP aggregate queries about one table, charging one privacy budget.
+    """Answers DP aggregate queries about one table, or several joined (``Schema``),
+    charging one privacy budget.
 
     Args:
         data: a CSV or Parquet path (scanned in place), a pandas or Polars DataFrame, an Arrow
