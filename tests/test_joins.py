@@ -144,6 +144,8 @@ def test_a_release_over_a_join_is_charged_once_and_carries_its_interval() -> Non
     assert cur.spent.epsilon == pytest.approx(1.0) and len(cur.ledger) == 1
     frame = release.to_pandas(intervals=True)
     assert list(frame.nation) == NATIONS
+    stated = release.to_dict()["privacy"]["unit"]
+    assert "every row that reaches it" in stated and UNITS["lineitem"] in stated
     # each customer's line items capped at 50 (one nation each): the bounded count, which
     # each interval covers w.p. >= 1 - 1e-7 (the five together fail w.p. below 1e-6)
     capped = (flat(data).groupby(["n_name", "c_custkey"]).size().clip(upper=50)

@@ -314,6 +314,8 @@ class Release:
                               for name, (low, high) in bounds.items()})
         privacy: dict[str, Any] = {"guarantee": type(self.privacy).__name__,
                                    "neighbouring": str(self.privacy.neighbouring)}
+        if self.plan.source is not None:  # over several tables: which rows one unit is
+            privacy["unit"] = self.plan.source.neighbouring
         if isinstance(self.privacy, ZCDP):
             privacy.update(rho=self.privacy.rho, epsilon=None, delta=None)
         else:

@@ -66,6 +66,7 @@ class JoinSource:
     tables: tuple[JoinedTable, ...]
     columns: tuple[tuple[str, str, str], ...]
     unit: tuple[str, str]
+    neighbouring: str = ""  # the relation the guarantee holds under, in words
 
     def describe(self) -> str:
         parts = []
@@ -274,7 +275,9 @@ def flatten(select: exp.Select, schema: Schema) -> tuple[exp.Select, JoinSource]
     tables, unit = _complete_paths(schema, tables, private)
     rewritten = _rewrite(select, columns)
     read = tuple(sorted((columns.flat(a, c), a, c) for a, c in columns.used))
-    return rewritten, JoinSource(tuple(tables), read, unit)
+    relation = ("add or remove one privacy unit with every row that reaches it, in every "
+                f"table, through the declared paths ({schema.describe()})")
+    return rewritten, JoinSource(tuple(tables), read, unit, relation)
 
 
 def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str]
