@@ -33,10 +33,10 @@ reservation in its ledger and the stored releases. Parsing, pricing and describi
 Releases made are remembered per analyst (``_releases``: a bounded cache in front of the
 ledger's stored releases, which every process of a service reads): an analyst gets their own
 earlier release again for free, never another analyst's, and never learns that another
-analyst asked the same (``cached`` and ``query_id`` are the asker's own). The datasets' curators run with ``cache=False``: their cache is one per
-dataset, shared by every analyst, so it must not answer here. A dataset configured with
-``share_releases = true`` also keeps a cache per dataset, read only through a charge to the
-asker's own budget (see ``_config``).
+analyst asked the same (``cached`` and ``query_id`` are the asker's own). The datasets'
+curators run with ``cache=False``: their cache is one per dataset, shared by every analyst,
+so it must not answer here. A dataset configured with ``share_releases = true`` also keeps
+a cache per dataset, read only through a charge to the asker's own budget (see ``_config``).
 
 While it serves, the service verifies the whole ledger (chain and requests) every
 ``verify_every_s`` seconds on a connection of its own (``health`` says when it last did, and
