@@ -18,8 +18,8 @@ from dpcurator import errors
 
 EXPORTED: dict[str, list[str]] = {
     "dpcurator": [
-        "ApproxDP", "Budget", "Curator", "CuratorLike", "Neighbouring", "PureDP", "Release", "Schema",
-        "ZCDP", "__version__", "accounting", "audit", "connect", "ledger", "local",
+        "ApproxDP", "Budget", "Curator", "CuratorLike", "Neighbouring", "PureDP", "Release",
+        "Schema", "ZCDP", "__version__", "accounting", "audit", "connect", "ledger", "local",
         "mechanisms", "noise",
     ],
     "dpcurator.noise": [

@@ -23,7 +23,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -82,7 +82,7 @@ def serve(
             os.environ[_CONFIG] = str(config.resolve())
             os.environ[_ACCESS_LOG] = access_log
     # uvicorn's own access log is off: the service writes its own, with bounded fields.
-    common = {"host": host, "port": port, "log_level": "info", "access_log": False,
+    common: dict[str, Any] = {"host": host, "port": port, "log_level": "info", "access_log": False,
               "proxy_headers": True, "forwarded_allow_ips": forwarded_allow_ips}
     if workers > 1:
         uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **common)

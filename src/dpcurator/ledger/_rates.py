@@ -147,7 +147,8 @@ class PostgresRateBuckets(RateBuckets):
             db = psycopg.connect(self._conninfo, autocommit=True)
             db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
             db.execute("SET statement_timeout = '10s'")
-            if create and db.execute("SELECT to_regclass('rate_buckets')").fetchone()[0] is None:
+            found = db.execute("SELECT to_regclass('rate_buckets')").fetchone()
+            if create and (found is None or found[0] is None):
                 with db.transaction():
                     db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
                                (f"dpcurator rate_buckets {self.schema}",))
