@@ -169,3 +169,41 @@ def test_rate_buckets_admit_exactly_the_burst_across_racing_processes(
         racer.stdin.flush()
     taken = [int(racer.communicate(timeout=120)[0]) for racer in racers]
     assert sum(taken) == 50, taken
+
+
+def test_a_ledger_made_before_gets_the_index_of_stored_releases(
+        ledger_factory: Callable[[], str]) -> None:
+    """Stored releases are looked up by (dataset, fingerprint) through an index; a ledger made
+    before it has it added when it is next opened (still verifying)."""
+    target = ledger_factory()
+    open_ledger(target).close()
+    if target.startswith("postgresql://"):
+        import psycopg
+
+        url, schema = target.split("?schema=")
+        with psycopg.connect(url, autocommit=True) as db:
+            db.execute(f'DROP INDEX "{schema}".requests_by_fingerprint')
+
+            def indexed() -> bool:
+                return db.execute("SELECT 1 FROM pg_indexes WHERE schemaname = %s AND "
+                                  "indexname = 'requests_by_fingerprint'",
+                                  (schema,)).fetchone() is not None
+
+            assert not indexed()
+            open_ledger(target, create=False).close()
+            assert indexed()
+        return
+    import sqlite3
+
+    def has_index() -> bool:
+        with sqlite3.connect(target) as db:
+            return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
+                              "name = 'requests_by_fingerprint'").fetchone() is not None
+
+    with sqlite3.connect(target) as db:
+        db.execute("DROP INDEX requests_by_fingerprint")
+    assert not has_index()
+    ledger = open_ledger(target, create=False)
+    ledger.verify()
+    ledger.close()
+    assert has_index()

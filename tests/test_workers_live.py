@@ -10,6 +10,7 @@ either answered or completed for free by a retry with its key), and is replaced.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -99,12 +100,13 @@ def post_query(url: str, token: str, sql: str) -> tuple[int, dict[str, Any]]:
 
 
 def sockets(pid: int) -> int:
-    """How many sockets a process holds (a worker's client connections, and a few of its own)."""
-    try:
-        return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-                   for fd in os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return 0
+    """How many sockets a process holds (a worker's client connections, and a few of its own);
+    a descriptor closed while they are counted is not one."""
+    held = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            held += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    return held
 
 
 @pytest.fixture
