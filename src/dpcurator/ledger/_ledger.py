@@ -22,7 +22,9 @@ placeholders). Everything else lives here, once:
 - a reservation is one transaction: every account's debit fits or nothing is written, and the
   request is recorded with them (a retry with the same idempotency key finds it instead of
   paying again);
-- a release is stored under its request once, and never replaced.
+- a release is stored under its request once, and never replaced; any process finds it again
+  by the request's fingerprint (``stored_release``: how a service's workers, or services
+  sharing a ledger, send each other's releases free).
 """
 
 from __future__ import annotations
