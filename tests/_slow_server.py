@@ -4,7 +4,9 @@
 
 Each answer (``Curator.answer``, run after the request's charge is committed) first sleeps
 ``SECONDS``: the window in which a test kills the server with a request charged and not yet
-answered. Everything else is the real command.
+answered. Everything else is the real command. The answer is slowed when this file is
+imported, so the workers of ``serve --workers N`` (spawned processes, which import the
+parent's main file and get its ``sys.argv``) are slowed too.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def _slow_answer(self: Curator, *args: Any, **kwargs: Any) -> Any:
     return _answer(self, *args, **kwargs)
 
 
+Curator.answer = _slow_answer  # type: ignore[method-assign]
+
 if __name__ == "__main__":
-    Curator.answer = _slow_answer  # type: ignore[method-assign]
     app(args=sys.argv[2:], prog_name="dpcurator")

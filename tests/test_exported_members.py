@@ -46,8 +46,9 @@ EXPORTED: dict[str, list[str]] = {
     ],
     "dpcurator.ledger": [
         "AccountState", "Amount", "Budget", "Charge", "Entry", "IdempotencyConflict", "Ledger",
-        "LedgerReport", "PostgresLedger", "Reservation", "SQLiteLedger", "StoredRequest",
-        "fingerprint", "is_postgres_url", "mask_url", "migrate_journal", "open_ledger",
+        "LedgerReport", "PostgresLedger", "RateBuckets", "Reservation", "SQLiteLedger",
+        "StoredRequest", "fingerprint", "is_postgres_url", "mask_url", "migrate_journal",
+        "open_ledger", "open_rate_buckets",
     ],
     "dpcurator.query": [
         "Aggregate", "BoundedQuery", "Bounds", "BoundsError", "Count", "CountUnits", "GroupKey",

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _section_blocks() -> list[tuple[str, str]]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## The curator as a service", 1)[1].split("\n## ", 1)[0]
+    section = section.split("\n### ", 1)[0]  # its own blocks, not its subsections' examples
     return re.findall(r"```(bash|python)\n(.*?)```", section, flags=re.S)
 
 

@@ -1,9 +1,16 @@
 """``dpcurator serve``: run the curator service, and make analysts' tokens.
 
     dpcurator serve --config curator.toml [--host 127.0.0.1] [--port 8000]
-                    [--access-log -|PATH|off]
+                    [--workers N] [--forwarded-allow-ips IPS] [--access-log -|PATH|off]
     dpcurator serve token alice          # a fresh token, and the line for the config
     dpcurator serve token alice --token-file alice.token >> curator.toml
+
+With ``--workers N`` the command first builds the service once (so that a wrong
+configuration, dataset or ledger is reported here, once, and the ledger and its accounts
+exist), then uvicorn starts N worker processes on one socket and restarts any that dies. Each
+worker builds its own service (``worker_app``, from the configuration's path the command puts
+in its environment) over the same ledger: budgets are debited there in one transaction each,
+releases are found there by any worker, and the per-analyst rate limit is kept beside it.
 
 The service needs the ``server`` extra (``pip install 'dpcurator[server]'``).
 """
@@ -16,13 +23,17 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dpcurator.cli._common import emit, fail, user_errors
 from dpcurator.errors import UserError
 
-__all__ = ["serve_app"]
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = ["serve_app", "worker_app"]
 
 serve_app = typer.Typer(
     invoke_without_command=True, no_args_is_help=False,
@@ -36,6 +47,15 @@ def serve(
         None, "--config", help="The service's configuration (TOML): datasets, analysts, ledger."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
+    workers: int = typer.Option(
+        1, "--workers", min=1, max=64, help="Worker processes serving the one socket, each "
+                                            "with its own service over the same ledger."),
+    forwarded_allow_ips: str = typer.Option(
+        "127.0.0.1", "--forwarded-allow-ips",
+        help="Addresses (comma-separated, or *) of the reverse proxies whose X-Forwarded-For "
+             "and X-Forwarded-Proto are believed: a request from one of them is counted "
+             "against the address the proxy names. From anywhere else those headers are "
+             "ignored."),
     access_log: str = typer.Option(
         "-", "--access-log", help="Where each request's access-log line goes: - (stderr), a "
                                   "file (appended, created 0600), or off. The audit log is "
@@ -57,13 +77,43 @@ def serve(
                             "'dpcurator[server]'") from None
         handler = _access_handler(access_log)
         app = create_app(load_config(config))
+        if workers > 1:  # checked, and the ledger made: each worker builds its own
+            app.state.service.close()
+            os.environ[_CONFIG] = str(config.resolve())
+            os.environ[_ACCESS_LOG] = access_log
+    # uvicorn's own access log is off: the service writes its own, with bounded fields.
+    common: dict[str, Any] = {"host": host, "port": port, "log_level": "info", "access_log": False,
+              "proxy_headers": True, "forwarded_allow_ips": forwarded_allow_ips}
+    if workers > 1:
+        uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **common)
+    else:
+        _use_access_log(handler)
+        uvicorn.run(app, **common)
+
+
+_CONFIG = "DPCURATOR_SERVE_CONFIG"  # what `serve --workers N` tells its workers
+_ACCESS_LOG = "DPCURATOR_SERVE_ACCESS_LOG"
+
+
+def worker_app() -> FastAPI:
+    """The app of one worker of ``dpcurator serve --workers N`` (uvicorn's factory, called in
+    each worker process): its own service, from the configuration the command checked."""
+    from dpcurator.server import create_app, load_config
+
+    path = os.environ.get(_CONFIG)
+    if not path:
+        raise UserError(f"worker_app is started by `dpcurator serve --workers N`, which sets "
+                        f"{_CONFIG}; it is not set")
+    _use_access_log(_access_handler(os.environ.get(_ACCESS_LOG, "-")))
+    return create_app(load_config(path))
+
+
+def _use_access_log(handler: logging.Handler | None) -> None:
     if handler is not None:
         logger = logging.getLogger("dpcurator.server.access")
         logger.setLevel(logging.INFO)
         logger.addHandler(handler)
         logger.propagate = False
-    # uvicorn's own access log is off: the service writes its own, with bounded fields.
-    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
 
 
 def _access_handler(target: str) -> logging.Handler | None:

@@ -13,6 +13,8 @@
 - ``IdempotencyConflict``, ``fingerprint``: a request id reused for another request; a
   request's identity.
 - ``migrate_journal``: turn a JSONL journal of dpcurator 0.1 into a ledger.
+- ``open_rate_buckets(target)``, ``RateBuckets``: token buckets beside a ledger, shared by
+  every process that opens them (the service's per-analyst rate limit across its workers).
 
 The owner's view is ``dpcurator ledger verify|show|export|raise|migrate LEDGER``.
 """
@@ -32,6 +34,7 @@ from ._ledger import (
     fingerprint,
 )
 from ._open import open_ledger
+from ._rates import RateBuckets, open_rate_buckets
 from ._sqlite import SQLiteLedger
 from ._urls import is_postgres_url, mask_url
 from .budget import Budget, Charge
@@ -49,6 +52,7 @@ __all__ = [
     "Ledger",
     "LedgerReport",
     "PostgresLedger",
+    "RateBuckets",
     "Reservation",
     "SQLiteLedger",
     "StoredRequest",
@@ -57,6 +61,7 @@ __all__ = [
     "mask_url",
     "migrate_journal",
     "open_ledger",
+    "open_rate_buckets",
 ]
 
 

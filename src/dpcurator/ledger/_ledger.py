@@ -22,7 +22,9 @@ placeholders). Everything else lives here, once:
 - a reservation is one transaction: every account's debit fits or nothing is written, and the
   request is recorded with them (a retry with the same idempotency key finds it instead of
   paying again);
-- a release is stored under its request once, and never replaced.
+- a release is stored under its request once, and never replaced; any process finds it again
+  by the request's fingerprint (``stored_release``: how a service's workers, or services
+  sharing a ledger, send each other's releases free).
 """
 
 from __future__ import annotations
@@ -496,6 +498,23 @@ class Ledger(ABC):
             with self._tripwire():
                 self._check_requests(db, [found])
         return found
+
+    def stored_release(self, dataset: str, fingerprint: str, *,
+                       analyst: str | None = None) -> StoredRequest | None:
+        """The oldest request on the dataset with this ``fingerprint`` whose release is
+        stored (the analyst's own when ``analyst`` is given, anyone's otherwise), checked
+        against the entries that record it; None if there is none.
+
+        This is how a service's workers (or several services over one ledger) find a
+        release that another of them made: one read through the (dataset, fingerprint)
+        index. The oldest, so that every reader finds the same one."""
+        where = "dataset = ? AND fingerprint = ? AND release IS NOT NULL"
+        parameters = [dataset, fingerprint]
+        if analyst is not None:
+            where += " AND analyst = ?"
+            parameters.append(analyst)
+        with self._transaction(write=False) as db:
+            return self._one_request(db, f"{where} ORDER BY created, id LIMIT 1", parameters)
 
     def request(self, request_id: str) -> StoredRequest | None:
         """A request and its release, checked against the entries that record them."""

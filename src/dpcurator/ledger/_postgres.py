@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import secrets
 import time
@@ -55,9 +56,14 @@ from ._urls import is_postgres_url, mask_url, url_secrets
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresLedger"]
 
+_log = logging.getLogger("dpcurator.ledger")
 DEFAULT_SCHEMA = "dpcurator_ledger"
 LOCK_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 30
+
+# The stored releases by what they answered (``Ledger.stored_release``); added to a ledger made
+# before it when it is opened, where the role may (its lookups scan otherwise).
+_FINGERPRINTS = "CREATE INDEX requests_by_fingerprint ON {s}.requests (dataset, fingerprint)"
 
 # {s} is the schema, quoted by psycopg.sql.Identifier. One statement per item.
 _SCHEMA: tuple[str, ...] = (
@@ -88,6 +94,7 @@ _SCHEMA: tuple[str, ...] = (
         UNIQUE (analyst, dataset, idempotency_key)
     )""",
     "CREATE INDEX requests_by_analyst ON {s}.requests (analyst, dataset, created)",
+    _FINGERPRINTS,
     """CREATE FUNCTION {s}.refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = 'restrict_violation';
@@ -137,6 +144,7 @@ class PostgresLedger(Ledger):
                                         "holds none)")
                     self._create()
                 ledger_id = self._read_meta()
+                self._upgrade()
             self._start(ledger_id)
         except BaseException:
             self._db.close()
@@ -242,10 +250,8 @@ class PostgresLedger(Ledger):
         """Create the schema's tables, unless another connection got there first."""
         db = self._db
         s = sql.Identifier(self.schema)
-        key = int.from_bytes(hashlib.sha256(f"{FORMAT}:{self.schema}".encode()).digest()[:8],
-                             "big", signed=True)
         with db.transaction():
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (self._creation_key(),))
             if self._has_ledger():
                 return  # another process created it while this one waited
             namespace = db.execute("SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s",
@@ -264,6 +270,29 @@ class PostgresLedger(Ledger):
                         ("id", secrets.token_hex(16)), ("created", repr(time.time()))):
                 db.execute("INSERT INTO meta (key, value) VALUES (%s, %s)", row)
             db.execute("INSERT INTO head (id, seq, hash) VALUES (1, 0, '')")
+
+    def _upgrade(self) -> None:
+        """Add what later versions index to a ledger made before them, once, under the
+        creation's advisory lock; a role that may not is told so in the log, not refused."""
+        db = self._db
+        if db.execute("SELECT 1 FROM pg_catalog.pg_indexes WHERE schemaname = %s AND "
+                      "indexname = 'requests_by_fingerprint'", (self.schema,)).fetchone():
+            return
+        try:
+            with db.transaction():
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (self._creation_key(),))
+                if db.execute("SELECT 1 FROM pg_catalog.pg_indexes WHERE schemaname = %s AND "
+                              "indexname = 'requests_by_fingerprint'",
+                              (self.schema,)).fetchone() is None:
+                    db.execute(sql.SQL(_FINGERPRINTS).format(s=sql.Identifier(self.schema)))
+        except pg_errors.InsufficientPrivilege:
+            _log.warning("ledger %s: this role may not add the index of stored releases by "
+                         "fingerprint; looking them up reads the dataset's requests instead",
+                         self.where)
+
+    def _creation_key(self) -> int:
+        return int.from_bytes(hashlib.sha256(f"{FORMAT}:{self.schema}".encode()).digest()[:8],
+                              "big", signed=True)
 
     def _read_meta(self) -> str:
         rows = dict(self._db.execute("SELECT key, value FROM meta").fetchall())

@@ -66,6 +66,12 @@ CREATE TABLE IF NOT EXISTS requests (
 CREATE INDEX IF NOT EXISTS requests_by_analyst ON requests (analyst, dataset, created);
 """
 
+# The stored releases by what they answered (``Ledger.stored_release``); added to ledgers made
+# before it when they are opened, where the file can be written.
+_FINGERPRINTS = """
+CREATE INDEX IF NOT EXISTS requests_by_fingerprint ON requests (dataset, fingerprint);
+"""
+
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE entries (
@@ -84,7 +90,7 @@ CREATE TRIGGER entries_are_append_only_d BEFORE DELETE ON entries
     BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
 CREATE TRIGGER head_stays BEFORE DELETE ON head
     BEGIN SELECT RAISE(ABORT, 'the ledger head cannot be deleted'); END;
-""" + _REQUESTS
+""" + _REQUESTS + _FINGERPRINTS
 
 
 class SQLiteLedger(Ledger):
@@ -188,6 +194,11 @@ class SQLiteLedger(Ledger):
         if "id" not in rows:
             raise LedgerIntegrityError(f"ledger {self.where}: its id is missing")
         self._db.executescript(_REQUESTS)  # ledgers made before the service had no requests
+        try:
+            self._db.executescript(_FINGERPRINTS)
+        except sqlite3.OperationalError as exc:  # read-only: its lookups scan instead
+            if "readonly" not in str(exc):
+                raise
         return str(rows["id"])
 
 

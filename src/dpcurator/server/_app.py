@@ -40,7 +40,9 @@ Every request, whatever its outcome, is written to the audit log as one line of 
 size (who, from where, what, the outcome and its cost), and to the access log (the logger
 ``dpcurator.server.access``, which ``dpcurator serve --access-log`` sends to stderr or a
 file). Before authentication, requests are limited per client address
-(``[limits] address_requests_per_second``); after it, per analyst.
+(``[limits] address_requests_per_second``, in each process; the address is the one a trusted
+proxy names in X-Forwarded-For, see ``dpcurator serve --forwarded-allow-ips``); after it, per
+analyst, across every process over the ledger (``dpcurator.ledger.open_rate_buckets``).
 """
 
 from __future__ import annotations

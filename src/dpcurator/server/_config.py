@@ -31,7 +31,9 @@ but not again to the dataset's; the answer carries a request id of the asker's o
 
 The address limit counts every request from a client address that does not authenticate
 (no token, a wrong one, ``/healthz``, ``/docs``) and is checked before the token is; a request
-that authenticates is counted against its analyst's limit instead.
+that authenticates is counted against its analyst's limit instead. The analyst's limit holds
+across every worker and every service over the ledger (its buckets are kept beside it); the
+address limit is each process's own (``dpcurator serve --workers N`` admits N times it).
 
 An owner's token opens the owner's view (every dataset and analyst, the ledger's state, the
 audit log) and nothing an analyst's token opens; an analyst's token opens none of it.

@@ -8,7 +8,10 @@ A query goes through these stages, and nothing is read before the charge is comm
 
     resolve   the DP SQL, parsed by the dataset's curator, with the dataset's defaults and
               the privacy asked (400 if wrong)
-    replay    the same release made before for the same analyst: returned free, ``cached``
+    replay    the same release made before for the same analyst (by this process, or found
+              in the ledger's stored releases by the query's fingerprint: made by another
+              worker, another service over the same ledger, or before a restart): returned
+              free, ``cached``
               (with ``share_releases``, one made for another analyst of the dataset:
               charged to the asker's own budget only, under a request id of the asker's own)
     prepare   the curator compiles, prices and checks it against the table's types (400 if
@@ -27,13 +30,13 @@ reservation in its ledger and the stored releases. Parsing, pricing and describi
 (each mechanism's own ``error_95``) are the curator's (``Curator.parse``, ``prepare``,
 ``cost_in``, ``describe``), through its public surface only.
 
-Releases made are remembered per analyst (a bounded cache in front of the ledger's stored
-releases): an analyst gets their own earlier release again for free, never another analyst's,
-and never learns that another analyst asked the same (``cached`` and ``query_id`` are the
-asker's own). The datasets' curators run with ``cache=False``: their cache is one per
-dataset, shared by every analyst, so it must not answer here. A dataset configured with
-``share_releases = true`` also keeps a cache per dataset, read only through a charge to the
-asker's own budget (see ``_config``).
+Releases made are remembered per analyst (``_releases``: a bounded cache in front of the
+ledger's stored releases, which every process of a service reads): an analyst gets their own
+earlier release again for free, never another analyst's, and never learns that another
+analyst asked the same (``cached`` and ``query_id`` are the asker's own). The datasets'
+curators run with ``cache=False``: their cache is one per dataset, shared by every analyst,
+so it must not answer here. A dataset configured with ``share_releases = true`` also keeps
+a cache per dataset, read only through a charge to the asker's own budget (see ``_config``).
 
 While it serves, the service verifies the whole ledger (chain and requests) every
 ``verify_every_s`` seconds on a connection of its own (``health`` says when it last did, and
@@ -60,19 +63,26 @@ from typing import Any, TypeVar
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.accounting.filters import FilterRule, encode_cost
-from dpcurator.curator import Curator, PreparedQuery, Release, ResolvedQuery
+from dpcurator.curator import Curator, PreparedQuery, ResolvedQuery
 from dpcurator.errors import (
     BudgetExceededError,
     DPCuratorError,
     InternalError,
     LedgerIntegrityError,
 )
-from dpcurator.ledger import AccountState, Budget, IdempotencyConflict, Ledger, fingerprint
+from dpcurator.ledger import (
+    AccountState,
+    Budget,
+    IdempotencyConflict,
+    Ledger,
+    open_rate_buckets,
+)
 from dpcurator.noise import RandomSource
 from dpcurator.query import plan_from_json, public_keys
 from dpcurator.query.plan import DEFAULT_AUTO_SHARE, Plan
 
 from ._config import AnalystConfig, DatasetConfig, OwnerConfig, ServiceConfig
+from ._releases import Kept, Releases, query_fingerprint
 
 __all__ = ["QueryBody", "Service", "ServiceError", "account_view"]
 
@@ -81,7 +91,6 @@ _log = logging.getLogger("dpcurator.server")
 T = TypeVar("T")
 Price = PureDP | ApproxDP | ZCDP  # what a query is charged (``Curator.cost_in``)
 _MAX_SQL = 20_000
-_CACHE_SIZE = 4096
 PAGE = 50  # history and ledger pages: the default size ...
 MAX_PAGE = 500  # ... and the largest (a page is read alone, however long the history)
 
@@ -110,15 +119,6 @@ class QueryBody:
     intervals: str | None = None  # "bounded" or "total" (None: the curator's default)
     total_share: float | None = None  # of the query's budget, for total intervals
 
-    def identity(self, dataset: str) -> str:
-        """The request's fingerprint, for Idempotency-Key checks."""
-        return fingerprint(dataset, json.dumps(
-            [self.sql, self.plan, self.epsilon, self.delta, self.rho, self.noise,
-             self.confidence, list(self.keys) if self.keys is not None else None,
-             *([self.intervals] if self.intervals is not None else []),
-             *([self.total_share] if self.total_share is not None else [])],
-            default=str))
-
     @property
     def text(self) -> str:
         """What the audit log and the ledger's label show of the query."""
@@ -133,11 +133,10 @@ class _Dataset:
     parse: Callable[..., Plan]  # the curator's parse, remembered (plans are frozen)
 
 
-
 class _Limiter:
-    """A token bucket per key (an analyst, a client address): ``rate`` requests a second, up
-    to ``burst`` at once. At most ``keys`` buckets are kept (the least recently used is
-    forgotten first: a forgotten key starts full again)."""
+    """A token bucket per key, in this process (a client address, before authentication):
+    ``rate`` requests a second, up to ``burst`` at once. At most ``keys`` buckets are kept
+    (the least recently used is forgotten first: a forgotten key starts full again)."""
 
     def __init__(self, rate: float, burst: int, keys: int = 100_000) -> None:
         self.rate, self.burst, self.keys = rate, burst, keys
@@ -292,15 +291,15 @@ class Service:
             for dataset, total in analyst.budgets.items():
                 self.ledger.open_account(self.account_of(analyst, dataset),
                                          FilterRule.make(total))
-        self._limiter = _Limiter(config.limits.requests_per_second, config.limits.burst)
+        # Per analyst (and owner): buckets beside the ledger, shared by every worker and
+        # every service over it. Per client address, before authentication: this process's
+        # own (a shared bucket would cost a database write for each unauthenticated request,
+        # the very flood it guards against; N workers admit N times the address rate).
+        self._rates = open_rate_buckets(config.ledger)
         self.addresses = _Limiter(config.limits.address_requests_per_second,
                                   config.limits.address_burst)
         self.audit = _AuditLog(config.audit_log)
-        # (analyst, dataset, plan, privacy asked) -> (request id, release): per analyst
-        self._released: OrderedDict[tuple[str, str, Any], tuple[str, Release]] = OrderedDict()
-        # (dataset, plan, privacy asked) -> release: only for datasets that share releases
-        self._shared: OrderedDict[tuple[str, Any], Release] = OrderedDict()
-        self._released_lock = threading.Lock()
+        self.releases = Releases(self.ledger)
         self.verifier = _Verifier(config.ledger, self.ledger, config.verify_every_s)
 
     # -- who is asking -------------------------------------------------------------------------
@@ -333,7 +332,15 @@ class Service:
     def admit(self, who: AnalystConfig | OwnerConfig) -> None:
         """Rate limit per analyst, or per owner (429)."""
         key = who.name if isinstance(who, AnalystConfig) else f"owner/{who.name}"
-        if not self._limiter.take(key):
+        limits = self.config.limits
+        try:
+            admitted = self._rates.take(key, rate=limits.requests_per_second,
+                                        burst=limits.burst)
+        except DPCuratorError as exc:
+            _log.error("the rate limits cannot be read: %s", exc)
+            raise ServiceError(503, "rate_limits_unavailable", "the rate limits cannot be "
+                               "read just now; nothing was charged, try again") from None
+        if not admitted:
             raise ServiceError(429, "rate_limited", "too many requests; slow down and retry")
 
     def dataset(self, analyst: AnalystConfig, name: str) -> _Dataset:
@@ -363,11 +370,10 @@ class Service:
         data = self.dataset(analyst, name)
         self._check_ledger()
         resolved = self._resolve(data, body)
-        hit = self._cached(analyst, name, resolved)
+        hit = self.releases.own(analyst.name, name, resolved, in_ledger=False)
         if hit is None:
             return None
-        return self._response(analyst, name, hit[0], hit[1].to_dict(resolved.level),
-                              cached=True)
+        return self._response(analyst, name, hit[0], hit[1], cached=True)
 
     def query(self, analyst: AnalystConfig, name: str, body: QueryBody,
               idempotency_key: str | None = None) -> dict[str, Any]:
@@ -375,29 +381,32 @@ class Service:
         data = self.dataset(analyst, name)
         self._check_ledger()
         resolved = self._resolve(data, body)
-        hit = self._cached(analyst, name, resolved)
+        share = data.config.share_releases
+        try:  # made before for this analyst, by this process or any other: free
+            hit = self.releases.own(analyst.name, name, resolved, in_ledger=True)
+            shared = self.releases.anyones(name, resolved) if hit is None and share else None
+        except LedgerIntegrityError:
+            raise _ledger_unavailable() from None
         if hit is not None and idempotency_key is None:
-            return self._response(analyst, name, hit[0], hit[1].to_dict(resolved.level),
-                                  cached=True)
-        shared = self._shared_release(name, resolved) if hit is None else None
+            return self._response(analyst, name, hit[0], hit[1], cached=True)
         prepared: PreparedQuery | None = None
         costs: dict[str, Price] = {}
         reserve = functools.partial(
             self.ledger.reserve, analyst=analyst.name, dataset=name,
-            fingerprint=body.identity(name), label=f"{analyst.name}: {body.text}"[:2000],
-            idempotency_key=idempotency_key)
+            fingerprint=query_fingerprint(name, resolved),
+            label=f"{analyst.name}: {body.text}"[:2000], idempotency_key=idempotency_key)
         try:
             if hit is not None:  # free: the key is recorded with the release already made
-                reservation = reserve([], release=json.dumps(hit[1].to_dict(resolved.level),
-                                                             allow_nan=False))
+                reservation = reserve([], release=json.dumps(hit[1], allow_nan=False))
             elif shared is not None:  # another analyst's release: charged to the asker only
                 prepared = _user(lambda: data.curator.prepare(resolved))
                 mine = self.account_of(analyst, name)
+                answer = shared.at(resolved.level)
                 reservation = reserve([(mine, self._cost_in(data, prepared, mine))],
-                                      release=json.dumps(shared.to_dict(resolved.level),
-                                                         allow_nan=False))
+                                      release=json.dumps(answer, allow_nan=False))
                 if not reservation.replayed:
-                    self._remember(analyst, name, resolved, reservation.request.id, shared)
+                    self.releases.remember(analyst.name, name, resolved,
+                                           reservation.request.id, shared, shared=False)
             else:
                 prepared = _user(lambda: data.curator.prepare(resolved))
                 costs = self._costs(analyst, data, prepared)
@@ -425,36 +434,10 @@ class Service:
         except LedgerIntegrityError:
             raise _ledger_unavailable() from None
         if stored == ours:  # another worker may have stored first: remember only what was sent
-            self._remember(analyst, name, resolved, request.id, release)
+            self.releases.remember(analyst.name, name, resolved, request.id,
+                                   Kept(release, None, resolved.level), shared=share)
         return self._response(analyst, name, request.id, json.loads(stored),
                               cached=reservation.replayed)
-
-    def _cached(self, analyst: AnalystConfig, name: str, resolved: ResolvedQuery
-                ) -> tuple[str, Release] | None:
-        with self._released_lock:
-            return self._released.get((analyst.name, name, resolved.key))
-
-    def _shared_release(self, name: str, resolved: ResolvedQuery) -> Release | None:
-        """A release of the same query made for any analyst, if the dataset shares them."""
-        if not self.datasets[name].config.share_releases:
-            return None
-        with self._released_lock:
-            return self._shared.get((name, resolved.key))
-
-    def _remember(self, analyst: AnalystConfig, name: str, resolved: ResolvedQuery,
-                  request_id: str, release: Release) -> None:
-        key = (analyst.name, name, resolved.key)
-        with self._released_lock:
-            self._released[key] = (request_id, release)
-            self._released.move_to_end(key)
-            while len(self._released) > _CACHE_SIZE:
-                self._released.popitem(last=False)
-            if self.datasets[name].config.share_releases:
-                shared = (name, resolved.key)
-                self._shared.setdefault(shared, release)
-                self._shared.move_to_end(shared)
-                while len(self._shared) > _CACHE_SIZE:
-                    self._shared.popitem(last=False)
 
     def _check_ledger(self) -> None:
         """Refuse (503) once the ledger was found not to verify, by any check."""
@@ -573,6 +556,7 @@ class Service:
 
     def close(self) -> None:
         self.verifier.close()
+        self._rates.close()
         for data in self.datasets.values():
             data.curator.close()
         self.ledger.close()
