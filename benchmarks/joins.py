@@ -2,7 +2,8 @@
 join with the same per-customer caps written by hand, on DuckDB.
 
     .venv/bin/python benchmarks/joins.py [--scale 1] [--repeats 5] [--json out.json]
-        [--data DIR] [--questions 1,2,...]
+        [--data DIR] [--questions 1,2,...] [--tumult-python PATH [--tumult-grid 1,2,...]
+        [--tumult-releases 3] [--threads 2]]
 
 The data comes from the ``tpchgen-cli`` wheel (``pip install tpchgen-cli``; the dev extra
 installs it), written once as Parquet into ``--data`` (default
@@ -32,16 +33,32 @@ Timed round-robin in one process (``_rounds``), medians, paired per round:
 
 Accuracy: each question's median relative error against the exact answer without caps (the
 plain query), over the released partitions and ``--repeats`` releases.
+
+With ``--tumult-python`` (an environment with ``tmlt.analytics`` and ``duckdb``; Tumult pins
+numpy < 2 and pandas < 2; Java 17 runs its local Spark on ``--threads`` cores), Tumult
+Analytics answers the same six questions on the same Parquet files with ``join_private``
+(``tumult_child``): the three private tables in one id space of customers (``AddRowsWithID``),
+its ``lineitem`` given the customer column it needs (``o_custkey``, joined from ``orders``
+outside Tumult and not timed), ``nation`` public. Its truncation is swept in hindsight:
+``MaxRowsPerID(t)`` for t in ``--tumult-grid`` and, where a customer can be in k > 1
+partitions, ``MaxGroupsPerID(k)`` with ``MaxRowsPerGroupPerID(r)`` for r in the grid,
+``--tumult-releases`` releases each. Per question the threshold with the lowest median
+relative error (the same definition, pooled over its releases) is Tumult's best; its error
+and median wall time per release (session creation excluded, JVM and Spark's caches warm)
+are set against dpcurator's: the issue's targets are an error at or below Tumult's best and
+at least 10x less time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +72,8 @@ JOIN = ("FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
         "JOIN customer ON o_custkey = c_custkey JOIN nation ON c_nationkey = n_nationkey")
 ROWS = 100
 PRICE = (0.0, 100_000.0)
+EPSILON = 1.0
+DELTA = 1e-6  # with private keys
 # (name, aggregate, group column, public keys?, partitions per customer)
 QUESTIONS = [
     ("count by nation", "count", "n_name", True, 1),
@@ -83,25 +102,300 @@ def dp_sql(aggregate: str, group: str) -> str:
     return f"SELECT {group}, {value} AS answer {JOIN} GROUP BY {group}"
 
 
-def hand_sql(aggregate: str, group: str, k: int, public: bool) -> str:
-    """The same caps written by hand (module docstring), in DuckDB's SQL."""
+def hand_sql(aggregate: str, group: str, k: int, public: bool, *, rows: int = ROWS,
+             hashed: str = "hash(u, g)", double: str = "DOUBLE") -> str:
+    """The same caps written by hand (module docstring): in DuckDB's SQL, or another
+    engine's with its hash of (u, g) and its name of the double type
+    (benchmarks/joins_engines.py)."""
     lo, hi = PRICE
-    per_pair = (f"least(count(*), {ROWS})" if aggregate == "count" else
-                f"sum(least(greatest(l_extendedprice::DOUBLE, {lo}), {hi})) * "
-                f"least(1.0, {ROWS} / count(*))")
+    per_pair = (f"least(count(*), {rows})" if aggregate == "count" else
+                f"sum(least(greatest(CAST(l_extendedprice AS {double}), {lo}), {hi})) * "
+                f"least(1.0, {rows}.0 / count(*))")
     pairs = f"""
         WITH pairs AS (
             SELECT c_custkey AS u, {group} AS g, {per_pair} AS a
             {JOIN} GROUP BY c_custkey, {group})"""
     if not public:
         return f"""{pairs},
-        kept AS (SELECT *, row_number() OVER (PARTITION BY u ORDER BY hash(u, g)) AS r
+        kept AS (SELECT *, row_number() OVER (PARTITION BY u ORDER BY {hashed}) AS r
                  FROM pairs)
         SELECT g, sum(a), count(*) FROM kept WHERE r <= {k} GROUP BY g"""
     return f"""{pairs},
         units AS (SELECT u, count(*) AS m FROM pairs GROUP BY u)
-        SELECT g, sum(CASE WHEN m <= {k} THEN a ELSE a * {k} / m END)
+        SELECT g, sum(CASE WHEN m <= {k} THEN a ELSE a * {k}.0 / m END)
         FROM pairs JOIN units USING (u) GROUP BY g"""
+
+
+# -- Tumult Analytics' join_private on the same questions (a separate environment) ------------
+
+KEYS_SHARE = 0.5  # of epsilon spent choosing private keys: Tumult's own split (see tumult_child)
+
+
+def tumult_child(args: argparse.Namespace) -> None:
+    """Run in Tumult's environment (``--tumult-python``): every question at every truncation
+    of the grid, ``--tumult-releases`` releases each, printing one JSON line of the answers
+    and the wall times (the parent computes the errors, with the same truth as dpcurator's).
+
+    Set-up, not timed: DuckDB adds to each line item its order's customer (``o_custkey``, the
+    id column Tumult needs in every private table) and casts ``l_extendedprice`` to DOUBLE
+    (Tumult sums no decimals); Spark reads the three private tables (only the columns the
+    questions use) and ``nation`` (public, ``n_nationkey`` renamed ``c_nationkey`` to join on),
+    and caches them in memory. One Session per question, ``AddRowsWithID`` on the three tables
+    in one id space, with a budget of epsilon (and delta) times the releases it makes; each
+    release spends what dpcurator spends (epsilon = 1; with private keys also delta = 1e-6).
+    Timed per release: building the query, ``Session.evaluate`` and ``toPandas``; with
+    private keys that is two evaluations, ``get_groups`` and then the aggregate over
+    ``KeySet.from_dataframe`` of its answer."""
+    import duckdb
+    from pyspark.sql import SparkSession
+    from tmlt.analytics import (
+        AddRowsWithID,
+        ApproxDPBudget,
+        KeySet,
+        MaxGroupsPerID,
+        MaxRowsPerGroupPerID,
+        MaxRowsPerID,
+        PureDPBudget,
+        QueryBuilder,
+        Session,
+    )
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    folder = Path(args.data)
+    work = Path(tempfile.mkdtemp(prefix="tumult-joins-"))
+    con = duckdb.connect()
+    con.execute(f"""COPY (SELECT o_custkey, l_orderkey, l_extendedprice::DOUBLE AS l_extendedprice,
+                                 l_shipmode
+                          FROM read_parquet('{folder / "lineitem.parquet"}')
+                          JOIN read_parquet('{folder / "orders.parquet"}')
+                            ON l_orderkey = o_orderkey)
+                    TO '{work / "lineitem.parquet"}' (FORMAT parquet)""")
+    spark = (SparkSession.builder.master(f"local[{args.threads}]")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "6g")
+             .config("spark.sql.warehouse.dir", str(work / "warehouse"))
+             .config("spark.sql.shuffle.partitions", str(4 * args.threads)).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def load(path: Path, columns: list[str]) -> Any:
+        frame = spark.read.parquet(str(path)).select(*columns)
+        frame.cache().count()
+        return frame
+
+    customer = load(folder / "customer.parquet", ["c_custkey", "c_nationkey", "c_mktsegment"])
+    orders = load(folder / "orders.parquet", ["o_orderkey", "o_custkey", "o_orderpriority"])
+    lineitem = load(work / "lineitem.parquet",
+                    ["o_custkey", "l_orderkey", "l_extendedprice", "l_shipmode"])
+    nation = load(folder / "nation.parquet", ["n_nationkey", "n_name"]
+                  ).withColumnRenamed("n_nationkey", "c_nationkey")
+
+    def joined(group: str) -> Any:
+        """lineitem JOIN orders JOIN customer (JOIN nation), each private join on the id."""
+        query = (QueryBuilder("lineitem").rename({"l_orderkey": "o_orderkey"})
+                 .join_private("orders", join_columns=["o_custkey", "o_orderkey"])
+                 .join_private(QueryBuilder("customer").rename({"c_custkey": "o_custkey"}),
+                               join_columns=["o_custkey"]))
+        if group == "n_name":
+            query = query.join_public("nation", join_columns=["c_nationkey"])
+        return query
+
+    def aggregate(query: Any, aggregate: str) -> Any:
+        return query.count() if aggregate == "count" else query.sum(
+            "l_extendedprice", low=PRICE[0], high=PRICE[1])
+
+    grid = [int(t) for t in args.tumult_grid.split(",")]
+    wanted = {int(q) for q in args.questions.split(",")} if args.questions else None
+    out: dict[str, Any] = {"grid": grid, "releases": args.tumult_releases, "questions": {}}
+    for number, (name, agg, group, public, k) in enumerate(QUESTIONS, start=1):
+        if wanted is not None and number not in wanted:
+            continue
+        # The truncations swept: MaxRowsPerID(t) over the grid and, where a customer can be in
+        # several partitions, MaxGroupsPerID(k) with MaxRowsPerGroupPerID(r) over the grid.
+        truncations: list[tuple[str, list[Any]]] = [
+            (f"MaxRowsPerID({t})", [MaxRowsPerID(t)]) for t in grid]
+        if k > 1:
+            truncations += [(f"MaxGroupsPerID({k}) + MaxRowsPerGroupPerID({r})",
+                             [MaxGroupsPerID(group, k), MaxRowsPerGroupPerID(group, r)])
+                            for r in grid]
+        releases = len(truncations) * args.tumult_releases + 1  # + the warm-up
+        budget = (PureDPBudget(EPSILON * releases) if public else
+                  ApproxDPBudget(EPSILON * releases, DELTA * releases))
+        session = (Session.Builder().with_privacy_budget(budget)
+                   .with_id_space("customer")
+                   .with_private_dataframe("customer", customer,
+                                           AddRowsWithID("c_custkey", "customer"))
+                   .with_private_dataframe("orders", orders,
+                                           AddRowsWithID("o_custkey", "customer"))
+                   .with_private_dataframe("lineitem", lineitem,
+                                           AddRowsWithID("o_custkey", "customer"))
+                   .with_public_dataframe("nation", nation).build())
+        # Public keys: the nations (the public table) and the priorities (TPC-H's five,
+        # read from the data as dpcurator's benchmark reads them); not timed.
+        public_keys = KeySet.from_dict({group: sorted(
+            row[0] for row in (nation if group == "n_name" else orders)
+            .select(group).distinct().collect())}) if public else None
+
+        def release(constraints: list[Any], group: str = group, agg: str = agg,
+                    public: bool = public, k: int = k,
+                    public_keys: Any = public_keys, session: Any = session) -> dict[str, float]:
+            query = joined(group)
+            if public:
+                keys, spend = public_keys, PureDPBudget(EPSILON)
+            else:
+                # Private keys, as Tumult's docs do it: get_groups (ApproxDP, each customer
+                # in at most k partitions, once in each), then the aggregate over those keys;
+                # KEYS_SHARE of epsilon and all of delta on the keys, as Tumult's own
+                # automatic partition selection splits them.
+                chosen = session.evaluate(
+                    query.enforce(MaxGroupsPerID(group, k))
+                    .enforce(MaxRowsPerGroupPerID(group, 1)).get_groups([group]),
+                    ApproxDPBudget(EPSILON * KEYS_SHARE, DELTA)).toPandas()
+                if chosen.empty:
+                    return {}
+                keys = KeySet.from_dataframe(spark.createDataFrame(chosen))
+                spend = ApproxDPBudget(EPSILON * (1 - KEYS_SHARE), 0)
+                query = joined(group)
+            for constraint in constraints:
+                query = query.enforce(constraint)
+            answer = session.evaluate(aggregate(query.groupby(keys), agg), spend).toPandas()
+            return {str(key): float(value) for key, value in
+                    zip(answer[group], answer.iloc[:, -1], strict=True)}
+
+        release(truncations[0][1])  # warm-up: Spark's plans for this question's join
+        runs = []
+        for label, constraints in truncations:
+            answers, times = [], []
+            for _ in range(args.tumult_releases):
+                start = time.perf_counter()
+                answers.append(release(constraints))
+                times.append(time.perf_counter() - start)
+            runs.append({"truncation": label, "answers": answers, "times_s": times})
+            print(f"#{number} {label}: median {statistics.median(times):.2f} s",
+                  file=sys.stderr, flush=True)
+        out["questions"][name] = runs
+    print(json.dumps(out), flush=True)
+
+
+def run_tumult(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """Tumult pins numpy < 2 and pandas < 2, which dpcurator cannot share: its child runs in
+    ``--tumult-python`` on the same Parquet files."""
+    command = [args.tumult_python, __file__, "--tumult-child", "--data", str(folder),
+               "--tumult-grid", args.tumult_grid, "--tumult-releases",
+               str(args.tumult_releases), "--threads", str(args.threads)]
+    if args.questions:
+        command += ["--questions", args.questions]
+    start = time.perf_counter()
+    tail: list[str] = []
+    # The answers come on stdout, in a file (too long for a pipe read after stderr's end);
+    # progress lines ("#n truncation: median s") on stderr, shown as they come.
+    with tempfile.TemporaryFile("w+") as answers, subprocess.Popen(
+            command, stdout=answers, stderr=subprocess.PIPE, text=True) as child:
+        assert child.stderr is not None
+        for line in child.stderr:
+            if line.startswith("#"):
+                print("  " + line.rstrip(), flush=True)
+            tail = [*tail[-4:], line.rstrip()]
+            if time.perf_counter() - start > args.tumult_timeout:
+                child.kill()
+        child.wait()
+        answers.seek(0)
+        lines = [line for line in answers.read().splitlines() if line.startswith("{")]
+    if child.returncode != 0 or not lines:
+        raise RuntimeError(f"Tumult run failed (exit {child.returncode}): {tail}")
+    result = json.loads(lines[-1])
+    result["total_s"] = time.perf_counter() - start
+    return result
+
+
+def relative_errors(answer: dict[Any, float], truth: dict[Any, float]) -> list[float]:
+    """|noisy - truth| / truth over the released partitions present in the truth."""
+    return [abs(value - truth[key]) / truth[key] for key, value in answer.items()
+            if truth.get(key)]
+
+
+def compare_tumult(args: argparse.Namespace, folder: Path, results: dict[str, Any],
+                   truths: dict[str, dict[Any, float]]) -> None:
+    """Tumult's best truncation in hindsight per question (the lowest median relative error,
+    pooled over its releases), against dpcurator's error and median time; into ``results``."""
+    print(f"\nTumult Analytics (join_private, local Spark on {args.threads} cores): "
+          f"thresholds {args.tumult_grid}, {args.tumult_releases} releases each ...",
+          flush=True)
+    try:
+        tumult = run_tumult(args, folder)
+    except (RuntimeError, subprocess.SubprocessError, OSError, ValueError) as exc:
+        results["tumult_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        print(f"Tumult failed: {results['tumult_error']}")
+        return
+    results["tumult"] = {"grid": tumult["grid"], "releases": tumult["releases"],
+                         "keys_share_of_epsilon": KEYS_SHARE, "total_s": tumult["total_s"]}
+    print(f"(the whole Tumult run, set-up and every threshold: {tumult['total_s']:.0f} s)")
+    print(f"\n{'question':22s} {'ours':>8s} {'ours auto':>9s} {'Tumult best':>11s}  "
+          f"{'threshold':34s} {'ours s':>7s} {'auto s':>7s} {'Tumult s':>8s} {'x faster':>8s}"
+          f"  error <= Tumult / >= 10x faster")
+    for name, runs in tumult["questions"].items():
+        entry = results["questions"][name]
+        sweep = []
+        for run in runs:
+            errors = [e for answer in run["answers"]
+                      for e in relative_errors(answer, truths[name])]
+            sweep.append({"truncation": run["truncation"],
+                          "median_relative_error": statistics.median(errors) if errors
+                          else None, "median_s": statistics.median(run["times_s"]),
+                          "times_s": run["times_s"]})
+        best = min((s for s in sweep if s["median_relative_error"] is not None),
+                   key=lambda s: s["median_relative_error"], default=None)
+        if best is None:
+            entry["tumult"] = {"sweep": sweep, "best": None}
+            print(f"{name:22s} Tumult released no partition at any threshold")
+            continue
+        ours = entry["median_relative_error"]["dpcurator"]
+        auto = entry["median_relative_error"]["dpcurator auto"]
+        ours_s = entry["times"]["dpcurator"]["median_s"]
+        auto_s = entry["times"]["dpcurator auto"]["median_s"]
+        faster = best["median_s"] / ours_s
+        targets = {"error_at_or_below_tumult_best": ours is not None
+                   and ours <= best["median_relative_error"],
+                   "auto_error_at_or_below_tumult_best": auto is not None
+                   and auto <= best["median_relative_error"],
+                   "ten_times_faster": faster >= 10,
+                   "auto_ten_times_faster": best["median_s"] / auto_s >= 10}
+        entry["tumult"] = {"best": best, "sweep": sweep, "times_faster": faster,
+                           "auto_times_faster": best["median_s"] / auto_s,
+                           "targets": targets}
+
+        def fmt(value: float | None) -> str:
+            return "-" if value is None else f"{value:.4f}"
+
+        print(f"{name:22s} {fmt(ours):>8s} {fmt(auto):>9s} "
+              f"{fmt(best['median_relative_error']):>11s}  {best['truncation']:34s} "
+              f"{ours_s:7.3f} {auto_s:7.3f} {best['median_s']:8.2f} {faster:8.0f}  "
+              f"{'yes' if targets['error_at_or_below_tumult_best'] else 'NO'}"
+              f"{' (auto yes)' if targets['auto_error_at_or_below_tumult_best'] else ''} / "
+              f"{'yes' if targets['ten_times_faster'] else 'NO'}")
+    print("(errors: median relative error against the uncapped answer, pooled over releases; "
+          "times: medians per release, Tumult's at its best threshold, session creation "
+          "excluded, JVM warm)")
+
+
+def hindsight(curator: Any, sql: str, options: dict[str, Any], privacy: dict[str, Any],
+              truth: dict[Any, float], args: argparse.Namespace) -> dict[str, Any]:
+    """dpcurator's row cap swept over ``--ours-grid`` (the question's own partition cap and
+    bounds), ``--repeats`` releases each: the cap with the lowest median relative error,
+    chosen with the truth, as Tumult's best threshold is."""
+    errors = {}
+    for rows in (int(r) for r in args.ours_grid.split(",")):
+        pooled: list[float] = []
+        for _ in range(args.repeats):
+            out = curator.sql(sql, **{**options, "max_rows_per_partition": rows},
+                              **privacy).to_pandas()
+            pooled += relative_errors({key: float(value) for key, value in zip(
+                out.iloc[:, 0], out["answer"], strict=True)}, truth)
+        errors[rows] = statistics.median(pooled) if pooled else float("nan")
+    best = min(errors, key=lambda r: errors[r])
+    print(f"dpcurator's row caps in hindsight: {errors}; best {best}: {errors[best]:.4f}")
+    return {"errors": errors, "best_rows": best, "best_error": errors[best]}
 
 
 def main() -> None:
@@ -112,7 +406,24 @@ def main() -> None:
     parser.add_argument("--questions", type=str, default=None,
                         help="comma-separated 1-based question numbers (default: all six)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--tumult-python", type=str, default=None,
+                        help="python of an environment with tmlt.analytics and duckdb")
+    parser.add_argument("--tumult-grid", type=str,
+                        default=",".join(str(2**i) for i in range(10)),
+                        help="Tumult's truncation thresholds swept (rows per customer, and "
+                             "rows per customer and partition)")
+    parser.add_argument("--tumult-releases", type=int, default=3,
+                        help="Tumult's releases at each threshold")
+    parser.add_argument("--tumult-timeout", type=float, default=7200.0)
+    parser.add_argument("--threads", type=int, default=2, help="Spark's local cores")
+    parser.add_argument("--ours-grid", type=str, default=None,
+                        help="comma-separated row caps: dpcurator's fixed caps swept in "
+                             "hindsight, as Tumult's are (--repeats releases each)")
+    parser.add_argument("--tumult-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tumult_child:
+        tumult_child(args)
+        return
 
     import duckdb
 
@@ -136,6 +447,7 @@ def main() -> None:
 
     fixed, chosen = curator(False, 1), curator(True, 2)
     chosen_id = 0
+    truths: dict[str, dict[Any, float]] = {}
     wanted = {int(q) for q in args.questions.split(",")} if args.questions else None
     results: dict[str, Any] = {"scale": args.scale, "repeats": args.repeats, "questions": {}}
     for number, (name, aggregate, group, public, k) in enumerate(QUESTIONS, start=1):
@@ -147,9 +459,9 @@ def main() -> None:
             f" {JOIN} GROUP BY {group}"
         truth = {row[0]: float(row[1]) for row in con.execute(plain).fetchall()}
         keys = sorted(truth) if public else None
-        privacy: dict[str, Any] = {"epsilon": 1.0}
+        privacy: dict[str, Any] = {"epsilon": EPSILON}
         if not public:
-            privacy["delta"] = 1e-6
+            privacy["delta"] = DELTA
         options: dict[str, Any] = {"keys": keys, "max_partitions": k,
                                    "max_rows_per_partition": ROWS}
         if aggregate == "sum":
@@ -160,9 +472,9 @@ def main() -> None:
                     errors: dict[str, list[float]] = errors, truth: dict[Any, float] = truth,
                     sql: str = sql, privacy: dict[str, Any] = privacy) -> None:
             out = cur.sql(sql, **opts, **privacy).to_pandas()
-            for key, value in zip(out.iloc[:, 0], out["answer"], strict=True):
-                if truth.get(key):
-                    errors[which].append(abs(float(value) - truth[key]) / truth[key])
+            errors[which] += relative_errors(
+                {key: float(value) for key, value in zip(out.iloc[:, 0], out["answer"],
+                                                         strict=True)}, truth)
 
         cases = {
             "plain": lambda plain=plain: con.execute(plain).fetchall(),
@@ -184,9 +496,16 @@ def main() -> None:
         results["questions"][name] = {"sql": sql, "public_keys": public,
                                       "max_partitions": k, "times": summary,
                                       "median_relative_error": accuracy}
+        truths[name] = truth
+        if args.ours_grid:
+            results["questions"][name]["hindsight"] = hindsight(
+                fixed, sql, options, privacy, truth, args)
     print("\nquestion                       dpcurator / by hand (paired median)")
     for name, result in results["questions"].items():
         print(f"{name:30s} {result['times']['dpcurator']['paired']:.2f}")
+    if args.tumult_python:
+        con.close()  # DuckDB's memory back before Spark starts
+        compare_tumult(args, folder, results, truths)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
