@@ -86,7 +86,11 @@ def _plain(text: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return html.escape(" ".join(_plain(text).split()), quote=False).replace("|", "\\|")
+    """One line of Markdown that shows ``text`` as it is: no table break, no link syntax."""
+    text = html.escape(" ".join(_plain(text).split()), quote=False)
+    for special in ("|", "[", "]", "*", "_"):
+        text = text.replace(special, "\\" + special)
+    return text
 
 
 # -- the service's OpenAPI ----------------------------------------------------------------------

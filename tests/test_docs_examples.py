@@ -105,6 +105,15 @@ def test_every_block_is_known_and_marked_sensibly() -> None:
             previous = block
 
 
+def test_the_readme_links_to_files_that_exist() -> None:
+    """The README is read on the forge, outside the site's strict build: its links are
+    checked here."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if "://" not in t]
+    assert local and all((ROOT / t).exists() for t in local), local
+
+
 def test_illustrative_blocks_are_few() -> None:
     """The blocks not run, each with its reason: a new one is a deliberate change here."""
     skipped = sorted(f"{b.page.relative_to(ROOT)}: {b.marker}" for p in PAGES
