@@ -111,7 +111,8 @@ def openapi_markdown() -> str:
     for path, methods in spec["paths"].items():
         for method, operation in methods.items():
             operations.append((path, method, operation))
-            lines.append(f"| `{method.upper()}` | `{path}` | {_cell(operation.get('summary', ''))} |")
+            summary = _cell(operation.get("summary", ""))
+            lines.append(f"| `{method.upper()}` | `{path}` | {summary} |")
     lines.append("")
     for path, method, operation in operations:
         lines += [f"## `{method.upper()} {path}`", ""]
