@@ -1,5 +1,5 @@
 #!/usr/bin/env sh
-# Draws the pictures of the README's "What δ means" section (run from the repository root).
+# Draws the pictures of docs/explanation/epsilon-delta.md (run from the repository root).
 set -eu
 dpcurator="${DPCURATOR:-.venv/bin/dpcurator}"
 "$dpcurator" explain --mechanism gaussian --noise 1 --epsilon 1 \

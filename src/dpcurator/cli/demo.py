@@ -72,4 +72,4 @@ def demo(
     console.print(table)
     console.print("Each answer alone is 3x more likely under one truth than the other, never more.")
     console.print()
-    demo_curator(as_json=False, print_output=True)
+    demo_curator(as_json=False, print_output=True, console=console)

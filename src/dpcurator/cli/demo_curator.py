@@ -70,8 +70,11 @@ def _rows(release: Any, truth: pd.DataFrame, names: list[str]) -> list[dict[str,
 
 
 def demo_curator(*, as_json: bool = False, customers: int = 20_000, seed: int = 2024,
-                 print_output: bool = True) -> dict[str, Any]:
-    """Run the curator demo; print a rich report (or JSON) and return the results."""
+                 print_output: bool = True, console: Any = None) -> dict[str, Any]:
+    """Run the curator demo; print a rich report (or JSON) and return the results.
+
+    ``console``: the rich ``Console`` to print on (default: a new one on stdout); every table
+    fits 80 columns."""
     import pandas as pd
 
     import dpcurator as dp
@@ -84,12 +87,11 @@ def demo_curator(*, as_json: bool = False, customers: int = 20_000, seed: int = 
     results: dict[str, Any] = {"dataset": {"orders": len(orders), "customers": customers + 1},
                                "budget_before": {"epsilon": before.epsilon,
                                                  "delta": before.delta},
-                               "note": "the orders' intervals (COUNT(*)) cover the true "
-                                       "count, without the caps, for customers of at most "
-                                       "the stated orders (the outer cap, chosen under DP); "
-                                       "the other intervals cover the bounded answer (after "
-                                       "each customer's contribution is capped), and the "
-                                       "error column includes that bias",
+                               "note": "each interval covers the bounded answer (after "
+                                       "each customer's contribution is capped); the true "
+                                       "value is without the caps, so the error column "
+                                       "includes that bias (a column marked CI* would have "
+                                       "a total interval, covering the uncapped answer)",
                                "queries": []}
 
     # 1. Orders and average basket per region: the regions are public; a customer lives in
@@ -134,7 +136,7 @@ def demo_curator(*, as_json: bool = False, customers: int = 20_000, seed: int = 
         if as_json:
             print(json.dumps(results))
         else:
-            _print(results)
+            _print(results, console)
     return results
 
 
@@ -148,11 +150,11 @@ def _short(value: float) -> str:
     return f"{value / 1000:,.1f}k" if abs(value) >= 10_000 else _fmt(value)
 
 
-def _print(results: dict[str, Any]) -> None:
+def _print(results: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = console if console is not None else Console()
     data = results["dataset"]
     console.print(f"[bold]The curator[/bold]: {data['orders']:,} orders of "
                   f"{data['customers']:,} customers, privacy unit = customer "
@@ -161,24 +163,26 @@ def _print(results: dict[str, Any]) -> None:
     console.print(f"budget before: epsilon={before['epsilon']:g}, delta={before['delta']:g}")
     console.print(f"Note: {results['note']}.")
     for query in results["queries"]:
-        table = Table(title=query["sql"], title_justify="left")
         first = query["rows"][0] if query["rows"] else {}
         keys = [k for k, v in first.items() if not isinstance(v, dict)]
-        for key in keys:
-            table.add_column(key)
-        for name in (k for k, v in first.items() if isinstance(v, dict)):
-            total = first[name].get("interval_kind") == "total"
-            for label in (name, "95% CI*" if total else "95% CI", "true", "error"):
-                table.add_column(label, justify="right")
-        for row in query["rows"]:
-            cells = [str(row[k]) for k in keys]
-            for value in (v for v in row.values() if isinstance(v, dict)):
+        names = [k for k, v in first.items() if isinstance(v, dict)]
+        console.print(f"[bold]{query['sql']}[/bold]")
+        # one table per aggregate, so that each fits 80 columns: keys, value, interval,
+        # truth, error
+        for name in names:
+            table = Table()
+            for key in keys:
+                table.add_column(key)
+            starred = first[name].get("interval_kind") == "total"
+            for label in (name, "95% CI*" if starred else "95% CI", "true", "error"):
+                table.add_column(label, justify="right", no_wrap=True)
+            for row in query["rows"]:
+                value = row[name]
                 low, high = value["interval"]
                 interval = "-" if low != low else f"{_short(low)}-{_short(high)}"
-                cells += [_fmt(value["dp"]), interval, _fmt(value["true"]),
-                          _fmt(value["error"], sign=True)]
-            table.add_row(*cells)
-        console.print(table)
+                table.add_row(*[str(row[k]) for k in keys], _fmt(value["dp"]), interval,
+                              _fmt(value["true"]), _fmt(value["error"], sign=True))
+            console.print(table)
         console.print(f"  spent {query['spent']}")
         chosen = query.get("bounds_chosen")
         if chosen:

@@ -116,8 +116,11 @@ class Curator:
             columns are checked once for NaN (a data-owner check; see ``check_nan``).
             ``"auto"`` (or ``{"age": "auto"}``): bounds not given are chosen from the data
             under DP with 10% of each query's budget (``Release.bounds_chosen``).
-        max_partitions, max_rows_per_partition, bounding: default contribution bounds
+        max_partitions: the default cap on the partitions one unit contributes to
             (``"auto"``: chosen from the data, as for ``bounds``).
+        max_rows_per_partition: the default cap on one unit's rows in one partition
+            (``"auto"``: chosen from the data, as for ``bounds``).
+        bounding: how the caps are applied, ``"rescale"`` (the default) or ``"sample"``.
         auto_bounds: choose every bound that neither the curator nor a query gives from the
             data, under DP, with 10% of the query's budget (the default; the release states
             them). False: caps not given are 1, and an aggregate without bounds is refused.

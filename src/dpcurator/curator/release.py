@@ -56,6 +56,7 @@ which cover the answer *without* the caps and the clamping wherever no unit has 
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -354,10 +355,57 @@ class Release:
         lines.extend(self.sql)
         return "\n".join(lines)
 
+    def _repr_html_(self) -> str:
+        """A notebook's view: one row per partition, each value beside its interval (of the
+        kind ``interval_kinds`` says), then what the release spent, the bounds chosen and the
+        warnings. Every key, value and sentence is escaped (``html.escape``): group keys come
+        from the data and may hold markup."""
+        level = self.confidence
+        bounds = self.intervals(level)
+        names = list(self.interval_kinds)
+        head = [*self.group_columns]
+        for name in names:
+            head += [name, f"{level:.0%} interval ({self.interval_kinds[name]})"]
+        cells = []
+        for i, key in enumerate(self.keys):
+            row = [_html_value(k) for k in key]
+            for name in names:
+                low, high = bounds[name]
+                row += [_html_value(self._column(name)[i]),
+                        f"[{_html_value(low[i])}, {_html_value(high[i])}]"]
+            cells.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row)
+                         + "</tr>")
+        header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        notes = [f"privacy spent: {self.privacy}"]
+        if self.plan.source is not None:
+            notes.append(f"privacy unit: {self.plan.source.neighbouring}")
+        chosen = self.bounds_chosen
+        if chosen is not None:
+            picked = ", ".join(f"{k}={v}" for k, v in chosen.items()
+                               if k in ("max_partitions", "max_rows_per_partition", "bounds"))
+            notes.append(f"bounds chosen from the data under DP: {picked}")
+        if not self.secure:
+            notes.append("INSECURE: the noise came from a seeded generator (tests only)")
+        items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+        warned = "".join(f"<li>{html.escape(w)}</li>" for w in self.warnings)
+        warnings = f"<p>warnings:</p><ul>{warned}</ul>" if warned else ""
+        return (f"<div><table><thead><tr>{header}</tr></thead><tbody>{''.join(cells)}"
+                f"</tbody></table><ul>{items}</ul>{warnings}</div>")
+
     def __repr__(self) -> str:
         warned = f", {len(self.warnings)} warning(s): see .warnings" if self.warnings else ""
         return (f"Release({len(self.keys)} partitions, columns={list(self.columns)}, "
                 f"privacy={self.privacy}{warned})")
+
+
+def _html_value(value: Any) -> str:
+    """A cell's text (escaped by the caller): numbers to 6 significant digits, keys as str."""
+    value = _json_number(value)
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.6g}" if abs(value) < 1e15 else f"{value:.6g}"
+    return str(value)
 
 
 def _plain(value: Any) -> Any:
