@@ -14,10 +14,8 @@ there a missing browser fails.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -54,15 +52,7 @@ if not Path(CHROMIUM).exists():
 pytest.importorskip("uvicorn", reason="the server extra is not installed")
 
 
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from test_server_live import _free_port, _sha  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from dpcurator.query.plan import (
     Quantile,
     Variance,
 )
+from dpcurator.query.schema import folded
 
 from . import _total
 
@@ -54,11 +55,9 @@ _AUTO_PLACEHOLDER = Bounds(0.0, 1.0)
 
 
 def match_column(name: str, columns: Mapping[str, str], what: str) -> str:
-    if name in columns:
-        return name
-    folded = [c for c in columns if c.lower() == name.lower()]
-    if len(folded) == 1:
-        return folded[0]
+    found = folded(name, columns)
+    if found is not None:
+        return found
     raise UnknownColumnError(f"{what} names the column {name!r}, which the table does not "
                              f"have; its columns are {list(columns)}")
 

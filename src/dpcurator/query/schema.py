@@ -31,12 +31,24 @@ from typing import Any
 
 from dpcurator.query.errors import QueryError, UnknownColumnError
 
-__all__ = ["UNIT", "ColumnKind", "Link", "Schema", "TableSpec", "column_kind", "declare"]
+__all__ = ["UNIT", "ColumnKind", "Link", "Schema", "TableSpec", "column_kind", "declare",
+           "folded"]
 
 UNIT = ("", "")  # the key of a column that holds the privacy unit itself
 
 
 ColumnKind = str  # "numeric", "text", "temporal", "boolean" or "other"
+
+
+def folded(name: str, names: Iterable[str]) -> str | None:
+    """``name`` as ``names`` spell it: itself, or the one name equal to it but for case (as
+    DuckDB matches identifiers); None when there is none, or several."""
+    names = list(names)
+    if name in names:
+        return name
+    matches = [n for n in names if n.lower() == name.lower()]
+    return matches[0] if len(matches) == 1 else None
+
 
 _NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
             "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "INT",
@@ -86,11 +98,9 @@ class TableSpec:
     def column(self, name: str, what: str) -> str:
         """The column as the table spells it (names match case-insensitively, as DuckDB's)."""
         names = self.column_names()
-        if name in names:
-            return name
-        folded = [c for c in names if c.lower() == name.lower()]
-        if len(folded) == 1:
-            return folded[0]
+        found = folded(name, names)
+        if found is not None:
+            return found
         raise UnknownColumnError(f"{what} names the column {name!r}, which the table "
                                  f"{self.name!r} does not have; its columns are {list(names)}")
 
@@ -98,7 +108,7 @@ class TableSpec:
         return dict(self.columns)[self.column(column, "a join")]
 
     def has(self, name: str) -> bool:
-        return any(c == name or c.lower() == name.lower() for c in self.column_names())
+        return any(c.lower() == name.lower() for c in self.column_names())
 
 
 @dataclass(frozen=True)
@@ -108,12 +118,9 @@ class Schema:
     tables: tuple[TableSpec, ...]
 
     def table(self, name: str) -> TableSpec:
-        for spec in self.tables:
-            if spec.name == name:
-                return spec
-        folded = [t for t in self.tables if t.name.lower() == name.lower()]
-        if len(folded) == 1:
-            return folded[0]
+        found = folded(name, self.names())
+        if found is not None:
+            return next(t for t in self.tables if t.name == found)
         raise QueryError(f"unknown table {name!r}: the schema's tables are {self.names()}")
 
     def names(self) -> list[str]:
@@ -219,11 +226,9 @@ def declare(columns: Mapping[str, Mapping[str, str]], privacy_unit: Any,
     def known(name: Any, what: str) -> str:
         if not isinstance(name, str):
             raise QueryError(f"{what} must name a table, got {name!r}")
-        if name in columns:
-            return name
-        folded = [n for n in names if n.lower() == name.lower()]
-        if len(folded) == 1:
-            return folded[0]
+        found = folded(name, names)
+        if found is not None:
+            return found
         raise QueryError(f"{what} names the table {name!r}, which the data does not have; "
                          f"its tables are {names}")
 
