@@ -87,5 +87,9 @@ async function route() {
   }
 }
 
-window.addEventListener("hashchange", route);
-window.addEventListener("load", route);
+// One view at a time, in the order the fragment changed: a view still waiting for the API
+// when the user (or a test) moves on would otherwise draw itself over the newer one.
+let routing = Promise.resolve();
+const next = () => { routing = routing.then(route, route); };
+window.addEventListener("hashchange", next);
+window.addEventListener("load", next);
