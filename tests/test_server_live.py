@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ pytest.importorskip("fastapi", reason="the server extra is not installed")
 pytest.importorskip("uvicorn", reason="the server extra is not installed")
 
 import dpcurator as dp
-from dpcurator.ledger import SQLiteLedger
+from dpcurator.ledger import Ledger, SQLiteLedger
 from dpcurator.server.client import RemoteError, connect
 
 LOAD = str(Path(__file__).with_name("_service_load.py"))
@@ -172,6 +173,30 @@ def test_python_and_cli_clients(live: LiveServer, tmp_path: Path) -> None:
     assert json.loads(refused.stdout)["type"] == "BudgetExceededError"
 
 
+def check_the_race(ledger: Ledger, answers: list[dict[str, Any]]) -> None:
+    """200 clients (100 as Alice, 100 as Bob) each asked 1/32 and retried with the same key.
+    Alice and Bob may spend 1 each, the dataset 1.5 (48 queries): the dataset's binds, and
+    must be spent exactly; every answer charged once; every retry free, the same request."""
+    firsts: dict[str, dict[str, Any]] = {}
+    for a in answers:
+        firsts.setdefault(str(a["key"]), a)
+    answered = {k: a for k, a in firsts.items() if a["status"] == 200}
+    refused = [a for a in firsts.values() if a["status"] != 200]
+    assert len(firsts) == 200
+    assert all(a["status"] == 403 and a["error"] == "budget_exhausted" for a in refused)
+    report = ledger.verify()
+    spent = {name: state.spent[0] for name, state in report.accounts.items()}
+    assert spent["dataset/orders"] == Fraction(3, 2)  # exactly the total: 48 queries
+    assert spent["analyst/alice/orders"] <= 1 and spent["analyst/bob/orders"] <= 1
+    assert len(answered) == 48
+    assert sum(e.kind == "charge" for e in ledger.entries("dataset/orders")) == 48
+    retries = [a for a in answers if a["status"] == 200 and a is not firsts[str(a["key"])]]
+    assert len(retries) == 48 and all(a["cached"] is True for a in retries)
+    assert all(a["query_id"] == answered[str(a["key"])]["query_id"] for a in retries)
+    stored = {r.id for name in ("alice", "bob") for r in ledger.requests(name, "orders")}
+    assert stored == {str(a["query_id"]) for a in answered.values()}
+
+
 def test_200_clients_racing_never_overspend(live: LiveServer, tmp_path: Path) -> None:
     # 4 processes of 50 threads: 100 clients as Alice, 100 as Bob, each asking 1/32 and then
     # retrying with the same key. Alice and Bob may spend 1 each (32 queries), the dataset
@@ -180,28 +205,8 @@ def test_200_clients_racing_never_overspend(live: LiveServer, tmp_path: Path) ->
                for name, token in (("alice", ALICE), ("bob", BOB)) for p in range(2)]
     for client in clients:
         assert client.wait(timeout=600) == 0
-    answers = _answers(tmp_path)
-    firsts: dict[str, dict[str, object]] = {}
-    for a in answers:
-        firsts.setdefault(str(a["key"]), a)
-    answered = {k: a for k, a in firsts.items() if a["status"] == 200}
-    refused = [a for a in firsts.values() if a["status"] != 200]
-    assert len(firsts) == 200
-    assert all(a["status"] == 403 and a["error"] == "budget_exhausted" for a in refused)
-    ledger = SQLiteLedger(live.config.parent / "ledger.sqlite", create=False)
-    report = ledger.verify()
-    spent = {name: state.spent[0] for name, state in report.accounts.items()}
-    assert spent["dataset/orders"] == Fraction(3, 2)  # exactly the total: 48 queries
-    assert spent["analyst/alice/orders"] <= 1 and spent["analyst/bob/orders"] <= 1
-    # Every answered query charged exactly once (to both accounts); retries free.
-    assert len(answered) == 48
-    charged = [e for e in ledger.entries("dataset/orders") if e.kind == "charge"]
-    assert len(charged) == 48
-    retries = [a for a in answers if a["status"] == 200 and a is not firsts[str(a["key"])]]
-    assert len(retries) == 48 and all(a["cached"] is True for a in retries)
-    assert all(a["query_id"] == answered[str(a["key"])]["query_id"] for a in retries)
-    stored = {r.id for name in ("alice", "bob") for r in ledger.requests(name, "orders")}
-    assert stored == {str(a["query_id"]) for a in answered.values()}
+    check_the_race(SQLiteLedger(live.config.parent / "ledger.sqlite", create=False),
+                   _answers(tmp_path))
 
 
 def test_kill_9_under_load_then_restart(live: LiveServer, tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ from dpcurator.query.errors import QueryError, UnknownColumnError
 from dpcurator.query.joins import UNIT_COLUMN, flatten_plan
 from dpcurator.query.plan import INTERVAL_KINDS, AutoBounds, Bounds, Count, Plan, auto_options
 from dpcurator.query.schema import Schema as Declared
-from dpcurator.query.schema import declare
+from dpcurator.query.schema import declare, folded
 from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import choose_bounds, outer_names
@@ -194,26 +194,7 @@ class Curator:
             self._engine = _engine_for(data, connection_table, threads)
             self.table = _check_table_name(table)
             columns = self._engine.columns()
-        if self._tables is not None:
-            pass
-        elif privacy_unit is None:
-            if one_row_per_person is not True:
-                raise UserError(
-                    "say whose privacy to protect: privacy_unit='<column>' (for example a user "
-                    "id). Row-level privacy, where every row is assumed to be a different "
-                    "person, needs the explicit opt-in one_row_per_person=True")
-            self.privacy_unit = None
-        else:
-            if one_row_per_person:
-                raise UserError("give privacy_unit or one_row_per_person=True, not both")
-            folded = [c for c in columns if isinstance(privacy_unit, str)
-                      and c.lower() == privacy_unit.lower()]  # as DuckDB matches names
-            if not isinstance(privacy_unit, str) or (privacy_unit not in columns and
-                                                     len(folded) != 1):
-                raise UnknownColumnError(
-                    f"unknown privacy unit {privacy_unit!r}: the table's columns are "
-                    f"{list(columns)}")
-            self.privacy_unit = privacy_unit if privacy_unit in columns else folded[0]
+            self.privacy_unit = _unit_column(privacy_unit, one_row_per_person, columns)
         self._budget = _make_budget(budget, journal)
         if self._budget.total.neighbouring is not Neighbouring.ADD_REMOVE:
             raise UserError("the curator states guarantees for add/remove one privacy unit; "
@@ -738,6 +719,26 @@ def _make_budget(budget: BudgetLike, journal: str | os.PathLike[str] | None) -> 
         raise UserError("budget must be PureDP(eps), ApproxDP(eps, delta), ZCDP(rho), RDP(...) "
                         f"or a Budget, got a {type(budget).__name__}")
     return Budget(budget, journal=journal)
+
+
+def _unit_column(privacy_unit: Any, one_row_per_person: bool, columns: Mapping[str, str]
+                 ) -> str | None:
+    """One table's privacy unit, as the table spells it (None: each row its own, asked for
+    explicitly)."""
+    if privacy_unit is None:
+        if one_row_per_person is not True:
+            raise UserError(
+                "say whose privacy to protect: privacy_unit='<column>' (for example a user "
+                "id). Row-level privacy, where every row is assumed to be a different "
+                "person, needs the explicit opt-in one_row_per_person=True")
+        return None
+    if one_row_per_person:
+        raise UserError("give privacy_unit or one_row_per_person=True, not both")
+    found = folded(privacy_unit, columns) if isinstance(privacy_unit, str) else None
+    if found is None:
+        raise UnknownColumnError(f"unknown privacy unit {privacy_unit!r}: the table's columns "
+                                 f"are {list(columns)}")
+    return found
 
 
 def _check_table_name(name: str) -> str:

@@ -156,10 +156,7 @@ async def _analyst(request: Request, credentials: Annotated[
     is counted against its analyst's rate, not its address's (see ``_Front``)."""
     service: Service = request.app.state.service
     who = service.authenticate(credentials.credentials if credentials else None)
-    _notes(request)["analyst"] = who.name
-    service.addresses.give_back(_client(request.scope))
-    service.admit(who)
-    return who
+    return _admitted(request, service, who, "analyst")
 
 
 async def _owner(request: Request, credentials: Annotated[
@@ -168,10 +165,7 @@ async def _owner(request: Request, credentials: Annotated[
     an owner's), within their rate (429)."""
     service: Service = request.app.state.service
     who = service.authenticate_owner(credentials.credentials if credentials else None)
-    _notes(request)["owner"] = who.name
-    service.addresses.give_back(_client(request.scope))
-    service.admit(who)
-    return who
+    return _admitted(request, service, who, "owner")
 
 
 async def _anyone(request: Request, credentials: Annotated[
@@ -189,6 +183,17 @@ async def _anyone(request: Request, credentials: Annotated[
         except ServiceError:
             raise refused from None  # the plain 401: it says nothing of who might exist
         _notes(request)["owner"] = who.name
+    return _admitted(request, service, who, None)
+
+
+_Who = TypeVar("_Who", AnalystConfig, OwnerConfig, AnalystConfig | OwnerConfig)
+
+
+def _admitted(request: Request, service: Service, who: _Who, role: str | None) -> _Who:
+    """An authenticated request: noted under ``role`` (where given), counted against its
+    analyst's or owner's rate instead of its address's (429 over it)."""
+    if role is not None:
+        _notes(request)[role] = who.name
     service.addresses.give_back(_client(request.scope))
     service.admit(who)
     return who
