@@ -29,7 +29,11 @@ Timed round-robin in one process (``_rounds``), medians, paired per round:
   selection reads); the floor of the issue's target (dpcurator within 1.3x of it);
 - ``dpcurator``: ``Curator.sql`` end to end with those caps (parse, the join rules, compile,
   bounding and exact integer sums in DuckDB, partition selection and noise in Python);
-- ``dpcurator auto``: the same with the caps and bounds chosen from the data (10% of epsilon).
+- ``dpcurator auto``: the same with the caps and bounds chosen from the data (10% of epsilon);
+- ``dpcurator unit``: ``bounding="unit"``, caps on each customer's total rows (COUNT) or sum
+  of |l_extendedprice| (SUM) instead of per partition, chosen from the data (10% of epsilon;
+  with private keys the partition cap of the selection too), as Tumult's ``MaxRowsPerID``
+  bounds a customer's rows in all.
 
 Accuracy: each question's median relative error against the exact answer without caps (the
 plain query), over the released partitions and ``--repeats`` releases.
@@ -72,6 +76,7 @@ JOIN = ("FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
         "JOIN customer ON o_custkey = c_custkey JOIN nation ON c_nationkey = n_nationkey")
 ROWS = 100
 PRICE = (0.0, 100_000.0)
+MEAN_PRICE = 36_000.0  # about TPC-H's mean l_extendedprice (the unit caps' sweep step)
 EPSILON = 1.0
 DELTA = 1e-6  # with private keys
 # (name, aggregate, group column, public keys?, partitions per customer)
@@ -352,6 +357,7 @@ def compare_tumult(args: argparse.Namespace, folder: Path, results: dict[str, An
             continue
         ours = entry["median_relative_error"]["dpcurator"]
         auto = entry["median_relative_error"]["dpcurator auto"]
+        unit = entry["median_relative_error"].get("dpcurator unit")
         ours_s = entry["times"]["dpcurator"]["median_s"]
         auto_s = entry["times"]["dpcurator auto"]["median_s"]
         faster = best["median_s"] / ours_s
@@ -359,6 +365,8 @@ def compare_tumult(args: argparse.Namespace, folder: Path, results: dict[str, An
                    and ours <= best["median_relative_error"],
                    "auto_error_at_or_below_tumult_best": auto is not None
                    and auto <= best["median_relative_error"],
+                   "unit_error_at_or_below_tumult_best": unit is not None
+                   and unit <= best["median_relative_error"],
                    "ten_times_faster": faster >= 10,
                    "auto_ten_times_faster": best["median_s"] / auto_s >= 10}
         entry["tumult"] = {"best": best, "sweep": sweep, "times_faster": faster,
@@ -372,7 +380,9 @@ def compare_tumult(args: argparse.Namespace, folder: Path, results: dict[str, An
               f"{fmt(best['median_relative_error']):>11s}  {best['truncation']:34s} "
               f"{ours_s:7.3f} {auto_s:7.3f} {best['median_s']:8.2f} {faster:8.0f}  "
               f"{'yes' if targets['error_at_or_below_tumult_best'] else 'NO'}"
-              f"{' (auto yes)' if targets['auto_error_at_or_below_tumult_best'] else ''} / "
+              f"{' (auto yes)' if targets['auto_error_at_or_below_tumult_best'] else ''}"
+              f" (unit {fmt(unit)}: "
+              f"{'yes' if targets['unit_error_at_or_below_tumult_best'] else 'NO'}) / "
               f"{'yes' if targets['ten_times_faster'] else 'NO'}")
     print("(errors: median relative error against the uncapped answer, pooled over releases; "
           "times: medians per release, Tumult's at its best threshold, session creation "
@@ -395,6 +405,29 @@ def hindsight(curator: Any, sql: str, options: dict[str, Any], privacy: dict[str
         errors[rows] = statistics.median(pooled) if pooled else float("nan")
     best = min(errors, key=lambda r: errors[r])
     print(f"dpcurator's row caps in hindsight: {errors}; best {best}: {errors[best]:.4f}")
+    return {"errors": errors, "best_rows": best, "best_error": errors[best]}
+
+
+def unit_hindsight(curator: Any, sql: str, aggregate: str, keys: Any,
+                   privacy: dict[str, Any], truth: dict[Any, float],
+                   args: argparse.Namespace) -> dict[str, Any]:
+    """``bounding="unit"``'s cap swept over ``--ours-grid`` as Tumult's ``MaxRowsPerID(t)`` is:
+    a customer's rows in all (COUNT), or for a SUM a customer's sum of |l_extendedprice| of
+    t times ``MEAN_PRICE`` (t line items of the mean price; Tumult's bound is t times the
+    clamp); with private keys the selection's partition cap is the question's k. The cap
+    with the lowest median relative error, chosen with the truth."""
+    errors = {}
+    for t in (int(r) for r in args.ours_grid.split(",")):
+        caps: dict[str, Any] = ({"max_unit_rows": t} if aggregate == "count" else
+                                {"max_unit_sums": {"l_extendedprice": t * MEAN_PRICE}})
+        pooled: list[float] = []
+        for _ in range(args.repeats):
+            out = curator.sql(sql, keys=keys, bounding="unit", **caps, **privacy).to_pandas()
+            pooled += relative_errors({key: float(value) for key, value in zip(
+                out.iloc[:, 0], out["answer"], strict=True)}, truth)
+        errors[t] = statistics.median(pooled) if pooled else float("nan")
+    best = min(errors, key=lambda r: errors[r])
+    print(f"dpcurator's unit caps in hindsight: {errors}; best {best}: {errors[best]:.4f}")
     return {"errors": errors, "best_rows": best, "best_error": errors[best]}
 
 
@@ -466,7 +499,8 @@ def main() -> None:
                                    "max_rows_per_partition": ROWS}
         if aggregate == "sum":
             options["bounds"] = {"l_extendedprice": PRICE}
-        errors: dict[str, list[float]] = {"dpcurator": [], "dpcurator auto": []}
+        errors: dict[str, list[float]] = {"dpcurator": [], "dpcurator auto": [],
+                                          "dpcurator unit": []}
 
         def release(which: str, cur: dp.Curator, opts: dict[str, Any],
                     errors: dict[str, list[float]] = errors, truth: dict[Any, float] = truth,
@@ -484,6 +518,9 @@ def main() -> None:
                 "dpcurator", fixed, options),
             "dpcurator auto": lambda keys=keys, release=release: release(
                 "dpcurator auto", chosen, {"keys": keys}),
+            # the caps on each customer's total (bounding="unit"), chosen from the data
+            "dpcurator unit": lambda keys=keys, release=release: release(
+                "dpcurator unit", chosen, {"keys": keys, "bounding": "unit"}),
         }
         chosen_id += 1
         print(f"\n#{number} {name}: {sql}")
@@ -500,6 +537,9 @@ def main() -> None:
         if args.ours_grid:
             results["questions"][name]["hindsight"] = hindsight(
                 fixed, sql, options, privacy, truth, args)
+            unit_fixed = {"max_partitions": k} if not public else {}
+            results["questions"][name]["unit_hindsight"] = unit_hindsight(
+                fixed, sql, aggregate, keys, {**privacy, **unit_fixed}, truth, args)
     print("\nquestion                       dpcurator / by hand (paired median)")
     for name, result in results["questions"].items():
         print(f"{name:30s} {result['times']['dpcurator']['paired']:.2f}")

@@ -25,7 +25,7 @@ import dpcurator as dp
 from dpcurator.cli import app
 from dpcurator.curator._auto_bounds import OUTER_CANDIDATES, ROW_CANDIDATES
 from dpcurator.curator._profile import Profile, _beyond, _down
-from dpcurator.engines import PROFILE_STEPS, DuckDBEngine
+from dpcurator.engines import PROFILE_STEPS, UNIT_TOTALS, DuckDBEngine
 from dpcurator.errors import BudgetExceededError
 from dpcurator.noise import SeededRandom
 from dpcurator.query import GroupKey, Query
@@ -129,8 +129,12 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     def up(n: int) -> int:
         return n if n <= 8 else 2 ** math.ceil(math.log2(n))
 
+    def up_total(n: int) -> int:  # the grid of a unit's rows in all (UNIT_TOTALS)
+        return min(t for t in UNIT_TOTALS if t >= n)
+
     rows = df.groupby("u").size().map(up)
-    shaped = pairs.assign(p=pairs.u.map(parts).map(up), n=pairs.n.map(up), t=pairs.u.map(rows))
+    fine = df.groupby("u").size().map(up_total)
+    shaped = pairs.assign(p=pairs.u.map(parts).map(up), n=pairs.n.map(up), t=pairs.u.map(fine))
     expected = sorted(shaped.groupby(["p", "n", "t"]).size().items())
     got_pairs = [((p, n, t), c) for (p, n, c), (_, t, _) in zip(profile.pairs,
                                                               profile.unit_totals,
@@ -139,7 +143,8 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     # units with more than cap rows, each P / up(P) (its P pairs weigh 1 / up(P) each)
     weight = parts / parts.map(up)
     totals = df.groupby("u").size()
-    for cap in (1, 8, 16, 64):
+    for cap in (1, 8, 16, 18, 42, 64, 70):  # exact on the grid, powers of two and between
+        assert cap in UNIT_TOTALS
         assert profile.unit_rows([cap])[0] == pytest.approx(
             float(weight[totals > cap].sum()), abs=2**-16)
     present = df[df.x.notna()]

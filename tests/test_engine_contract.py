@@ -1124,6 +1124,23 @@ def schema_exact(curators: dict[str, dp.Curator]) -> None:
             assert first, sql
             for name, result in results.items():
                 assert result == first, (name, bounding, sql)
+    for sql, options in UNIT_TOTALS:  # caps on each customer's total (bounding="unit")
+        results = {name: joins.exact(cur, sql.format(src=joins.FOUR), bounding="unit",
+                                     **options) for name, cur in curators.items()}
+        first = results.pop("duckdb")
+        assert first, sql
+        for name, result in results.items():
+            assert result == first, (name, "unit", sql)
+
+
+UNIT_TOTALS = [
+    ("SELECT n_name, COUNT(*) AS n, SUM(l_extendedprice) AS s {src} GROUP BY n_name",
+     {"keys": joins.NATIONS, "max_unit_rows": 9, "max_unit_sums": {"l_extendedprice": 3000}}),
+    ("SELECT l_shipmode, COUNT(*) AS n {src} GROUP BY l_shipmode",  # private keys
+     {"max_partitions": 2, "max_unit_rows": 20}),
+    ("SELECT COUNT(*) AS n, SUM(o_totalprice) AS s FROM orders",
+     {"max_unit_rows": 3, "max_unit_sums": {"o_totalprice": 4000}}),
+]
 
 
 def test_join_shapes_give_identical_exact_aggregates_on_postgres(postgres_url: str) -> None:

@@ -174,13 +174,14 @@ import numpy.typing as npt
 
 from dpcurator.accounting.conversions import zcdp_rho_for
 from dpcurator.accounting.events import DpEvent, PureDPEvent, ZCDPEvent
-from dpcurator.engines import PROFILE_STEPS
+from dpcurator.engines import PROFILE_STEPS, UNIT_TOTALS
 from dpcurator.errors import InternalError, UserError
 from dpcurator.mechanisms import DiscreteLaplace
 from dpcurator.mechanisms.exponential import PermuteAndFlip
 from dpcurator.noise import RandomSource
 from dpcurator.noise.samplers import MAX_SCALE as MAX_NOISE_SCALE
 from dpcurator.query.plan import (
+    MAX_CONTRIBUTIONS,
     MAX_UNIT_SUM,
     Aggregate,
     AutoBounds,
@@ -190,6 +191,7 @@ from dpcurator.query.plan import (
     Mean,
     Plan,
     Quantile,
+    Sum,
     Variance,
 )
 
@@ -255,7 +257,9 @@ OUTER_MARGIN = 2
 OUTER_PRIOR = 1.0
 #: the weights of the choices in the budget (``choice_names``)
 WEIGHTS = {"max_partitions": 1.0, "max_rows_per_partition": 1.0, "magnitude": 2.0,
-           "signs": 1.0, "units": 0.25}
+           "signs": 1.0, "units": 0.25, "unit": 1.0}
+#: ``bounding="unit"``: a unit's rows in all, on the profile's grid (``choose_unit_rows``)
+UNIT_ROW_CANDIDATES = tuple(t for t in UNIT_TOTALS if t <= MAX_CONTRIBUTIONS)
 #: The data is too thin to choose a clamp from when a noisy count of its units is below
 #: THIN times the joint choice's floor F (every unit within F of the best score: the scores
 #: cannot tell the candidates apart); THIN_WARN times F or fewer: the tail cannot be located.
@@ -342,10 +346,14 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     ``request`` is the part ``remaining`` of the query's budget that is left after a total
     interval's share: the bounds' share stays a share of the whole budget."""
     auto = plan.auto
-    outers = outer_names(auto) if auto is not None and outer else []
+    unit_mode = plan.bounding == "unit"
+    outers = outer_names(auto) if auto is not None and (outer or unit_mode) else []
     if auto is None or (auto.choices == 0 and not outers):
         raise InternalError("no bounds to choose; this is a bug")
     names = choice_names(auto) if auto.choices else []
+    if unit_mode:  # the caps on each unit's total, from the bounds' share (weight 1 each)
+        names += [(name, WEIGHTS["unit"]) for name in outers]
+        outers = []
     weights = [w for _, w in names]
     share = auto.spent_share / remaining if names else 0.0
     if share >= 1.0:
@@ -736,12 +744,76 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     return _with_outer(auto_plan, final, chosen, stats, source)
 
 
+def choose_unit_rows(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
+                     ) -> int:
+    """``bounding="unit"``'s cap M on a unit's rows in all: permute-and-flip over
+    ``UNIT_ROW_CANDIDATES`` (eight steps an octave) with the penalties of the module docstring
+    (``_penalties``, ramp ``LAMBDA``, capped at ``CAP`` times the floor), the statistic U(M)
+    the units with more than M rows (``Profile.unit_rows``, exact on the grid), the target
+    ``ROW_FACTOR`` G s: Amin et al.'s point, where the rows the cap removes per unit of M (the
+    U(M) units beyond it lose one each) meet the noise's rate (G partitions, each with noise
+    of standard deviation s M). One unit moves U by at most 1, so each penalty too."""
+    epsilon = auto_plan.epsilons[OUTER]
+    caps = UNIT_ROW_CANDIDATES
+    target = ROW_FACTOR * auto_plan.target(1, per_partition=False)
+    cap = CAP * auto_plan.floor(OUTER, len(caps))
+    penalties = _penalties(stats.unit_rows(caps), caps, target, cap, epsilon, LAMBDA)
+    return int(caps[_release(-penalties, epsilon, source)])
+
+
+def choose_unit_sum(auto_plan: AutoPlan, stats: Profile, column: int, name: str,
+                    source: RandomSource | None) -> float:
+    """``bounding="unit"``'s cap V on a unit's sum of |value| of ``name`` (the profile's
+    ``column``-th of the sums), as ``choose_unit_rows`` chooses M, over ``MAGNITUDES``
+    (steps of 2^(1/4) up to ``MAX_UNIT_SUM``, where the profile's units' sums are exact), the
+    target ``ROW_FACTOR_VALUES`` G s: a unit above V is divided by a power of two
+    (``dpcurator.query.bounding``), losing up to half of its sum, more than the linear loss
+    the target assumes, so V aims higher than M does."""
+    choice = f"{OUTER_SUM}:{name}"
+    epsilon = auto_plan.epsilons[choice]
+    target = ROW_FACTOR_VALUES * auto_plan.target(1, per_partition=False)
+    cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
+    penalties = _penalties(stats.unit_sums(column), MAGNITUDES, target, cap, epsilon, LAMBDA)
+    return float(MAGNITUDES[_release(-penalties, epsilon, source)])
+
+
+def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
+                    source: RandomSource | None) -> tuple[Plan, dict[str, Any]]:
+    """The plan with ``bounding="unit"``'s caps chosen (``choose_unit_rows``,
+    ``choose_unit_sum``), each SUM's bounds the clamp [-V, V] its values get."""
+    auto = auto_plan.auto
+    if auto.unit_rows:
+        chosen[OUTER] = choose_unit_rows(auto_plan, stats, source)
+        plan = plan.replace(max_unit_rows=chosen[OUTER])
+    sums = dict(plan.max_unit_sums)
+    for index, column in enumerate(auto.unit_sums):
+        sums[column] = choose_unit_sum(auto_plan, stats, index, column, source)
+    if auto.unit_sums:
+        chosen["max_unit_sums"] = {c: sums[c] for c in auto.unit_sums}
+    aggregates = tuple(type(a)(a.column, Bounds(-sums[a.column], sums[a.column]), a.name)
+                       if isinstance(a, Sum) and a.column in sums else a
+                       for a in plan.aggregates)
+    if "method" not in chosen:
+        cost = "rho" if auto_plan.request.rho is not None else "epsilon"
+        chosen[cost] = auto_plan.spent
+        chosen["share"] = auto.spent_share
+    chosen["unit_method"] = (
+        "permute-and-flip over the caps on each unit's total (Amin et al. 2019's "
+        "bias-variance rule, penalties ramping above it); epsilons " +
+        ", ".join(f"{n} {v:.3g}" for n, v in auto_plan.epsilons.items()
+                  if n in outer_names(auto)))
+    return plan.replace(aggregates=aggregates, max_unit_sums=tuple(sums.items())), chosen
+
+
 def _with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
                 source: RandomSource | None) -> tuple[Plan, dict[str, Any]]:
-    """The plan with a total interval's outer cap chosen, when asked (``choose_outer``)."""
+    """The plan with a total interval's outer cap chosen, when asked (``choose_outer``), or
+    ``bounding="unit"``'s caps (``_with_unit_caps``)."""
     auto = auto_plan.auto
     if not outer_names(auto):
         return plan, chosen
+    if plan.bounding == "unit":
+        return _with_unit_caps(auto_plan, plan, chosen, stats, source)
     cost = "rho" if auto_plan.request.rho is not None else "epsilon"
     if auto.unit_rows:  # never below the inner caps, chosen or given (``choose_outer``)
         outer = choose_outer(auto_plan, stats, source, inner_unit_rows(plan))

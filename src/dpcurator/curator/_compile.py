@@ -126,12 +126,35 @@ def _count_unit(kind: str, budget: float, k: int, multiplier: int,
     return _unit_bound(kind, budget, k, multiplier)
 
 
+def _unit_measure(agg: Aggregate, index: int, kind: str, budget: float, plan: Plan
+                  ) -> tuple[MeasureSpec, float]:
+    """The measure of a COUNT(*) or SUM under ``bounding="unit"`` and the budget it uses: the
+    unit's rows weighed by min(1, M / T) (integer: noise of scale M / epsilon on the count
+    itself), or its sum of |value| within V (``dpcurator.query.bounding``, ``unit_rows`` and
+    ``unit_values``)."""
+    # a cap still to choose is compiled with a placeholder of 1: the cost does not depend on it
+    if isinstance(agg, Count):
+        weight, used = _count_unit(kind, budget, 1, 1, True)
+        assert weight == 1
+        return MeasureSpec(f"a{index}_unit_rows", "unit_rows", None, 1,
+                           plan.max_unit_rows or 1), used
+    assert isinstance(agg, Sum) and agg.column is not None
+    outer = dict(plan.max_unit_sums).get(agg.column, 1.0)
+    bound, used = _unit_bound(kind, budget, 1, 1)
+    value = ValueSpec(agg.column, -outer, outer, 0.0, _value_scale(outer, bound))
+    return MeasureSpec(f"a{index}_unit_values", "unit_values", value, 1, value.bound), used
+
+
 def _measures_for(agg: Aggregate, index: int, kind: str, budget: float, k: int,
-                  r: int, integer: bool) -> list[tuple[MeasureSpec, float]]:
+                  r: int, integer: bool, plan: Plan | None = None
+                  ) -> list[tuple[MeasureSpec, float]]:
     """The measures of one aggregate and the budget each uses (its share, or a bit less).
 
     ``integer``: the bounded counts are integers (no partition rescaling), so counts of rows,
-    units and present values can get integer noise (``_integer_counts``)."""
+    units and present values can get integer noise (``_integer_counts``). A ``plan`` with
+    ``bounding="unit"`` measures under its caps on each unit's total (``_unit_measure``)."""
+    if plan is not None and plan.bounding == "unit":
+        return [_unit_measure(agg, index, kind, budget, plan)]
     if isinstance(agg, Count | CountUnits):
         multiplier = r if isinstance(agg, Count) else 1
         weight, used = _count_unit(kind, budget, k, multiplier, integer)
@@ -255,6 +278,9 @@ def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
     mode = "sample" if has_quantile else (plan.bounding or "rescale")
     if privacy_unit is None:
         rows_mode = partitions_mode = "none"
+    elif mode == "unit":  # every row of every pair, weighed by the unit's total (bounding)
+        rows_mode = "rescale"
+        partitions_mode = "sample" if private else "none"
     else:
         rows_mode = mode
         if not plan.group_by:
@@ -329,13 +355,13 @@ def _threshold_candidate(plan: Plan, request: PrivacyRequest) -> Aggregate | Non
 
 
 def _count_threshold(agg: Aggregate, index: int, allocation: _privacy.Allocation,
-                     kind: str, shell: BoundedQuery, source: RandomSource | None
-                     ) -> tuple[MeasureSpec, CountThreshold]:
+                     kind: str, shell: BoundedQuery, source: RandomSource | None,
+                     plan: Plan | None = None) -> tuple[MeasureSpec, CountThreshold]:
     """The thresholded count's measure and its ``CountThreshold`` under ``allocation``."""
     budget = allocation.pure[agg.name] if kind == "laplace" else allocation.rho[agg.name]
     k, r = shell.partitions_cap, shell.rows_cap
     integer = shell.partitions_mode != "rescale"
-    ((spec, used),) = _measures_for(agg, index, kind, budget, k, r, integer)
+    ((spec, used),) = _measures_for(agg, index, kind, budget, k, r, integer, plan)
     assert allocation.threshold_delta is not None
     noise = _new_mechanism(kind, used, spec, shell, source)
     return spec, CountThreshold(noise=noise, contribution=shell.per_partition_bound(spec),
@@ -357,7 +383,8 @@ def _choose_allocation(plan: Plan, request: PrivacyRequest, names: list[str],
     if per_partition_delta(by_threshold.threshold_delta, shell.partitions_cap) >= 0.5:
         return separate  # delta of 1/2 or more per partition (allow_large_delta): no tail
     index = list(plan.aggregates).index(candidate)
-    _, threshold = _count_threshold(candidate, index, by_threshold, request.kind, shell, source)
+    _, threshold = _count_threshold(candidate, index, by_threshold, request.kind, shell, source,
+                                    plan)
     assert separate.selection is not None
     sel_eps, sel_delta = separate.selection
     other = choose_partition_selection(epsilon=sel_eps, delta=sel_delta,
@@ -385,8 +412,8 @@ def _compile_with(plan: Plan, request: PrivacyRequest, allocation: _privacy.Allo
             histograms.append(hist_for[index])
             per_aggregate.append((agg, [], budget))
         else:
-            per_aggregate.append((agg, _measures_for(agg, index, kind, budget, k, r, integer),
-                                  budget))
+            per_aggregate.append((agg, _measures_for(agg, index, kind, budget, k, r, integer,
+                                                     plan), budget))
 
     measure_list = [m for _, measures, _ in per_aggregate for m, _ in measures]
     bounded = BoundedQuery(
@@ -401,7 +428,7 @@ def _compile_with(plan: Plan, request: PrivacyRequest, allocation: _privacy.Allo
     if allocation.threshold is not None:
         position = [a.name for a in plan.aggregates].index(allocation.threshold)
         spec, selection = _count_threshold(plan.aggregates[position], position, allocation,
-                                           kind, bounded, source)
+                                           kind, bounded, source, plan)
         threshold_measure = spec.name
 
     estimators: list[Estimator] = []

@@ -117,8 +117,9 @@ class Profile:
         return out
 
     def unit_rows(self, caps: Sequence[int]) -> list[float]:
-        """Units with more than M rows in all, M a power of two (each pair weighs 1 / P; T
-        is rounded up to a power of two above 8, so T > M exactly when the rounded T is)."""
+        """Units with more than M rows in all, M on the grid ``UNIT_TOTALS`` (each pair
+        weighs 1 / P; T is rounded up to that grid, so T > M exactly when the rounded T is;
+        every power of two is on it)."""
         return [_down(sum((Fraction(c, p) for (p, t), c in self._by_total.items() if t > cap),
                           Fraction(0))) for cap in caps]
 

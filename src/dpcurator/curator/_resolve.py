@@ -80,6 +80,14 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     from dpcurator.engines import column_kind, integer_valued
 
     wanted = plan.auto.merged(defaults.auto) if plan.auto is not None else defaults.auto
+    unit_mode = (plan.bounding or defaults.bounding) == "unit"
+    if unit_mode:
+        if privacy_unit is None:
+            raise QueryError("bounding='unit' caps what each privacy unit contributes in all; "
+                             "this curator treats each row as its own unit (give "
+                             "privacy_unit=...), or ask with bounding='rescale'")
+        plan = plan.replace(bounding="unit")  # checks the aggregates and the intervals
+    given_sums = {match_column(c, columns, "max_unit_sums"): v for c, v in plan.max_unit_sums}
     auto_columns: list[str] = []
     aggregates: list[Aggregate] = []
     for agg in plan.aggregates:
@@ -93,6 +101,16 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
         if column_kind(columns[column]) not in ("numeric", "boolean"):
             raise QueryError(f"aggregate {agg.name!r} needs a numeric column, but {column!r} "
                              f"has type {columns[column]}")
+        if unit_mode:  # each value clamped to [-V, V]: the unit's sum of |value| is capped
+            cap = given_sums.get(column)
+            if agg.bounds is not None:
+                raise QueryError(f"under bounding='unit' SUM({column}) is bounded by the cap "
+                                 f"on each unit's sum of |{column}| (max_unit_sums={{"
+                                 f"'{column}': V}}, or leave it to be chosen from the data), "
+                                 "not by clamping bounds: drop bounds for it")
+            aggregates.append(type(agg)(column, _AUTO_PLACEHOLDER if cap is None else
+                                        Bounds(-cap, cap), agg.name))
+            continue
         bounds = agg.bounds
         if bounds is None and plan.auto is not None and plan.auto.columns and \
                 plan.auto.wants_column(column):
@@ -135,8 +153,11 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
             chosen.append(False)
     unit = privacy_unit is not None
     # a cap is chosen only where it binds: k with several partitions, r where rows count
-    choose_k = chosen[0] and unit and bool(group) and (keys is None or len(keys) > 1)
-    choose_r = chosen[1] and unit and any(not isinstance(a, CountUnits) for a in aggregates)
+    # (under bounding="unit", k only where it caps a private selection, and never r)
+    choose_k = chosen[0] and unit and bool(group) and (keys is None or len(keys) > 1) and \
+        (keys is None or not unit_mode)
+    choose_r = chosen[1] and unit and any(not isinstance(a, CountUnits) for a in aggregates) \
+        and not unit_mode
     auto = None
     share = wanted.spent_share if wanted is not None else DEFAULT_AUTO_SHARE
     if choose_k or choose_r or auto_columns:
@@ -146,6 +167,18 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
         max_partitions=caps[0], max_rows_per_partition=caps[1],
         bounding=plan.bounding or defaults.bounding, auto=auto,
     )
+    if unit_mode:  # the caps on each unit's total, given or chosen from the data
+        resolved = resolved.replace(max_unit_sums=tuple(given_sums.items()))
+        caps_auto = AutoBounds(
+            unit_rows=resolved.max_unit_rows is None and
+            any(type(a) is Count for a in aggregates),
+            unit_sums=tuple(c for c in _total.sum_columns(resolved) if c not in given_sums),
+            share=share)
+        if caps_auto.unit_rows or caps_auto.unit_sums:
+            auto = caps_auto.merged(auto)
+        return resolved.replace(intervals="bounded", auto=auto, total_share=None,
+                                max_unit_rows=resolved.max_unit_rows
+                                if any(type(a) is Count for a in aggregates) else None)
     # what the intervals of COUNT(*) and SUM cover (``_total``): a measured total needs outer
     # caps, given or chosen
     total_share = resolved.total_share or defaults.total_share or _total.SHARE

@@ -49,7 +49,15 @@ from dpcurator.noise import RandomSource, resolve_source
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import QueryError, UnknownColumnError
 from dpcurator.query.joins import UNIT_COLUMN, flatten_plan
-from dpcurator.query.plan import INTERVAL_KINDS, AutoBounds, Bounds, Count, Plan, auto_options
+from dpcurator.query.plan import (
+    AUTO,
+    INTERVAL_KINDS,
+    AutoBounds,
+    Bounds,
+    Count,
+    Plan,
+    auto_options,
+)
 from dpcurator.query.schema import Schema as Declared
 from dpcurator.query.schema import declare, folded
 from dpcurator.query.sql import parse_sql, too_deep_error
@@ -385,7 +393,9 @@ class Curator:
             noise: str | None = None, weights: Mapping[str, float] | None = None,
             confidence: float | None = None, cache: bool | None = None,
             label: str | None = None, bounds_share: float | None = None,
-            intervals: str | None = None, total_share: float | None = None) -> Release:
+            intervals: str | None = None, total_share: float | None = None,
+            max_unit_rows: int | str | None = None,
+            max_unit_sums: Mapping[str, float | str] | None = None) -> Release:
         """Answer a DP SQL query (see ``dpcurator.query.sql`` for the accepted subset).
 
         ``epsilon`` [and ``delta``] or ``rho`` is what this query spends; ``bounds`` clamps
@@ -398,11 +408,16 @@ class Curator:
         the intervals of COUNT(*) and SUM cover: ``"bounded"`` (the capped answer) or
         ``"total"`` (the answer without the caps and the clamping, for a 10% share, or
         ``total_share``; asked for only: ``Release.interval_kinds``).
+        ``bounding="unit"`` caps each unit's total instead (COUNT(*) and SUM): at most
+        ``max_unit_rows`` rows in all, and a sum of |value| of at most ``max_unit_sums[col]``,
+        each chosen from the data where not given (or ``"auto"``); these also give the
+        outer caps of ``intervals="total"``.
         """
         plan = self.parse(query, bounds=bounds, keys=keys, max_partitions=max_partitions,
                           max_rows_per_partition=max_rows_per_partition, bounding=bounding,
                           bounds_share=bounds_share, intervals=intervals,
-                          total_share=total_share)
+                          total_share=total_share, max_unit_rows=max_unit_rows,
+                          max_unit_sums=max_unit_sums)
         return self.run(plan, epsilon=epsilon, delta=delta, rho=rho, noise=noise,
                         weights=weights, confidence=confidence, cache=cache,
                         label=label or " ".join(query.split()))
@@ -411,7 +426,8 @@ class Curator:
               keys: Any = None, max_partitions: int | str | None = None,
               max_rows_per_partition: int | str | None = None, bounding: str | None = None,
               bounds_share: float | None = None, intervals: str | None = None,
-              total_share: float | None = None) -> Plan:
+              total_share: float | None = None, max_unit_rows: int | str | None = None,
+              max_unit_sums: Mapping[str, float | str] | None = None) -> Plan:
         """The plan of a DP SQL query about this curator's table (``FROM <table>``), with the
         options of ``sql``; nothing is resolved, compiled, charged or read. ``sql`` is
         ``run(parse(...))``, and a service parses with it before its own checks."""
@@ -437,7 +453,7 @@ class Curator:
                                     total_share=total_share)
             except QueryError as exc:
                 raise UserError(str(exc)) from None
-        return plan
+        return _with_unit_caps(plan, max_unit_rows, max_unit_sums)
 
     def run(self, query: Query | Plan, *, epsilon: float | None = None,
             delta: float | None = None, rho: float | None = None, noise: str | None = None,
@@ -544,7 +560,8 @@ class Curator:
         if isinstance(query, str):  # with ``sql``'s options of the query itself
             plan = self.parse(query, **{name: privacy.pop(name) for name in (
                 "bounds", "keys", "max_partitions", "max_rows_per_partition", "bounding",
-                "bounds_share", "intervals", "total_share") if name in privacy})
+                "bounds_share", "intervals", "total_share", "max_unit_rows",
+                "max_unit_sums") if name in privacy})
         else:
             plan = query.plan() if isinstance(query, Query) else query
         if not isinstance(plan, Plan):
@@ -562,6 +579,8 @@ class Curator:
         if compiled.auto is not None:
             auto = compiled.auto
             outers = outer_names(auto.auto)
+            if compiled.plan.bounding == "unit":  # paid from the bounds' share
+                outers = []
             explained["bounds_to_choose"] = {
                 "max_partitions": auto.auto.max_partitions,
                 "max_rows_per_partition": auto.auto.max_rows_per_partition,
@@ -569,6 +588,9 @@ class Curator:
                 "epsilons": {k: v for k, v in auto.epsilons.items() if k not in outers},
                 "note": "chosen from the data when the query runs; the plan, SQL and noise "
                         "above show placeholder bounds (caps of 1, bounds (0, 1))"}
+            if compiled.plan.bounding == "unit":
+                explained["bounds_to_choose"].update(
+                    max_unit_rows=auto.auto.unit_rows, max_unit_sums=list(auto.auto.unit_sums))
             if outers:
                 explained["outer_caps_to_choose"] = {
                     "caps": outers, "epsilons": {k: auto.epsilons[k] for k in outers},
@@ -752,3 +774,20 @@ def _existing(path: str | os.PathLike[str]) -> str:
     if "*" not in text and not Path(text).exists():
         raise UserError(f"data file not found: {text}")
     return text
+
+
+def _with_unit_caps(plan: Plan, rows: int | str | None,
+                    sums: Mapping[str, float | str] | None) -> Plan:
+    """The plan with the caps on each unit's total that ``sql`` was given ("auto", or a
+    column left out: chosen from the data)."""
+    if sums is not None and not isinstance(sums, Mapping):
+        raise UserError("max_unit_sums must map columns to positive numbers (or 'auto')")
+    given = {str(c): v for c, v in (sums or {}).items() if v != AUTO}
+    try:
+        if rows is not None and rows != AUTO:
+            plan = plan.replace(max_unit_rows=rows)
+        if given:
+            plan = plan.replace(max_unit_sums=tuple(given.items()))
+    except QueryError as exc:
+        raise UserError(str(exc)) from None
+    return plan

@@ -209,14 +209,17 @@ class Release:
 
     @property
     def max_unit_sums(self) -> dict[str, float]:
-        """The outer caps under which the SUMs' ``total`` intervals cover, per column."""
-        return dict(self.plan.max_unit_sums) if self.plan.intervals == "total" else {}
+        """The outer caps under which the SUMs' ``total`` intervals cover, per column, or
+        under ``bounding="unit"`` the caps on each unit's sum of |value| (per column)."""
+        return dict(self.plan.max_unit_sums) if self.plan.intervals == "total" or \
+            self.plan.bounding == "unit" else {}
 
     @property
     def max_unit_rows(self) -> int | None:
         """The outer cap under which the ``total`` intervals cover (None: none needed, or
         no total interval): they cover the count of every partition where no unit has more
-        rows than this in all."""
+        rows than this in all. Under ``bounding="unit"``, the cap on each unit's rows in all
+        (a unit with more counts each of its T rows as M / T)."""
         return self.plan.max_unit_rows
 
     def interval(self, name: str, confidence: float | None = None, kind: str | None = None
@@ -332,7 +335,9 @@ class Release:
                  for name, (low, high) in bounded.items()} for i in range(len(self.keys))]
         if self.totals:
             out["total_columns"] = self.total_columns
-        if counts or self.totals:
+        if self.plan.bounding == "unit":
+            out["bounding"] = "unit"
+        if counts or self.totals or self.plan.bounding == "unit":
             out["max_unit_rows"] = self.max_unit_rows
             if self.max_unit_sums:
                 out["max_unit_sums"] = self.max_unit_sums

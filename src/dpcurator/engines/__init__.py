@@ -23,11 +23,12 @@ from dpcurator.engines._sources import (
     open_tables,
     register_source,
 )
-from dpcurator.engines._sql import PROFILE_STEPS
+from dpcurator.engines._sql import PROFILE_STEPS, UNIT_TOTALS
 from dpcurator.engines.duckdb import DuckDBEngine
 
 __all__ = [
     "PROFILE_STEPS",
+    "UNIT_TOTALS",
     "ColumnKind",
     "DuckDBEngine",
     "Engine",

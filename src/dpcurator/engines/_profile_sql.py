@@ -9,10 +9,27 @@ from dpcurator.engines._context import Context
 from dpcurator.engines._rows import rows
 from dpcurator.engines._trees import alias, case, cast, col, num, select, star, window, with_ctes
 
-__all__ = ["PROFILE_STEPS", "profile_statement"]
+__all__ = ["PROFILE_STEPS", "UNIT_TOTALS", "profile_statement"]
 
 #: The magnitude steps of a profile's value buckets: 2^(q/4), 2^-20 to 2^40.
 PROFILE_STEPS = tuple(range(-80, 161))
+
+
+def _ceil_root(power: int, degree: int) -> int:
+    """The least integer n with n^degree >= 2^power, exactly."""
+    n = max(1, round(2.0 ** (power / degree)))
+    while n**degree < 2**power:
+        n += 1
+    while n > 1 and (n - 1) ** degree >= 2**power:
+        n -= 1
+    return int(n)
+
+
+#: The grid a unit's number of rows in all is rounded up to in a profile's pairs (part 0):
+#: itself up to 16, then ceil(2^(q/8)), eight steps an octave (every power of two among
+#: them), up to 2^41. Fine enough for choosing ``bounding="unit"``'s cap on a unit's rows,
+#: which moves its noise in proportion (``_auto_bounds.choose_unit_rows``).
+UNIT_TOTALS = tuple(sorted({*range(1, 17), *(_ceil_root(q, 8) for q in range(33, 329))}))
 
 
 def profile_statement(ctx: Context) -> exp.Query:
@@ -31,7 +48,7 @@ def profile_statement(ctx: Context) -> exp.Query:
     ctes, source = rows(ctx)
     rows_view = "shaped"  # one row per value, with its unit's rows (__tb)
     if q.unit is None:  # each row its own unit: one partition, one row
-        ones = [alias(num(1), name) for name in ("__pb", "__nb", "__tb")]
+        ones = [alias(num(1), name) for name in ("__pb", "__nb", "__tb", "__tt")]
         ctes.append(("shaped", select([star(), *ones], source)))
     elif ctx.d.profile_by_window:
         ctes += _profile_windows(ctx, source)
@@ -42,8 +59,8 @@ def profile_statement(ctx: Context) -> exp.Query:
     null = cast(exp.Null(), "BIGINT")
     branches: list[exp.Query] = [select(
         [alias(num(0), "__part"), col("__pb"), col("__nb"), alias(null, "__s"),
-         alias(col("__tb"), "__b"), alias(exp.Count(this=exp.Star()), "__c")], "shaped",
-        group=[col("__pb"), col("__nb"), col("__tb")],
+         alias(col("__tt"), "__b"), alias(exp.Count(this=exp.Star()), "__c")], "shaped",
+        group=[col("__pb"), col("__nb"), col("__tt")],
         comment="pairs by (partitions of the unit, rows of the pair, rows of the unit)")]
     for c in range(len(q.profile_sums)):
         bucket = _bucket(ctx, col(f"__us{c}"), PROFILE_STEPS[0], PROFILE_STEPS[-1])
@@ -108,7 +125,7 @@ def _profile_grouped(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
         comment="one row per unit: its partitions, rows and sums of |value|")))
     ctes.append(("shaped", exp.Select(expressions=[
         alias(up(col("__p")), "__pb"), alias(up(col("__n")), "__nb"),
-        alias(up(col("__t")), "__tb"),
+        alias(up(col("__t")), "__tb"), alias(up_total(col("__t")), "__tt"),
         *(col(f"__us{c}") for c in range(len(q.profile_sums)))]).from_(
         "pairs", copy=False).join("units", using=["__u"], copy=False)))
     return ctes
@@ -133,7 +150,8 @@ def _profile_windows(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
                     "counted", comment="and its unit's number of partitions")
     valued = select([star(), alias(up(col("__p")), "__pb"),
                      alias(up(col("__n")), "__nb"),
-                     alias(up(col("__t")), "__tb")], "spread")
+                     alias(up(col("__t")), "__tb"),
+                     alias(up_total(col("__t")), "__tt")], "spread")
     shaped = select([star()], "valued", where=exp.EQ(this=col("__i"), expression=num(1)))
     return [("counted", counted), ("spread", spread), ("valued", valued),
             ("shaped", shaped)]
@@ -158,3 +176,20 @@ def up(node: exp.Expr) -> exp.Expr:
     whens += [(exp.LTE(this=node.copy(), expression=num(2**b)), num(2**b))
               for b in range(4, 41)]
     return case(*whens, default=num(2**41))
+
+
+def up_total(node: exp.Expr) -> exp.Expr:
+    """A unit's count of rows >= 1 rounded up to ``UNIT_TOTALS`` (itself up to 16): a binary
+    search of nested CASEs, about 9 comparisons a pair; 2^42 beyond the grid."""
+    fine = [t for t in UNIT_TOTALS if t > 16]
+
+    def search(lo: int, hi: int) -> exp.Expr:  # the least fine[i] >= node, i in [lo, hi]
+        if lo == hi:
+            return num(fine[lo])
+        mid = (lo + hi) // 2
+        return case((exp.LTE(this=node.copy(), expression=num(fine[mid])), search(lo, mid)),
+                    default=search(mid + 1, hi))
+
+    return case((exp.LTE(this=node.copy(), expression=num(16)), node.copy()),
+                (exp.GT(this=node.copy(), expression=num(fine[-1])), num(2**42)),
+                default=search(0, len(fine) - 1))

@@ -47,13 +47,14 @@ from collections.abc import Mapping, Sequence
 from dpcurator.engines._bounding import statement
 from dpcurator.engines._context import RELATION, Context
 from dpcurator.engines._dialect import PLAN_FLAGS, Dialect, HashKind, ValueKind
-from dpcurator.engines._profile_sql import PROFILE_STEPS, profile_statement
+from dpcurator.engines._profile_sql import PROFILE_STEPS, UNIT_TOTALS, profile_statement
 from dpcurator.engines._results import CompileCache, CompiledQuery, collect
 from dpcurator.engines._trees import width_bucket_case
 from dpcurator.query.bounding import BoundedQuery
 
-__all__ = ["PLAN_FLAGS", "PROFILE_STEPS", "RELATION", "CompileCache", "CompiledQuery", "Dialect",
-           "HashKind", "ValueKind", "collect", "compile_bounding", "width_bucket_case"]
+__all__ = ["PLAN_FLAGS", "PROFILE_STEPS", "RELATION", "UNIT_TOTALS", "CompileCache",
+           "CompiledQuery", "Dialect", "HashKind", "ValueKind", "collect", "compile_bounding",
+           "width_bucket_case"]
 
 
 def compile_bounding(query: BoundedQuery, dialect: Dialect, column_types: Mapping[str, str],

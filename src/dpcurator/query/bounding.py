@@ -40,6 +40,16 @@ truncating each pair's part: the unit's parts sum to at most M (its L1 norm; its
 no larger), whatever its rows, so its sensitivity is M times its weight. ``unit_values``
 divides each pair's exact sum P by 2^j, A <= V 2^j with A the unit's exact sum of |value|:
 sum over pairs of |P| / 2^j <= A / 2^j <= V, truncation only lowering each part.
+
+These two are also the measures of ``bounding="unit"`` (``Plan.bounding``): COUNT(*) and
+SUM under caps on each unit's total instead of the caps per partition (stages 2 and 3 keep
+every row of every pair; with private keys the partition cap still keeps k pairs, in the
+keyed order, for the selection). T and A are summed over *all* the unit's pairs before any
+pair is dropped, so the parts kept are a subset of parts that sum to at most M (or V): the
+L1 bound holds over the kept pairs too, and a unit never gains weight from a pair dropped.
+The bound is Tumult Analytics' ``MaxRowsPerID`` truncation's (rows per identifier in all),
+here as the expected value of a uniform choice of M rows (each row weighted min(1, M / T))
+rather than a sample.
 """
 
 from __future__ import annotations
@@ -230,9 +240,10 @@ class BoundedQuery:
             raise InternalError("partition selection needs a hard partition cap; this is a bug")
         if self.histograms and "rescale" in (self.rows_mode, self.partitions_mode):
             raise InternalError("histograms need sampled bounding; this is a bug")
-        if any(m.kind in OUTER_KINDS for m in self.measures) and (
-                self.rows_mode != "rescale" or self.partitions_mode == "sample"):
-            raise InternalError("an outer row cap needs every row of every pair; this is a bug")
+        if any(m.kind in OUTER_KINDS for m in self.measures) and self.rows_mode != "rescale":
+            # (its weights ignore a partition rescale; a hard partition cap keeps a subset of
+            # the unit's pairs, whose parts still sum to at most the outer cap)
+            raise InternalError("an outer cap needs every row of every pair; this is a bug")
 
     @property
     def rows_cap(self) -> int:

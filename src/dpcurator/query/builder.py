@@ -199,6 +199,17 @@ class Query:
             auto=auto if auto is not None else self.auto,
         )
 
+    def bound_unit_totals(self, *, max_unit_rows: int | None = None,
+                          max_unit_sums: Mapping[str, float] | None = None) -> Query:
+        """Cap each unit's total over all partitions instead of its rows per partition
+        (``bounding="unit"``, COUNT(*) and SUM only; see ``Plan``): at most
+        ``max_unit_rows`` rows in all, a sum of |value| of at most ``max_unit_sums[column]``;
+        each one not given is chosen from the data under DP."""
+        plan = Plan(aggregates=(Count(),), max_unit_rows=max_unit_rows,
+                    max_unit_sums=tuple((max_unit_sums or {}).items()))  # validates them
+        return replace(self, bounding="unit", max_unit_rows=plan.max_unit_rows,
+                       max_unit_sums=plan.max_unit_sums)
+
     def bounds_share(self, share: float) -> Query:
         """Spend ``share`` (in (0, 1)) of this query's budget choosing the bounds it leaves to
         the data ("auto"), instead of the curator's share (10% unless it states another)."""

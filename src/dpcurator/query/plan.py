@@ -42,8 +42,8 @@ __all__ = [
     "Variance",
 ]
 
-BoundingMode = Literal["rescale", "sample"]
-_BOUNDING_MODES = ("rescale", "sample")
+BoundingMode = Literal["rescale", "sample", "unit"]
+_BOUNDING_MODES = ("rescale", "sample", "unit")
 IntervalKind = Literal["bounded", "total"]
 MAX_UNIT_SUM = 2.0**40  # a total SUM's outer cap: the profile's largest bucket
 INTERVAL_KINDS = ("bounded", "total")
@@ -401,15 +401,25 @@ class Plan:
     - ``auto``: the bounds to choose from the data under DP (``AutoBounds``).
     - ``bounding``: ``"rescale"`` (default; a unit over a cap contributes the *expected*
       contribution of a uniformly random choice within the cap, with the same sensitivity and
-      less variance) or ``"sample"`` (a uniformly random choice of rows and partitions).
+      less variance), ``"sample"`` (a uniformly random choice of rows and partitions), or
+      ``"unit"``: caps on each unit's *total* over all partitions instead of the two caps
+      per partition, for COUNT(*) and SUM only: at most ``max_unit_rows`` rows in all (a
+      unit with T rows counts each as min(1, M / T)) and a sum of |value| of at most
+      ``max_unit_sums[column]`` (a unit above it divided by the least power of two that
+      brings it within), each given or chosen from the data. Where a unit's rows spread
+      over several partitions this costs M noise where the two caps cost k r (the
+      sensitivity argument: ``dpcurator.query.bounding``); ``max_partitions`` then only
+      caps the partitions a unit adds to a private selection.
     - ``intervals``: what the intervals of COUNT(*) and SUM cover: ``"bounded"`` (the answer
       after the caps and the clamping) or ``"total"`` (the answer without them, for units of
       at most ``max_unit_rows`` rows and ``max_unit_sums`` in all;
       ``dpcurator.curator._total``); None: the curator's default (``"bounded"``
       unless the curator was made with another).
-    - ``max_unit_rows``: the outer cap of a ``"total"`` interval (None: chosen from the data).
-    - ``max_unit_sums``: ((column, V), ...): the outer cap of a total SUM over the column, on
-      a unit's sum of |value| (a column not named: chosen from the data).
+    - ``max_unit_rows``: the outer cap of a ``"total"`` interval, or the cap of
+      ``bounding="unit"`` (None: chosen from the data).
+    - ``max_unit_sums``: ((column, V), ...): the outer cap of a total SUM over the column, or
+      the cap of a SUM under ``bounding="unit"``, on a unit's sum of |value| (a column not
+      named: chosen from the data).
     - ``total_share``: the share of the query's budget the total intervals spend, in (0, 1)
       (None: the curator's, else 10%).
     - ``source``: the joined tables the query reads, over a curator's schema (None: the
@@ -470,9 +480,21 @@ class Plan:
         if self.max_rows_per_partition is not None:
             _check_count("max_rows_per_partition", self.max_rows_per_partition)
         if self.bounding is not None and self.bounding not in _BOUNDING_MODES:
-            raise QueryError(f"bounding must be 'rescale' or 'sample', got {self.bounding!r}")
+            raise QueryError(f"bounding must be 'rescale', 'sample' or 'unit', got "
+                             f"{self.bounding!r}")
         if self.intervals is not None and self.intervals not in INTERVAL_KINDS:
             raise QueryError(f"intervals must be 'bounded' or 'total', got {self.intervals!r}")
+        if self.bounding == "unit":
+            other = [a.name for a in aggregates if type(a) not in (Count, Sum)]
+            if other:
+                raise QueryError(f"bounding='unit' caps each unit's total rows and sums, "
+                                 f"for COUNT(*) and SUM only; the aggregates {other} need the "
+                                 "caps per partition: ask for them in a query of their own, "
+                                 "or with bounding='rescale'")
+            if self.intervals == "total":
+                raise QueryError("bounding='unit' already answers for each unit's total "
+                                 "(within max_unit_rows and max_unit_sums): its intervals are "
+                                 "the bounded ones; leave intervals unset or 'bounded'")
         if self.max_unit_rows is not None:
             _check_count("max_unit_rows", self.max_unit_rows)  # at most 2^20 (< 2^30)
         sums = self.max_unit_sums

@@ -1,0 +1,251 @@
+"""``bounding="unit"``: COUNT(*) and SUM under caps on each unit's total over all partitions
+(at most M rows in all, a sum of |value| of at most V) instead of the caps per partition.
+
+Checked here on the small TPC-H of ``test_joins`` (unit = customer, a few heavy customers
+whose line items spread over every ship mode): the engine's measures against a reference
+written in pandas, the sensitivity (one customer removed with all their rows moves the
+vector of partitions by at most M, or V, in L1), audits of the released vector with two
+broken twins, the caps chosen from the data, private keys, and bad input refused before
+any charge. Every engine gives the same exact measures (``test_engine_contract.schema_exact``,
+run on PostgreSQL and Spark).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpcurator as dp
+from dpcurator.errors import UserError
+from dpcurator.query import Query, QueryError
+from test_joins import FOUR, NATIONS, _neighbour, flat, schema_curator, tables
+
+MODES = ["AIR", "RAIL", "SHIP"]
+BY_MODE = f"SELECT l_shipmode, COUNT(*) AS n {FOUR} GROUP BY l_shipmode"
+SUM_BY_MODE = f"SELECT l_shipmode, SUM(l_extendedprice) AS s {FOUR} GROUP BY l_shipmode"
+
+
+def measured(data: dict[str, pd.DataFrame], sql: str, **options: Any
+             ) -> tuple[dict[Any, int], Any, Any]:
+    """The exact measure of the query's first aggregate per key, its mechanism, and the
+    compiled query (nothing charged, no noise)."""
+    cur = schema_curator(data)
+    prepared = cur.prepare(cur.resolve(cur.parse(sql, bounding="unit", **options),
+                                       epsilon=1.0, delta=1e-6))
+    compiled = prepared.compiled
+    (measure,) = compiled.estimators[0].measures
+    result = cur._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded, key=7)
+    keys = options.get("keys")  # public keys come back as their index among the keys
+    values = dict(zip((keys[int(k[0])] if keys else k[0] for k in result.keys),
+                      result.measures[measure.spec.name], strict=True))
+    return values, measure.mechanism, compiled
+
+
+def reference_rows(data: dict[str, pd.DataFrame], outer: int) -> dict[str, int]:
+    """Per ship mode: sum over customers of n if T <= M else n M // T (n their line items
+    there, T in all)."""
+    joined = flat(data)
+    pairs = joined.groupby(["c_custkey", "l_shipmode"]).size().rename("n").reset_index()
+    pairs["t"] = pairs.groupby("c_custkey").n.transform("sum")
+    part = np.where(pairs.t <= outer, pairs.n, pairs.n * outer // pairs.t)
+    return {str(g): int(v) for g, v in pd.Series(part).groupby(pairs.l_shipmode).sum().items()}
+
+
+@pytest.mark.parametrize("outer", [1, 7, 40, 5000])
+def test_the_count_weighs_each_row_by_its_customers_total(outer: int) -> None:
+    data = tables(3)
+    values, mechanism, compiled = measured(data, BY_MODE, keys=MODES, max_unit_rows=outer)
+    assert values == reference_rows(data, outer)
+    assert mechanism.sensitivity == outer  # L1 over all partitions: the cap, not k r
+    assert compiled.bounded.partitions_mode == "none"
+
+
+def test_one_customer_moves_every_partition_together_by_at_most_the_cap() -> None:
+    """The heaviest customer (hundreds of line items over the three modes) removed with all
+    their orders and line items: the count moves by at most M in L1 over the partitions, the
+    sum by at most V (in its fixed-point units), however the rows spread."""
+    data = tables(3)
+    neighbour = _neighbour(data, 0)
+    # a count loses less than one row a pair to truncation; a sum above V is divided by the
+    # least power of two that brings it within V, so it keeps more than V / 2
+    for sql, options, least in [
+            (BY_MODE, {"max_unit_rows": 20}, 0.9),
+            (SUM_BY_MODE, {"max_unit_sums": {"l_extendedprice": 2000.0}}, 0.5)]:
+        x1, mechanism, _ = measured(data, sql, keys=MODES, **options)
+        x2, _, _ = measured(neighbour, sql, keys=MODES, **options)
+        moved = [abs(x1[g] - x2[g]) for g in MODES]
+        assert sum(moved) <= mechanism.sensitivity
+        assert sum(moved) >= least * mechanism.sensitivity  # the cap binds: it can fail
+        assert sum(1 for m in moved if m) == 3  # over every partition, not one
+
+
+def _per_pair_totals(monkeypatch: Any) -> None:
+    """The first broken twin: T counted per (customer, partition) instead of per customer,
+    so a customer keeps M rows in *each* partition: min(n, M) a pair."""
+    from dpcurator.engines import _bounding
+
+    real = _bounding._per_pair
+
+    def per_pair(ctx: Any, measure: Any) -> Any:
+        if measure.kind == "unit_rows":
+            return _bounding.least(_bounding.exp.Count(this=_bounding.exp.Star()),
+                                   _bounding.num(measure.outer))
+        return real(ctx, measure)
+
+    monkeypatch.setattr(_bounding, "_per_pair", per_pair)
+
+
+def _no_weights(monkeypatch: Any) -> None:
+    """The second broken twin: the outer weights dropped (every row counts)."""
+    from dpcurator.engines import _bounding
+
+    real = _bounding._per_pair
+
+    def per_pair(ctx: Any, measure: Any) -> Any:
+        if measure.kind == "unit_rows":
+            return _bounding.exp.Count(this=_bounding.exp.Star())
+        return real(ctx, measure)
+
+    monkeypatch.setattr(_bounding, "_per_pair", per_pair)
+
+
+def _vector(values: dict[Any, int]) -> np.ndarray:
+    return np.array([values.get(g, 0) for g in MODES], dtype=np.int64)
+
+
+def _audit(mechanism: Any, x1: np.ndarray, x2: np.ndarray) -> Any:
+    """The audit of the noised vectors, each draw read through the Laplace noise's
+    log-likelihood ratio of x1 against x2 (up to its scale): the most powerful statistic
+    for the pair, and post-processing of the release."""
+    from dpcurator.audit import audit_mechanism
+
+    def ratio(rows: np.ndarray) -> np.ndarray:
+        return np.asarray((np.abs(rows - x2) - np.abs(rows - x1)).sum(axis=1), dtype=float)
+
+    return audit_mechanism(mechanism, x1, x2, n=200_000, statistic=ratio)
+
+
+@pytest.mark.audit
+def test_the_released_vector_passes_the_audit() -> None:
+    """The audit of the noised vector of the three partitions on the two databases (the
+    heaviest customer in or out) stays within epsilon = 1 (wrong w.p. at most 1e-7,
+    ``audit_mechanism``: a correct implementation fails below 1e-6)."""
+    data = tables(3)
+    x1, mechanism, _ = measured(data, BY_MODE, keys=MODES, max_unit_rows=20)
+    x2, _, _ = measured(_neighbour(data, 0), BY_MODE, keys=MODES, max_unit_rows=20)
+    assert not _audit(mechanism, _vector(x1), _vector(x2)).exceeds(1.0)
+
+
+@pytest.mark.audit
+@pytest.mark.parametrize("twin", [_per_pair_totals, _no_weights])
+def test_the_audit_catches_the_broken_twins(monkeypatch: Any, twin: Any) -> None:
+    """Each twin lets the heaviest customer move the vector by several times the cap that
+    the noise is calibrated to, and the audit proves epsilon above 1 (wrong w.p. at most
+    1e-7)."""
+    data = tables(3)
+    _, mechanism, _ = measured(data, BY_MODE, keys=MODES, max_unit_rows=20)
+    twin(monkeypatch)
+    t1, _, _ = measured(data, BY_MODE, keys=MODES, max_unit_rows=20)
+    t2, _, _ = measured(_neighbour(data, 0), BY_MODE, keys=MODES, max_unit_rows=20)
+    assert np.abs(_vector(t1) - _vector(t2)).sum() > 2.5 * mechanism.sensitivity
+    assert _audit(mechanism, _vector(t1), _vector(t2)).exceeds(1.0)
+
+
+def test_caps_chosen_from_the_data_sit_where_the_heavy_customers_begin() -> None:
+    """Chosen under DP (10% of epsilon) on data where 5 customers hold a third of the orders
+    (hundreds of line items each) and the rest a few dozen: the row cap lands between the
+    light customers' totals and the heavy ones' (it neither cuts the many light customers
+    nor pays noise for the few heavy ones), and the release states it and what it cost."""
+    data = tables(3, customers=3000, orders=12000, items=50000)
+    joined = flat(data)
+    totals = joined.groupby("c_custkey").size()
+    light = float(np.quantile(totals[totals < 200], 0.9))
+    heavy = float(totals.nlargest(5).min())
+    cur = schema_curator(data, seed=11)
+    chosen = []
+    for _ in range(5):
+        release = cur.sql(BY_MODE, epsilon=1.0, keys=MODES, bounding="unit")
+        chosen.append(release.max_unit_rows)
+        assert release.bounds_chosen["max_unit_rows"] == release.max_unit_rows
+        assert release.bounds_chosen["epsilon"] == pytest.approx(0.1)
+        assert release.to_dict()["bounding"] == "unit"
+    assert all(light <= m < heavy for m in chosen), (chosen, light, heavy)
+    # the interval covers the count under the cap chosen (at 1 - 1e-8: wrong w.p. 3e-8)
+    bounded = reference_rows(data, chosen[-1])
+    low, high = release.interval("n", 1 - 1e-8)
+    for i, (g,) in enumerate(release.keys):
+        assert low[i] <= bounded[g] <= high[i]
+
+
+def test_a_sum_under_a_cap_on_each_customers_total_is_accurate() -> None:
+    data = tables(3, customers=3000, orders=12000, items=50000)
+    cur = schema_curator(data, seed=5)
+    release = cur.sql(SUM_BY_MODE, epsilon=1.0, keys=MODES, bounding="unit")
+    v = release.max_unit_sums["l_extendedprice"]
+    assert release.bounds_chosen["max_unit_sums"] == {"l_extendedprice": v}
+    truth = flat(data).groupby("l_shipmode").l_extendedprice.sum()
+    got = dict(zip(release.keys, release.values["s"], strict=True))
+    # the heavy customers' sums are cut to about V: the rest, two thirds, is kept
+    assert all(0.5 * truth[g] < got[(g,)] <= 1.05 * truth[g] for g in MODES), (got, truth, v)
+    low, high = release.interval("s")
+    assert np.all(low <= release.values["s"]) and np.all(release.values["s"] <= high)
+
+
+def test_private_keys_are_selected_with_the_partition_cap() -> None:
+    """Without public keys the partitions are selected privately (each customer adds to at
+    most max_partitions of them), and measured under the cap on each customer's total."""
+    data = tables(3, customers=3000, orders=12000, items=50000)
+    cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
+    release = cur.sql(BY_MODE, epsilon=1.0, delta=1e-6, bounding="unit", max_partitions=3,
+                      max_unit_rows=64)
+    assert sorted(k[0] for k in release.keys) == MODES
+    assert release.partition_selection is not None
+    _, _, compiled = measured(data, BY_MODE, max_partitions=3, max_unit_rows=64)
+    assert compiled.bounded.partitions_mode == "sample"
+
+
+def test_the_builder_and_zcdp() -> None:
+    data = tables(3)
+    cur = schema_curator(data, budget=dp.ZCDP(10))
+    query = (Query().from_("lineitem").join("orders", on="l_orderkey = o_orderkey")
+             .join("customer", on="o_custkey = c_custkey").count().sum("l_extendedprice")
+             .bound_unit_totals(max_unit_rows=30, max_unit_sums={"l_extendedprice": 9000}))
+    release = cur.run(query, rho=0.5)
+    assert release.max_unit_rows == 30
+    assert release.max_unit_sums == {"l_extendedprice": 9000.0}
+    assert release.bounds_chosen is None
+    explained = cur.explain(BY_MODE, rho=0.5, keys=MODES, bounding="unit")
+    assert explained["bounds_to_choose"]["max_unit_rows"] is True
+
+
+@pytest.mark.parametrize(("sql", "options", "error", "match"), [
+    (f"SELECT AVG(l_extendedprice) AS m {FOUR}", {}, QueryError, r"for COUNT\(\*\) and SUM only"),
+    (f"SELECT n_name, COUNT(DISTINCT c_custkey) AS u {FOUR} GROUP BY n_name",
+     {"keys": NATIONS}, QueryError, r"for COUNT\(\*\) and SUM only"),
+    (f"SELECT COUNT(*) AS n {FOUR}", {"intervals": "total"}, UserError, "bounded ones"),
+    (f"SELECT SUM(l_extendedprice) AS s {FOUR}", {"bounds": {"l_extendedprice": (0, 10)}},
+     QueryError, "not by clamping bounds"),
+    (f"SELECT COUNT(*) AS n {FOUR}", {"max_unit_rows": 0}, UserError,
+     "max_unit_rows must be a positive integer"),
+    (f"SELECT SUM(l_extendedprice) AS s {FOUR}", {"max_unit_sums": {"l_extendedprice": -1}},
+     UserError, "max_unit_sums"),
+    (f"SELECT SUM(l_extendedprice) AS s {FOUR}", {"max_unit_sums": {"nope": 5}},
+     QueryError, "nope"),
+])
+def test_bad_input_is_refused_before_any_charge(sql: str, options: dict[str, Any],
+                                                error: type[Exception], match: str) -> None:
+    cur = schema_curator(tables(3))
+    with pytest.raises(error, match=match):
+        cur.sql(sql, epsilon=1.0, bounding="unit", **options)
+    assert cur.budget.spent.epsilon == 0
+
+
+def test_row_level_privacy_has_no_unit_to_cap() -> None:
+    cur = dp.Curator(pd.DataFrame({"x": [1.0, 2.0]}), budget=dp.PureDP(1), cache=False,
+                     one_row_per_person=True)
+    with pytest.raises(QueryError, match="each row as its own unit"):
+        cur.sql("SELECT COUNT(*) AS n FROM data", epsilon=1.0, bounding="unit")
+    assert cur.budget.spent.epsilon == 0
