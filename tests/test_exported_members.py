@@ -59,7 +59,7 @@ EXPORTED: dict[str, list[str]] = {
     ],
     "dpcurator.engines": [
         "ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "LinkReport",
-        "PROFILE_STEPS", "PostgresTable", "SourceKind", "TableSet", "column_kind",
+        "PROFILE_STEPS", "PostgresTable", "SourceKind", "TableSet", "UNIT_TOTALS", "column_kind",
         "integer_valued", "open_engine", "open_tables", "register_source",
     ],
     "dpcurator.curator": ["Curator", "CuratorLike", "CuratorQuery", "PreparedQuery",

@@ -14,8 +14,9 @@ works with either. Both sides have these members, with these parameter names:
 Each side may take more keywords than these (``tests/test_curator_protocol.py`` pins the
 differences): ``Curator`` also the data owner's and the session's options (``bounds``,
 ``max_partitions``, ``max_rows_per_partition``, ``bounding``, ``weights``, ``cache``,
-``label``, ``bounds_share``), which a service's analyst cannot set (the dataset's owner
-configured them); ``RemoteCurator`` also ``idempotency_key``.
+``label``, ``bounds_share``, ``max_unit_rows``, ``max_unit_sums``), which a service's analyst
+cannot set (the dataset's owner configured them); ``RemoteCurator`` also
+``idempotency_key``.
 
 What ``sql`` and ``run`` return differs, and the protocol says so with a union rather than
 hiding it: a ``Release`` in process (values as arrays, intervals at any level, the plan), and
