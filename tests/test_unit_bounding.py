@@ -195,16 +195,31 @@ def test_a_sum_under_a_cap_on_each_customers_total_is_accurate() -> None:
 
 
 def test_private_keys_are_selected_with_the_partition_cap() -> None:
-    """Without public keys the partitions are selected privately (each customer adds to at
-    most max_partitions of them), and measured under the cap on each customer's total."""
+    """Without public keys the partitions are selected privately, by a separate step where
+    each customer adds to at most max_partitions of them, and measured under the cap on
+    each customer's total over *all* their partitions (a cap of one partition loses no
+    row of the count)."""
     data = tables(3, customers=3000, orders=12000, items=50000)
     cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
-    release = cur.sql(BY_MODE, epsilon=1.0, delta=1e-6, bounding="unit", max_partitions=3,
+    release = cur.sql(BY_MODE, epsilon=1.0, delta=1e-6, bounding="unit", max_partitions=1,
                       max_unit_rows=64)
     assert sorted(k[0] for k in release.keys) == MODES
-    assert release.partition_selection is not None
-    _, _, compiled = measured(data, BY_MODE, max_partitions=3, max_unit_rows=64)
-    assert compiled.bounded.partitions_mode == "sample"
+    assert release.partition_selection["method"] == "separate"
+    for k in (1, 2):
+        cur = schema_curator(data)
+        prepared = cur.prepare(cur.resolve(cur.parse(
+            BY_MODE, bounding="unit", max_partitions=k, max_unit_rows=64),
+            epsilon=1.0, delta=1e-6))
+        compiled = prepared.compiled
+        assert compiled.bounded.partitions_mode == "select"
+        result = cur._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded, 7)
+        (name,) = result.measures
+        assert dict(zip((g for g, in result.keys), result.measures[name], strict=True)) == \
+            reference_rows(data, 64)
+        # the selection counts each customer in at most k modes (its first k, keyed order)
+        customers = flat(data).groupby("c_custkey").l_shipmode.nunique()
+        assert result.selection_units is not None
+        assert sum(result.selection_units) == int(customers.clip(upper=k).sum())
 
 
 def test_the_builder_and_zcdp() -> None:

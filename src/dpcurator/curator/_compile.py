@@ -280,7 +280,7 @@ def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
         rows_mode = partitions_mode = "none"
     elif mode == "unit":  # every row of every pair, weighed by the unit's total (bounding)
         rows_mode = "rescale"
-        partitions_mode = "sample" if private else "none"
+        partitions_mode = "select" if private else "none"
     else:
         rows_mode = mode
         if not plan.group_by:
@@ -346,6 +346,8 @@ def _threshold_candidate(plan: Plan, request: PrivacyRequest) -> Aggregate | Non
     names = [a.name for a in plan.aggregates]
     if not plan.private_keys or (_privacy.SELECTION in dict(request.weights)
                                  and _privacy.SELECTION not in names):
+        return None
+    if plan.bounding == "unit":  # a unit's count reaches all its partitions, not k
         return None
     for wanted in (CountUnits, Count):
         for agg in plan.aggregates:

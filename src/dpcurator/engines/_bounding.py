@@ -167,8 +167,12 @@ def bounded(ctx: Context) -> exp.Select:
     ranked = select([star(), alias(window(exp.RowNumber(), [col("__u")],
                                           partition_order(ctx)), "__pr")],
                     hashed(ctx, "pairs"))
-    return select(items, ranked, where=exp.LTE(this=col("__pr"), expression=num(k)),
-                  comment=comment)
+    first_k = exp.LTE(this=col("__pr"), expression=num(k))
+    if q.partitions_mode == "select":  # every pair measured; the first k counted for the
+        items.append(alias(case((first_k, num(1)), default=num(0)), "__sel"))  # selection
+        return select(items, ranked, comment=comment + " (every pair; the selection counts "
+                      f"the unit in its first {k})")
+    return select(items, ranked, where=first_k, comment=comment)
 
 
 def per_row_bounded(ctx: Context, source: str, comment: str) -> exp.Select:
@@ -241,6 +245,9 @@ def statement(ctx: Context) -> exp.Query:
         if per_row and q.unit is not None:
             counted = exp.Filter(this=counted, expression=exp.Where(
                 this=exp.EQ(this=col("__rr"), expression=num(1))))
+        elif q.partitions_mode == "select":  # the unit's first k pairs only
+            counted = exp.Filter(this=counted, expression=exp.Where(
+                this=exp.EQ(this=col("__sel"), expression=num(1))))
         sums.append(alias(counted, "__units"))
     if not sums and not ctx.k:
         sums.append(alias(exp.Count(this=exp.Star()), "__pairs"))  # never an empty list

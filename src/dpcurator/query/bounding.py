@@ -21,7 +21,11 @@ The bounding, stage by stage (the engine follows these stages; shapes in bracket
    - ``sample`` (always used for private keys): k partitions chosen uniformly at random
      (smallest keyed hashes of (unit, partition key), ties broken by the key: exactly
      min(m, k) partitions are kept);
-   - ``rescale``: all partitions, weighted by min(1, k / m) for a unit with m partitions.
+   - ``rescale``: all partitions, weighted by min(1, k / m) for a unit with m partitions;
+   - ``select`` (``bounding="unit"`` with private keys): every partition kept for the
+     measures, whose outer caps bound the unit's whole contribution; the first k in the
+     keyed order (as ``sample`` keeps them) are the only ones where the unit is counted for
+     the private selection (``selection_units``).
 4. the final aggregation [one row per partition]: exact integer sums of contributions.
 
 Why the sensitivity holds (add/remove one unit u): every unit's bounded contribution is a
@@ -43,10 +47,14 @@ sum over pairs of |P| / 2^j <= A / 2^j <= V, truncation only lowering each part.
 
 These two are also the measures of ``bounding="unit"`` (``Plan.bounding``): COUNT(*) and
 SUM under caps on each unit's total instead of the caps per partition (stages 2 and 3 keep
-every row of every pair; with private keys the partition cap still keeps k pairs, in the
-keyed order, for the selection). T and A are summed over *all* the unit's pairs before any
-pair is dropped, so the parts kept are a subset of parts that sum to at most M (or V): the
-L1 bound holds over the kept pairs too, and a unit never gains weight from a pair dropped.
+every row of every pair: partitions ``none``, or with private keys ``select``, where the
+partition cap k applies to the selection's count of units alone). The measures' vector over
+all partitions moves by at most M (or V) in L1, and the selection, a mechanism of its own on
+the units counted in at most k partitions each, releases partitions that hold data; the
+measures released on them are that vector restricted to the selection's output
+(post-processing of the two, which compose). So the count's own noise cannot select the
+partitions here (a unit's count reaches all its partitions, not k): the selection is always
+the separate step.
 The bound is Tumult Analytics' ``MaxRowsPerID`` truncation's (rows per identifier in all),
 here as the expected value of a uniform choice of M rows (each row weighted min(1, M / T))
 rather than a sample.
@@ -72,7 +80,7 @@ __all__ = [
     "isqrt_ceil",
 ]
 
-Mode = Literal["rescale", "sample", "none"]
+Mode = Literal["rescale", "sample", "none", "select"]
 MeasureKind = Literal["rows", "units", "present", "values", "squares", "unit_rows",
                       "unit_values"]
 #: the measures outside the caps, each under an outer cap of its own (``MeasureSpec``)
@@ -240,6 +248,10 @@ class BoundedQuery:
             raise InternalError("partition selection needs a hard partition cap; this is a bug")
         if self.histograms and "rescale" in (self.rows_mode, self.partitions_mode):
             raise InternalError("histograms need sampled bounding; this is a bug")
+        if self.partitions_mode == "select" and (
+                self.unit is None or any(m.kind not in OUTER_KINDS for m in self.measures)):
+            raise InternalError("partitions are kept whole for outer-capped measures only; "
+                                "this is a bug")
         if any(m.kind in OUTER_KINDS for m in self.measures) and self.rows_mode != "rescale":
             # (its weights ignore a partition rescale; a hard partition cap keeps a subset of
             # the unit's pairs, whose parts still sum to at most the outer cap)
