@@ -30,6 +30,8 @@ Timed round-robin in one process (``_rounds``), medians, paired per round:
 - ``dpcurator``: ``Curator.sql`` end to end with those caps (parse, the join rules, compile,
   bounding and exact integer sums in DuckDB, partition selection and noise in Python);
 - ``dpcurator auto``: the same with the caps and bounds chosen from the data (10% of epsilon);
+- ``unit by hand`` and ``dpcurator unit caps``: ``bounding="unit"``'s caps given (128 rows,
+  or a sum of 128 x 36,000), written by hand (``hand_unit_sql``) and asked of dpcurator;
 - ``dpcurator unit``: ``bounding="unit"``, caps on each customer's total rows (COUNT) or sum
   of |l_extendedprice| (SUM) instead of per partition, chosen from the data (10% of epsilon;
   with private keys the partition cap of the selection too), as Tumult's ``MaxRowsPerID``
@@ -129,6 +131,38 @@ def hand_sql(aggregate: str, group: str, k: int, public: bool, *, rows: int = RO
         units AS (SELECT u, count(*) AS m FROM pairs GROUP BY u)
         SELECT g, sum(CASE WHEN m <= {k} THEN a ELSE a * {k}.0 / m END)
         FROM pairs JOIN units USING (u) GROUP BY g"""
+
+
+UNIT_ROWS = 128  # bounding="unit"'s caps written by hand: a customer's rows in all,
+UNIT_SUM = UNIT_ROWS * 36_000.0  # and their sum of |l_extendedprice| (128 at the mean price)
+
+
+def hand_unit_sql(aggregate: str, group: str, k: int, public: bool) -> str:
+    """``bounding="unit"``'s caps written by hand in DuckDB's SQL: each (customer, partition)
+    pair's rows weighted by min(1, M / T) (T the customer's rows in all), or its sum of prices
+    (each clamped to [-V, V]) divided by the least power of two bringing the customer's sum
+    of |price| within V; with private keys also the customers counted in their first k
+    partitions in a hashed order, for the selection."""
+    if aggregate == "count":
+        per_pair, per_unit = "count(*) AS a", "sum(a) AS t"
+        weighted = f"CASE WHEN t <= {UNIT_ROWS} THEN a ELSE a * {UNIT_ROWS} // t END"
+    else:
+        price = f"least(greatest(l_extendedprice::DOUBLE, {-UNIT_SUM}), {UNIT_SUM})"
+        per_pair = f"sum({price}) AS a, sum(abs({price})) AS b"
+        per_unit = "sum(b) AS t"
+        weighted = (f"CASE WHEN t <= {UNIT_SUM} THEN a ELSE a / pow(2, ceil(log2(t / "
+                    f"{UNIT_SUM}))) END")
+    pairs = f"""
+        WITH pairs AS (SELECT c_custkey AS u, {group} AS g, {per_pair}
+                       {JOIN} GROUP BY c_custkey, {group}),
+        units AS (SELECT u, {per_unit} FROM pairs GROUP BY u)"""
+    if public:
+        return f"""{pairs}
+        SELECT g, sum({weighted}) FROM pairs JOIN units USING (u) GROUP BY g"""
+    return f"""{pairs},
+        ranked AS (SELECT *, row_number() OVER (PARTITION BY u ORDER BY hash(u, g)) AS r
+                   FROM pairs JOIN units USING (u))
+        SELECT g, sum({weighted}), count(*) FILTER (WHERE r <= {k}) FROM ranked GROUP BY g"""
 
 
 # -- Tumult Analytics' join_private on the same questions (a separate environment) ------------
@@ -500,7 +534,11 @@ def main() -> None:
         if aggregate == "sum":
             options["bounds"] = {"l_extendedprice": PRICE}
         errors: dict[str, list[float]] = {"dpcurator": [], "dpcurator auto": [],
-                                          "dpcurator unit": []}
+                                          "dpcurator unit": [], "dpcurator unit caps": []}
+        unit_caps: dict[str, Any] = {
+            "bounding": "unit", **({"max_unit_rows": UNIT_ROWS} if aggregate == "count" else
+                                   {"max_unit_sums": {"l_extendedprice": UNIT_SUM}}),
+            **({} if public else {"max_partitions": k})}
 
         def release(which: str, cur: dp.Curator, opts: dict[str, Any],
                     errors: dict[str, list[float]] = errors, truth: dict[Any, float] = truth,
@@ -521,6 +559,11 @@ def main() -> None:
             # the caps on each customer's total (bounding="unit"), chosen from the data
             "dpcurator unit": lambda keys=keys, release=release: release(
                 "dpcurator unit", chosen, {"keys": keys, "bounding": "unit"}),
+            # the same caps given, against the same written by hand
+            "unit by hand": lambda aggregate=aggregate, group=group, k=k, public=public:
+                con.execute(hand_unit_sql(aggregate, group, k, public)).fetchall(),
+            "dpcurator unit caps": lambda keys=keys, release=release, unit_caps=unit_caps:
+                release("dpcurator unit caps", fixed, {"keys": keys, **unit_caps}),
         }
         chosen_id += 1
         print(f"\n#{number} {name}: {sql}")
@@ -530,8 +573,12 @@ def main() -> None:
                     for which, values in errors.items()}
         print("median relative error: " + ", ".join(
             f"{w} {v:.4f}" for w, v in accuracy.items() if v is not None))
+        unit_paired = statistics.median(
+            a / b for a, b in zip(times["dpcurator unit caps"], times["unit by hand"],
+                                  strict=True))
         results["questions"][name] = {"sql": sql, "public_keys": public,
                                       "max_partitions": k, "times": summary,
+                                      "unit_caps_over_unit_by_hand": unit_paired,
                                       "median_relative_error": accuracy}
         truths[name] = truth
         if args.ours_grid:
@@ -540,9 +587,11 @@ def main() -> None:
             unit_fixed = {"max_partitions": k} if not public else {}
             results["questions"][name]["unit_hindsight"] = unit_hindsight(
                 fixed, sql, aggregate, keys, {**privacy, **unit_fixed}, truth, args)
-    print("\nquestion                       dpcurator / by hand (paired median)")
+    print("\nquestion                       dpcurator / by hand   unit caps / unit by hand "
+          "(paired medians)")
     for name, result in results["questions"].items():
-        print(f"{name:30s} {result['times']['dpcurator']['paired']:.2f}")
+        print(f"{name:30s} {result['times']['dpcurator']['paired']:.2f}"
+              f"                {result['unit_caps_over_unit_by_hand']:.2f}")
     if args.tumult_python:
         con.close()  # DuckDB's memory back before Spark starts
         compare_tumult(args, folder, results, truths)
