@@ -1,13 +1,14 @@
 """``dpcurator serve --workers N``'s supervisor: N uvicorn servers, a listening socket each.
 
-Why not uvicorn's own ``workers=N``: it shares one listening socket among its workers, and a
+Why not uvicorn's own ``workers=N``: two reasons. Its workers share one listening socket, and a
 worker that wakes accepts every connection waiting (asyncio accepts up to the backlog at
-once). On two cores at most two workers are awake, so keep-alive connections opened together
-(a proxy's pool, a load test's clients) land on one or two of them and the rest idle:
-measured, 4 workers served 0.7 times what one did. Here each worker listens on a socket of
-its own, all bound to the same address with ``SO_REUSEPORT``, and the kernel spreads new
-connections over them by their addresses' hash. (Where ``SO_REUSEPORT`` is missing, the
-workers share one socket, as uvicorn's do.)
+once); on two cores at most two workers are awake, so keep-alive connections opened together
+(a proxy's pool, a load test's clients) land on one or two of them (measured: per-worker CPU
+0.69, 0.26, 0, 0 of a core). Here each worker listens on a socket of its own, all bound to
+the same address with ``SO_REUSEPORT``, and the kernel spreads new connections over them by
+their addresses' hash (0.20, 0.30, 0.20, 0.24). (Where ``SO_REUSEPORT`` is missing, the
+workers share one socket, as uvicorn's do.) And its socket leaves Nagle's algorithm on (the
+last paragraph), which held 4 workers to 0.59 times what one served.
 
 The supervisor binds every socket before any worker starts (so a port in use is reported at
 once) and keeps them: a worker that dies (``kill -9``) is replaced on the same socket, and the
@@ -17,6 +18,17 @@ them all. SIGINT or SIGTERM stops every worker gracefully (each finishes what it
 Workers are spawned, fresh interpreters, so nothing of the supervisor (a ledger connection,
 a lock) crosses a fork. Linux lets only processes of the same user join a port's
 ``SO_REUSEPORT`` group.
+
+Every socket is made with ``IPPROTO_TCP`` named. asyncio turns
+Nagle's algorithm off on each connection it accepts only when the listening socket's
+``proto`` says TCP, and a socket made as ``socket(AF_INET, SOCK_STREAM)`` (uvicorn's own, with
+``workers=N``) says 0. A response goes out in two writes (its head, then its body): with Nagle
+on, the body waits for the client to acknowledge the head, and the client delays that
+acknowledgement (40 ms on Linux) while it waits for the body. Measured under
+``benchmarks/workers.py``: each answer spent 44 ms between the worker's last write and the
+client holding it (0.25 ms with one worker, whose socket asyncio makes itself), so 50
+keep-alive clients could not get more than about 50 / 0.045 s = 1,100 answers a second
+from any number of workers, however idle the cores.
 """
 
 from __future__ import annotations
@@ -44,6 +56,8 @@ def serve_workers(app: str, workers: int, host: str, port: int, options: dict[st
     """Run ``workers`` uvicorn servers of the app factory ``app`` ("module:function") on
     ``host:port`` until SIGINT or SIGTERM; ``options`` are uvicorn's ``Config``'s."""
     shared = hasattr(socket, "SO_REUSEPORT")
+    if shared:  # a port another server holds is refused here, as it is without SO_REUSEPORT
+        _listen(host, port, reuse_port=False, backlog=None).close()
     sockets = [_listen(host, port, reuse_port=shared) for _ in range(workers if shared else 1)]
     spawn = multiprocessing.get_context("spawn")
     settings = {**options, "host": host, "port": port}
@@ -98,9 +112,15 @@ def _serve_one(app: str, sock: socket.socket, settings: dict[str, Any]) -> None:
         sys.exit(STARTUP_FAILURE)
 
 
-def _listen(host: str, port: int, *, reuse_port: bool) -> socket.socket:
+def _listen(host: str, port: int, *, reuse_port: bool, backlog: int | None = 2048
+            ) -> socket.socket:
+    """A TCP socket bound to ``host:port``, listening unless ``backlog`` is None (a check
+    that the port is free: bound without ``SO_REUSEPORT``, so that a port another server
+    holds, even one of ours with ``SO_REUSEPORT``, is refused instead of joined)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio then sets TCP_NODELAY on every connection accepted from it
+    # (see the module's docstring; Linux does not copy TCP_NODELAY from a listening socket).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -109,6 +129,7 @@ def _listen(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
+    if backlog is not None:
+        sock.listen(backlog)
+        sock.set_inheritable(True)
     return sock
