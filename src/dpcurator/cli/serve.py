@@ -7,11 +7,12 @@
 
 With ``--workers N`` the command first builds the service once (so that a wrong
 configuration, dataset or ledger is reported here, once, and the ledger and its accounts
-exist), then starts N uvicorn worker processes on the port, a socket each (``_workers``), and
-replaces any that dies. Each
-worker builds its own service (``worker_app``, from the configuration's path the command puts
-in its environment) over the same ledger: budgets are debited there in one transaction each,
-releases are found there by any worker, and the per-analyst rate limit is kept beside it.
+exist), then starts N uvicorn worker processes on the port, a socket each (``_workers``: with
+Nagle's algorithm off on their connections, as one worker's are), and replaces any that dies.
+Each worker builds its own service (``worker_app``, from the configuration's path the command
+puts in its environment) over the same ledger: budgets are debited there in one transaction
+each, releases are found there by any worker, and the per-analyst rate limit is kept beside
+it.
 
 The service needs the ``server`` extra (``pip install 'dpcurator[server]'``).
 """
@@ -50,7 +51,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
     workers: int = typer.Option(
-        1, "--workers", min=1, max=64, help="Worker processes serving the one socket, each "
+        1, "--workers", min=1, max=64, help="Worker processes serving the port (a socket "
+                                            "each where the system has SO_REUSEPORT), each "
                                             "with its own service over the same ledger."),
     forwarded_allow_ips: str = typer.Option(
         "127.0.0.1", "--forwarded-allow-ips",
