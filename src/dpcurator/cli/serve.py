@@ -7,10 +7,12 @@
 
 With ``--workers N`` the command first builds the service once (so that a wrong
 configuration, dataset or ledger is reported here, once, and the ledger and its accounts
-exist), then uvicorn starts N worker processes on one socket and restarts any that dies. Each
-worker builds its own service (``worker_app``, from the configuration's path the command puts
-in its environment) over the same ledger: budgets are debited there in one transaction each,
-releases are found there by any worker, and the per-analyst rate limit is kept beside it.
+exist), then starts N uvicorn worker processes on the port, a socket each (``_workers``: with
+Nagle's algorithm off on their connections, as one worker's are), and replaces any that dies.
+Each worker builds its own service (``worker_app``, from the configuration's path the command
+puts in its environment) over the same ledger: budgets are debited there in one transaction
+each, releases are found there by any worker, and the per-analyst rate limit is kept beside
+it.
 
 The service needs the ``server`` extra (``pip install 'dpcurator[server]'``).
 """
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from dpcurator.cli._common import emit, fail, user_errors
+from dpcurator.cli._workers import serve_workers
 from dpcurator.errors import UserError
 
 if TYPE_CHECKING:
@@ -48,7 +51,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
     workers: int = typer.Option(
-        1, "--workers", min=1, max=64, help="Worker processes serving the one socket, each "
+        1, "--workers", min=1, max=64, help="Worker processes serving the port (a socket "
+                                            "each where the system has SO_REUSEPORT), each "
                                             "with its own service over the same ledger."),
     forwarded_allow_ips: str = typer.Option(
         "127.0.0.1", "--forwarded-allow-ips",
@@ -82,13 +86,15 @@ def serve(
             os.environ[_CONFIG] = str(config.resolve())
             os.environ[_ACCESS_LOG] = access_log
     # uvicorn's own access log is off: the service writes its own, with bounded fields.
-    common: dict[str, Any] = {"host": host, "port": port, "log_level": "info", "access_log": False,
-              "proxy_headers": True, "forwarded_allow_ips": forwarded_allow_ips}
+    common: dict[str, Any] = {"log_level": "info", "access_log": False, "proxy_headers": True,
+                              "forwarded_allow_ips": forwarded_allow_ips}
     if workers > 1:
-        uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **common)
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+        with user_errors(as_json):
+            serve_workers(f"{__name__}:worker_app", workers, host, port, common)
     else:
         _use_access_log(handler)
-        uvicorn.run(app, **common)
+        uvicorn.run(app, host=host, port=port, **common)
 
 
 _CONFIG = "DPCURATOR_SERVE_CONFIG"  # what `serve --workers N` tells its workers
