@@ -181,7 +181,10 @@ class MappedRateBuckets(RateBuckets):
                         break
                 else:
                     raise UserError(f"the rate limits' file {self.path} has a bucket for "
-                                    f"{SLOTS} keys already; a new one cannot be added")
+                                    f"{SLOTS} keys already; a new one cannot be added (it "
+                                    "keeps every name it has seen: stop the services over "
+                                    "the ledger and remove it, it holds nothing but the "
+                                    "rate limits' tokens)")
                 if found == _EMPTY or not (math.isfinite(tokens) and math.isfinite(then)):
                     # a new key, or a slot left unreadable by a crash: it starts full
                     _SLOT.pack_into(table, at, digest, float(burst) - 1, now)
