@@ -97,7 +97,7 @@ def test_a_full_table_refuses_a_new_key_and_keeps_the_old(
     buckets = _rates.MappedRateBuckets(tmp_path / "b")
     try:
         assert all(buckets.take(f"k{i}", rate=0.0, burst=2) for i in range(4))
-        with pytest.raises(UserError, match="4 keys already.*remove it"):
+        with pytest.raises(UserError, match=r"4 keys already.*remove it"):
             buckets.take("k4", rate=0.0, burst=2)
         assert all(buckets.take(f"k{i}", rate=0.0, burst=2) for i in range(4))
         assert not any(buckets.take(f"k{i}", rate=0.0, burst=2) for i in range(4))
