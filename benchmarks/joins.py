@@ -423,46 +423,45 @@ def compare_tumult(args: argparse.Namespace, folder: Path, results: dict[str, An
           "excluded, JVM warm)")
 
 
-def hindsight(curator: Any, sql: str, options: dict[str, Any], privacy: dict[str, Any],
-              truth: dict[Any, float], args: argparse.Namespace) -> dict[str, Any]:
-    """dpcurator's row cap swept over ``--ours-grid`` (the question's own partition cap and
-    bounds), ``--repeats`` releases each: the cap with the lowest median relative error,
-    chosen with the truth, as Tumult's best threshold is."""
+def _sweep(curator: Any, sql: str, caps: Any, truth: dict[Any, float],
+           args: argparse.Namespace, what: str) -> dict[str, Any]:
+    """Each cap t of ``--ours-grid`` (``caps(t)``: the options of its releases), ``--repeats``
+    releases each: the cap with the lowest median relative error, chosen with the truth, as
+    Tumult's best threshold is."""
     errors = {}
-    for rows in (int(r) for r in args.ours_grid.split(",")):
+    for t in (int(r) for r in args.ours_grid.split(",")):
         pooled: list[float] = []
         for _ in range(args.repeats):
-            out = curator.sql(sql, **{**options, "max_rows_per_partition": rows},
-                              **privacy).to_pandas()
+            out = curator.sql(sql, **caps(t)).to_pandas()
             pooled += relative_errors({key: float(value) for key, value in zip(
                 out.iloc[:, 0], out["answer"], strict=True)}, truth)
-        errors[rows] = statistics.median(pooled) if pooled else float("nan")
+        errors[t] = statistics.median(pooled) if pooled else float("nan")
     best = min(errors, key=lambda r: errors[r])
-    print(f"dpcurator's row caps in hindsight: {errors}; best {best}: {errors[best]:.4f}")
+    print(f"dpcurator's {what} in hindsight: {errors}; best {best}: {errors[best]:.4f}")
     return {"errors": errors, "best_rows": best, "best_error": errors[best]}
+
+
+def hindsight(curator: Any, sql: str, options: dict[str, Any], privacy: dict[str, Any],
+              truth: dict[Any, float], args: argparse.Namespace) -> dict[str, Any]:
+    """dpcurator's row cap swept (``_sweep``), with the question's own partition cap and
+    bounds."""
+    return _sweep(curator, sql, lambda rows: {
+        **options, "max_rows_per_partition": rows, **privacy}, truth, args, "row caps")
 
 
 def unit_hindsight(curator: Any, sql: str, aggregate: str, keys: Any,
                    privacy: dict[str, Any], truth: dict[Any, float],
                    args: argparse.Namespace) -> dict[str, Any]:
-    """``bounding="unit"``'s cap swept over ``--ours-grid`` as Tumult's ``MaxRowsPerID(t)`` is:
-    a customer's rows in all (COUNT), or for a SUM a customer's sum of |l_extendedprice| of
-    t times ``MEAN_PRICE`` (t line items of the mean price; Tumult's bound is t times the
-    clamp); with private keys the selection's partition cap is the question's k. The cap
-    with the lowest median relative error, chosen with the truth."""
-    errors = {}
-    for t in (int(r) for r in args.ours_grid.split(",")):
-        caps: dict[str, Any] = ({"max_unit_rows": t} if aggregate == "count" else
-                                {"max_unit_sums": {"l_extendedprice": t * MEAN_PRICE}})
-        pooled: list[float] = []
-        for _ in range(args.repeats):
-            out = curator.sql(sql, keys=keys, bounding="unit", **caps, **privacy).to_pandas()
-            pooled += relative_errors({key: float(value) for key, value in zip(
-                out.iloc[:, 0], out["answer"], strict=True)}, truth)
-        errors[t] = statistics.median(pooled) if pooled else float("nan")
-    best = min(errors, key=lambda r: errors[r])
-    print(f"dpcurator's unit caps in hindsight: {errors}; best {best}: {errors[best]:.4f}")
-    return {"errors": errors, "best_rows": best, "best_error": errors[best]}
+    """``bounding="unit"``'s cap swept (``_sweep``) as Tumult's ``MaxRowsPerID(t)`` is: a
+    customer's rows in all (COUNT), or for a SUM a customer's sum of |l_extendedprice| of t
+    times ``MEAN_PRICE`` (t line items of the mean price; Tumult's bound is t times the
+    clamp); with private keys the selection's partition cap is the question's k."""
+    def caps(t: int) -> dict[str, Any]:
+        cap: dict[str, Any] = ({"max_unit_rows": t} if aggregate == "count" else
+                               {"max_unit_sums": {"l_extendedprice": t * MEAN_PRICE}})
+        return {"keys": keys, "bounding": "unit", **cap, **privacy}
+
+    return _sweep(curator, sql, caps, truth, args, "unit caps")
 
 
 def main() -> None:

@@ -168,15 +168,8 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
         bounding=plan.bounding or defaults.bounding, auto=auto,
     )
     if unit_mode:  # the caps on each unit's total, given or chosen from the data
-        resolved = resolved.replace(max_unit_sums=tuple(given_sums.items()))
-        caps_auto = AutoBounds(
-            unit_rows=resolved.max_unit_rows is None and
-            any(type(a) is Count for a in aggregates),
-            unit_sums=tuple(c for c in _total.sum_columns(resolved) if c not in given_sums),
-            share=share)
-        if caps_auto.unit_rows or caps_auto.unit_sums:
-            auto = caps_auto.merged(auto)
-        return resolved.replace(intervals="bounded", auto=auto, total_share=None,
+        resolved = _unit_caps(resolved, given_sums, share)
+        return resolved.replace(intervals="bounded", total_share=None,
                                 max_unit_rows=resolved.max_unit_rows
                                 if any(type(a) is Count for a in aggregates) else None)
     # what the intervals of COUNT(*) and SUM cover (``_total``): a measured total needs outer
@@ -187,16 +180,22 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
     kind, measured = _total.resolve(resolved, privacy_unit,
                                     defaults.intervals or ("total" if shared else None))
     if measured:
-        given = {match_column(c, columns, "max_unit_sums"): v
-                 for c, v in resolved.max_unit_sums}
-        resolved = resolved.replace(max_unit_sums=tuple(given.items()))
-        outer = AutoBounds(
-            unit_rows=resolved.max_unit_rows is None and
-            any(type(a) is Count for a in aggregates),
-            unit_sums=tuple(c for c in _total.sum_columns(resolved) if c not in given),
-            share=share)
-        if outer.unit_rows or outer.unit_sums:
-            auto = outer.merged(auto)
-        return resolved.replace(intervals=kind, auto=auto, total_share=total_share)
+        return _unit_caps(resolved, given_sums, share).replace(intervals=kind,
+                                                               total_share=total_share)
     return resolved.replace(intervals=kind, auto=auto, max_unit_rows=None, max_unit_sums=(),
                             total_share=None)
+
+
+def _unit_caps(plan: Plan, given: Mapping[str, float], share: float) -> Plan:
+    """The plan with the caps on each unit's total (a total interval's outer caps, or
+    ``bounding="unit"``'s) it gives, and the rest to be chosen from the data: the rows where
+    it has a COUNT(*), each SUM's column not in ``given``."""
+    plan = plan.replace(max_unit_sums=tuple(given.items()))
+    chosen = AutoBounds(
+        unit_rows=plan.max_unit_rows is None and
+        any(type(a) is Count for a in plan.aggregates),
+        unit_sums=tuple(c for c in _total.sum_columns(plan) if c not in given),
+        share=share)
+    if chosen.unit_rows or chosen.unit_sums:
+        return plan.replace(auto=chosen.merged(plan.auto))
+    return plan
