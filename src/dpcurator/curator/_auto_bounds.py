@@ -390,6 +390,13 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
         else:
             rho = zcdp_rho_for(main, request.delta / 2 if plan.private_keys else request.delta)
             noise, exponent = 1.0 / math.sqrt(2.0 * rho / measures), 0.5
+    if unit_mode and plan.private_keys and not zcdp:
+        # bounding="unit" always selects private keys by a separate step, whose share of
+        # epsilon the measures do not get: the noise per unit of sensitivity is that of the
+        # smallest share the measures do get (``_privacy.allocate``, public numbers only)
+        shares = _privacy.allocate(rest, [a.name for a in plan.aggregates], True)
+        noise = (math.sqrt(2.0) / min(shares.pure.values()) if request.kind == "laplace"
+                 else 1.0 / math.sqrt(2.0 * min(shares.rho.values())))
     spent = chosen
     partitions = len(plan.keys) if plan.keys is not None and plan.group_by else 1
     return AutoPlan(auto, epsilons, rest, partitions, noise, exponent, spent,
