@@ -264,3 +264,33 @@ def test_row_level_privacy_has_no_unit_to_cap() -> None:
     with pytest.raises(QueryError, match="each row as its own unit"):
         cur.sql("SELECT COUNT(*) AS n FROM data", epsilon=1.0, bounding="unit")
     assert cur.budget.spent.epsilon == 0
+
+
+def test_the_command_line_asks_for_caps_on_each_customers_total(tmp_path: Any) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from dpcurator.cli import app
+    from test_joins import UNITS
+
+    options = []
+    for name, frame in tables(3).items():
+        frame.to_parquet(tmp_path / f"{name}.parquet")
+        options += ["--table", f"{name}={tmp_path / name}.parquet"]
+    for table, spec in UNITS.items():
+        options += ["--privacy-unit", f"{table}={spec}"]
+    sql = f"SELECT n_name, COUNT(*) AS n, SUM(l_extendedprice) AS s {FOUR} GROUP BY n_name"
+    result = CliRunner().invoke(app, [
+        "query", *options, "--public", "nation", "--sql", sql, "--epsilon", "1",
+        "--delta", "1e-6", "--bounding", "unit", "--max-unit-rows", "40",
+        "--max-unit-sums", "l_extendedprice=auto", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output.strip().splitlines()[-1])
+    assert out["bounding"] == "unit" and out["max_unit_rows"] == 40
+    assert set(out["max_unit_sums"]) == {"l_extendedprice"}
+    assert set(out["bounds_chosen"]["max_unit_sums"]) == {"l_extendedprice"}
+    bad = CliRunner().invoke(app, ["query", *options, "--public", "nation", "--sql", sql,
+                                   "--epsilon", "1", "--bounding", "unit",
+                                   "--max-unit-sums", "l_extendedprice", "--json"])
+    assert bad.exit_code != 0 and "COLUMN=V" in bad.output

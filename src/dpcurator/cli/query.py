@@ -100,6 +100,24 @@ def _tables(data: Path | None, tables: list[str] | None, units: list[str] | None
     return sources, declared or None, list(public or [])
 
 
+def _unit_caps(rows: str | None, sums: list[str] | None) -> dict[str, Any]:
+    """--max-unit-rows and --max-unit-sums COLUMN=V as ``Curator.sql``'s options."""
+    out: dict[str, Any] = {}
+    if rows is not None:
+        out["max_unit_rows"] = _cap("--max-unit-rows", rows)
+    for item in sums or []:
+        column, sep, value = item.partition("=")
+        try:
+            number = float(value) if sep and column else None
+        except ValueError:
+            number = None
+        if number is None and value != "auto":
+            raise typer.BadParameter(f"--max-unit-sums takes COLUMN=V (a positive number) or "
+                                     f"COLUMN=auto, got {item!r}")
+        out.setdefault("max_unit_sums", {})[column] = value if number is None else number
+    return out
+
+
 def _cap(option: str, value: str | None) -> int | str | None:
     """A contribution cap: a positive integer, "auto", or None (not given: chosen)."""
     if value is None or value == "auto":
@@ -323,6 +341,17 @@ def query(
     bounds_share: float | None = typer.Option(
         None, "--bounds-share", help="The share of --epsilon spent choosing the bounds "
                                      "left to the data, in (0, 1) (default 0.1)."),
+    bounding: str | None = typer.Option(
+        None, "--bounding", help="How the caps apply: rescale (the default), sample, or "
+                                 "unit: caps on each unit's total over all groups (COUNT(*) "
+                                 "and SUM only; --max-unit-rows, --max-unit-sums)."),
+    max_unit_rows: str | None = typer.Option(
+        None, "--max-unit-rows", help="With --bounding unit: rows one unit may contribute in "
+                                      "all (default: chosen from the data under DP)."),
+    max_unit_sums: list[str] | None = typer.Option(
+        None, "--max-unit-sums", help="With --bounding unit: COLUMN=V, the most one unit's "
+                                      "sum of |COLUMN| may be (repeatable; default: chosen "
+                                      "from the data under DP)."),
     interval_kind: str | None = typer.Option(
         None, "--intervals", help="What the intervals of COUNT(*) and SUM cover: 'total' "
                                   "(the answer without the caps and the clamping, for 10%% of "
@@ -372,7 +401,8 @@ def query(
                  "--allow-large-delta": allow_large_delta or None,
                  "--max-partitions": max_partitions,
                  "--max-rows-per-partition": max_rows_per_partition,
-                 "--bounds-share": bounds_share}
+                 "--bounds-share": bounds_share, "--bounding": bounding,
+                 "--max-unit-rows": max_unit_rows, "--max-unit-sums": max_unit_sums}
         with user_errors(as_json):
             given = [name for name, value in local.items() if value]
             if given:
@@ -406,20 +436,21 @@ def query(
                 max_rows_per_partition=_cap("--max-rows-per-partition", max_rows_per_partition),
                 confidence=confidence, auto_bounds_share=bounds_share,
                 allow_large_delta=allow_large_delta, intervals=interval_kind,
-                total_share=total_share)
+                total_share=total_share, bounding=bounding or "rescale")
         for check in owner_checks:  # the data owner's check of several tables: on stderr
             typer.echo(f"data owner's check: {check.message}", err=True)
         if explain:
             explained = _explained_json(curator.explain(
                 sql, epsilon=epsilon, delta=delta or None, bounds=parse_bounds(bounds),
-                keys=_read_keys(keys) if keys is not None else None, noise=noise))
+                keys=_read_keys(keys) if keys is not None else None, noise=noise,
+                **_unit_caps(max_unit_rows, max_unit_sums)))
         else:
             if not as_json:
                 curator.show_progress(True)
             release = curator.sql(sql, epsilon=epsilon, delta=delta or None,
                                   bounds=parse_bounds(bounds),
                                   keys=_read_keys(keys) if keys is not None else None,
-                                  noise=noise)
+                                  noise=noise, **_unit_caps(max_unit_rows, max_unit_sums))
     if explain:
         _show_explained(explained, as_json)
         return

@@ -128,7 +128,8 @@ class Curator:
             (``"auto"``: chosen from the data, as for ``bounds``).
         max_rows_per_partition: the default cap on one unit's rows in one partition
             (``"auto"``: chosen from the data, as for ``bounds``).
-        bounding: how the caps are applied, ``"rescale"`` (the default) or ``"sample"``.
+        bounding: how the caps are applied, ``"rescale"`` (the default), ``"sample"``, or
+            ``"unit"`` (caps on each unit's total: ``Plan.bounding``).
         auto_bounds: choose every bound that neither the curator nor a query gives from the
             data, under DP, with 10% of the query's budget (the default; the release states
             them). False: caps not given are 1, and an aggregate without bounds is refused.
