@@ -82,34 +82,34 @@ def test_one_customer_moves_every_partition_together_by_at_most_the_cap() -> Non
         assert sum(1 for m in moved if m) == 3  # over every partition, not one
 
 
+def _twin(monkeypatch: Any, pair: Any) -> None:
+    """A broken twin of the count's cap: ``pair(n, M)`` in place of n min(1, M / T) (on
+    DuckDB the cap is applied where the pairs meet their unit's totals: ``_contribution``)."""
+    from dpcurator.engines import _bounding
+
+    real = _bounding._contribution
+
+    def contribution(ctx: Any, index: int) -> Any:
+        measure = ctx.q.measures[index]
+        if measure.kind == "unit_rows":
+            assert _bounding._totals_joined(ctx)
+            return pair(_bounding.col(f"__a{index}"), _bounding.num(measure.outer))
+        return real(ctx, index)
+
+    monkeypatch.setattr(_bounding, "_contribution", contribution)
+
+
 def _per_pair_totals(monkeypatch: Any) -> None:
     """The first broken twin: T counted per (customer, partition) instead of per customer,
     so a customer keeps M rows in *each* partition: min(n, M) a pair."""
     from dpcurator.engines import _bounding
 
-    real = _bounding._per_pair
-
-    def per_pair(ctx: Any, measure: Any) -> Any:
-        if measure.kind == "unit_rows":
-            return _bounding.least(_bounding.exp.Count(this=_bounding.exp.Star()),
-                                   _bounding.num(measure.outer))
-        return real(ctx, measure)
-
-    monkeypatch.setattr(_bounding, "_per_pair", per_pair)
+    _twin(monkeypatch, _bounding.least)
 
 
 def _no_weights(monkeypatch: Any) -> None:
     """The second broken twin: the outer weights dropped (every row counts)."""
-    from dpcurator.engines import _bounding
-
-    real = _bounding._per_pair
-
-    def per_pair(ctx: Any, measure: Any) -> Any:
-        if measure.kind == "unit_rows":
-            return _bounding.exp.Count(this=_bounding.exp.Star())
-        return real(ctx, measure)
-
-    monkeypatch.setattr(_bounding, "_per_pair", per_pair)
+    _twin(monkeypatch, lambda n, outer: n)
 
 
 def _vector(values: dict[Any, int]) -> np.ndarray:
