@@ -166,6 +166,45 @@ budgets = {{ orders = {{ epsilon = 1.0 }} }}
         load_config(tmp_path / "bad.toml")
 
 
+def test_a_dataset_can_cap_each_units_total(tmp_path: Path) -> None:
+    """bounding = "unit" in the configuration: COUNT(*) and SUM under caps on each
+    customer's total, chosen in each query with 10% of its epsilon; an AVG is refused with
+    the reason and nothing charged; a bounding the curator does not know is refused when
+    the configuration is read."""
+    rows = "\n".join(f"{i % 300},{['n', 's'][i % 2]},{(i * 37) % 90}" for i in range(2400))
+    (tmp_path / "orders.csv").write_text("customer_id,region,amount\n" + rows + "\n")
+    (tmp_path / "curator.toml").write_text(f"""ledger = "ledger.sqlite"
+[datasets.orders]
+path = "orders.csv"
+privacy_unit = "customer_id"
+bounding = "unit"
+keys = {{ region = ["n", "s"] }}
+budget = {{ epsilon = 3.0 }}
+[analysts.alice]
+token_sha256 = "{sha(ALICE)}"
+budgets = {{ orders = {{ epsilon = 1.0 }} }}
+""")
+    app = create_app(load_config(tmp_path / "curator.toml"))
+    with TestClient(app) as c:
+        catalogue = c.get("/v1/datasets", headers=auth(ALICE)).json()["datasets"][0]
+        assert catalogue["bounding"] == "unit"
+        answer = ask(c, ALICE, "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM data "
+                               "GROUP BY region", epsilon=0.5)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["bounding"] == "unit" and body["max_unit_rows"] >= 1
+        assert set(body["bounds_chosen"]) >= {"max_unit_rows", "max_unit_sums", "epsilon"}
+        refused = ask(c, ALICE, "SELECT AVG(amount) AS m FROM data", epsilon=0.25)
+        assert refused.status_code == 400 and "COUNT(*) and SUM only" in refused.text
+        budget = c.get("/v1/datasets/orders/budget", headers=auth(ALICE)).json()
+        assert budget["remaining"]["epsilon"] == pytest.approx(0.5)
+    app.state.service.close()
+    (tmp_path / "bad.toml").write_text((tmp_path / "curator.toml").read_text().replace(
+        'bounding = "unit"', 'bounding = "total"'))
+    with pytest.raises(ConfigError, match="bounding must be"):
+        load_config(tmp_path / "bad.toml")
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("[datasets.x]\npath='a.csv'\nbudget={epsilon=1}\n[analysts.a]\n"
      f"token_sha256='{sha('t')}'\nbudgets={{x={{epsilon=1}}}}", "privacy_unit"),

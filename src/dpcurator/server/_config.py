@@ -79,6 +79,7 @@ class DatasetConfig:
     share_releases: bool = False  # analysts of the dataset may be sent each other's releases
     tables: dict[str, Path] | None = None  # several tables, joined in queries
     public: tuple[str, ...] = ()  # of ``tables``, those holding no one's data
+    bounding: str = "rescale"  # how the caps apply (``Plan.bounding``): "unit" caps totals
 
     @property
     def source(self) -> Any:
@@ -203,7 +204,12 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         raise ConfigError(f"{where} must be a table")
     _only(spec, {"path", "privacy_unit", "one_row_per_person", "bounds", "keys", "budget",
                  "max_partitions", "max_rows_per_partition", "bounds_share",
-                 "allow_large_delta", "share_releases", "tables", "public"}, where)
+                 "allow_large_delta", "share_releases", "tables", "public", "bounding"},
+          where)
+    bounding = spec.get("bounding", "rescale")
+    if bounding not in ("rescale", "sample", "unit"):
+        raise ConfigError(f"{where} bounding must be \"rescale\", \"sample\" or \"unit\" "
+                          "(caps on each unit's total, for COUNT(*) and SUM)")
     path = spec.get("path")
     tables, public = _tables(spec, where, base)
     if tables is None and (not isinstance(path, str) or not path):
@@ -258,7 +264,8 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
                                     f"{where} max_rows_per_partition"),
         bounds_share=_share(spec.get("bounds_share"), f"{where} bounds_share"),
         allow_large_delta=bool(spec.get("allow_large_delta", False)),
-        share_releases=_flag(spec.get("share_releases", False), f"{where} share_releases"))
+        share_releases=_flag(spec.get("share_releases", False), f"{where} share_releases"),
+        bounding=str(bounding))
 
 
 def _tables(spec: dict[str, Any], where: str, base: Path

@@ -281,7 +281,7 @@ class Service:
                 one_row_per_person=spec.one_row_per_person, bounds=spec.bounds or None,
                 max_partitions=spec.max_partitions,
                 max_rows_per_partition=spec.max_rows_per_partition,
-                auto_bounds_share=spec.bounds_share,
+                auto_bounds_share=spec.bounds_share, bounding=spec.bounding,
                 allow_large_delta=spec.allow_large_delta, source=source,
                 cache=False)  # shared by all analysts: the service keeps its own, per analyst
             self.datasets[name] = _Dataset(spec, curator, budget.account,
@@ -550,6 +550,7 @@ class Service:
                             for k, v in spec.bounds.items()},
                         "keys": spec.keys, "max_partitions": spec.max_partitions,
                         "max_rows_per_partition": spec.max_rows_per_partition,
+                        "bounding": spec.bounding,
                         "bounds_share": (spec.bounds_share if spec.bounds_share is not None
                                          else DEFAULT_AUTO_SHARE)})
         return out
