@@ -131,24 +131,29 @@ budgets = {{ orders = {{ epsilon = 1.0, delta = 1e-7 }} }}
     assert (tmp_path / "ledger.sqlite").exists()  # relative to the configuration file
 
 
-def test_a_dataset_can_have_its_bounds_chosen_under_dp(tmp_path: Path) -> None:
-    """bounds = "auto" and max_rows_per_partition = "auto" in the configuration: each query
-    chooses them with 10% of its epsilon, says so, and is charged exactly its epsilon."""
+def regions_service(folder: Path, options: str) -> Any:
+    """A service over 2,400 orders of 300 customers in two public regions, with the
+    dataset's ``options`` (TOML lines), written to ``folder/curator.toml``; Alice has 1.0."""
     rows = "\n".join(f"{i % 300},{['n', 's'][i % 2]},{(i * 37) % 90}" for i in range(2400))
-    (tmp_path / "orders.csv").write_text("customer_id,region,amount\n" + rows + "\n")
-    (tmp_path / "curator.toml").write_text(f"""ledger = "ledger.sqlite"
+    (folder / "orders.csv").write_text("customer_id,region,amount\n" + rows + "\n")
+    (folder / "curator.toml").write_text(f"""ledger = "ledger.sqlite"
 [datasets.orders]
 path = "orders.csv"
 privacy_unit = "customer_id"
-bounds = "auto"
-max_rows_per_partition = "auto"
+{options}
 keys = {{ region = ["n", "s"] }}
 budget = {{ epsilon = 3.0 }}
 [analysts.alice]
 token_sha256 = "{sha(ALICE)}"
 budgets = {{ orders = {{ epsilon = 1.0 }} }}
 """)
-    app = create_app(load_config(tmp_path / "curator.toml"))
+    return create_app(load_config(folder / "curator.toml"))
+
+
+def test_a_dataset_can_have_its_bounds_chosen_under_dp(tmp_path: Path) -> None:
+    """bounds = "auto" and max_rows_per_partition = "auto" in the configuration: each query
+    chooses them with 10% of its epsilon, says so, and is charged exactly its epsilon."""
+    app = regions_service(tmp_path, 'bounds = "auto"\nmax_rows_per_partition = "auto"')
     with TestClient(app) as c:
         catalogue = c.get("/v1/datasets", headers=auth(ALICE)).json()["datasets"][0]
         assert catalogue["bounds"] == "auto"
@@ -171,20 +176,7 @@ def test_a_dataset_can_cap_each_units_total(tmp_path: Path) -> None:
     customer's total, chosen in each query with 10% of its epsilon; an AVG is refused with
     the reason and nothing charged; a bounding the curator does not know is refused when
     the configuration is read."""
-    rows = "\n".join(f"{i % 300},{['n', 's'][i % 2]},{(i * 37) % 90}" for i in range(2400))
-    (tmp_path / "orders.csv").write_text("customer_id,region,amount\n" + rows + "\n")
-    (tmp_path / "curator.toml").write_text(f"""ledger = "ledger.sqlite"
-[datasets.orders]
-path = "orders.csv"
-privacy_unit = "customer_id"
-bounding = "unit"
-keys = {{ region = ["n", "s"] }}
-budget = {{ epsilon = 3.0 }}
-[analysts.alice]
-token_sha256 = "{sha(ALICE)}"
-budgets = {{ orders = {{ epsilon = 1.0 }} }}
-""")
-    app = create_app(load_config(tmp_path / "curator.toml"))
+    app = regions_service(tmp_path, 'bounding = "unit"')
     with TestClient(app) as c:
         catalogue = c.get("/v1/datasets", headers=auth(ALICE)).json()["datasets"][0]
         assert catalogue["bounding"] == "unit"

@@ -454,7 +454,7 @@ class Curator:
                                     total_share=total_share)
             except QueryError as exc:
                 raise UserError(str(exc)) from None
-        return _with_unit_caps(plan, max_unit_rows, max_unit_sums)
+        return _given_unit_caps(plan, max_unit_rows, max_unit_sums)
 
     def run(self, query: Query | Plan, *, epsilon: float | None = None,
             delta: float | None = None, rho: float | None = None, noise: str | None = None,
@@ -777,7 +777,7 @@ def _existing(path: str | os.PathLike[str]) -> str:
     return text
 
 
-def _with_unit_caps(plan: Plan, rows: int | str | None,
+def _given_unit_caps(plan: Plan, rows: int | str | None,
                     sums: Mapping[str, float | str] | None) -> Plan:
     """The plan with the caps on each unit's total that ``sql`` was given ("auto", or a
     column left out: chosen from the data)."""

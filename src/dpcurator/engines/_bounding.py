@@ -256,8 +256,10 @@ def _first_value(ctx: Context, column: str) -> exp.Expr:
 
 
 def statement(ctx: Context) -> exp.Query:
-    """The statement of an aggregate query: rows, (pairs, units,) bounded, then one row per
-    partition of exact sums (and, tagged by ``__part``, the histograms' bounded counts)."""
+    """The statement of an aggregate query: rows, (pairs, with the units' totals of the
+    outer-capped measures joined back where the dialect joins (``totals``), units,) bounded,
+    then one row per partition of exact sums (and, tagged by ``__part``, the histograms'
+    bounded counts)."""
     q = ctx.q
     ctes, source = rows(ctx)
     per_row = q.unit is None or (ctx.sample and q.partitions_mode != "rescale")
