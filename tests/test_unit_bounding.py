@@ -294,3 +294,24 @@ def test_the_command_line_asks_for_caps_on_each_customers_total(tmp_path: Any) -
                                    "--epsilon", "1", "--bounding", "unit",
                                    "--max-unit-sums", "l_extendedprice", "--json"])
     assert bad.exit_code != 0 and "COLUMN=V" in bad.output
+
+
+@pytest.mark.parametrize("rows", [3, 40, 700])
+def test_the_statistics_the_caps_are_chosen_from_move_by_at_most_one(rows: int) -> None:
+    """The choice's sensitivity (``choose_unit_rows``, ``choose_unit_sum``): one unit added,
+    of ``rows`` rows over several groups, moves every candidate's count of units beyond it,
+    U(M) on the grid of rows and the units' sums of |x| on the magnitudes, by at most 1."""
+    from test_auto_bounds import profile_of, random_frame
+
+    from dpcurator.curator._auto_bounds import UNIT_ROW_CANDIDATES
+
+    base = random_frame(5)
+    extra = pd.DataFrame({"u": 10_000, "g": [f"g{i % 9}" for i in range(rows)],
+                          "x": np.linspace(-3e5, 7e5, rows)})
+    before, after = profile_of(base), profile_of(pd.concat([base, extra], ignore_index=True))
+    for old, new in [(before.unit_rows(UNIT_ROW_CANDIDATES),
+                      after.unit_rows(UNIT_ROW_CANDIDATES)),
+                     (before.unit_sums(0), after.unit_sums(0))]:
+        moved = [b - a for a, b in zip(old, new, strict=True)]
+        assert all(0 <= m <= 1 + 2**-16 for m in moved)
+        assert max(moved) > 0.5  # the unit is seen: the test can fail
