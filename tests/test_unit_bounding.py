@@ -301,9 +301,8 @@ def test_the_statistics_the_caps_are_chosen_from_move_by_at_most_one(rows: int) 
     """The choice's sensitivity (``choose_unit_rows``, ``choose_unit_sum``): one unit added,
     of ``rows`` rows over several groups, moves every candidate's count of units beyond it,
     U(M) on the grid of rows and the units' sums of |x| on the magnitudes, by at most 1."""
-    from test_auto_bounds import profile_of, random_frame
-
     from dpcurator.curator._auto_bounds import UNIT_ROW_CANDIDATES
+    from test_auto_bounds import profile_of, random_frame
 
     base = random_frame(5)
     extra = pd.DataFrame({"u": 10_000, "g": [f"g{i % 9}" for i in range(rows)],
