@@ -40,6 +40,7 @@ best] <= 1%.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -57,6 +58,12 @@ QUESTIONS = {"COUNT": "COUNT(*)", "COUNT_DISTINCT": "COUNT(DISTINCT user)",
 PURE = (0.3, 1.0, 3.0)
 RHOS = (0.05, 0.5, 2.0)
 MAX_ROWS = 3_000_000
+#: shapes from this one on hold values far from zero (``offset``: years, heights, prices
+#: with a floor), so that the first 52 stay as they were measured before there were more
+OFFSET_FROM = 52
+#: the fixed clamps' floors tried for AVG, as fractions of the magnitude: [f M, M], where
+#: f M is at or below every value
+FIXED_FLOORS = (0.0, 0.5, 0.75, 0.875)
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,8 @@ def family_shapes(count: int = 52, seed: int = 2026) -> list[Shape]:
         if rows > MAX_ROWS:
             units = max(5_000, int(units * MAX_ROWS / rows))
         kind = kinds[i % len(kinds)] if i < len(kinds) else kinds[int(rng.integers(4))]
+        if i >= OFFSET_FROM:  # the shapes after the first 52: values far from zero
+            kind = "offset"
         pure = i % 2 == 0
         shapes.append(Shape(
             seed=i, groups=groups, units=units, heavy=round(heavy, 4), heavy_rows=(low, high),
@@ -132,9 +141,15 @@ def shape_table(shape: Shape) -> pd.DataFrame:
     elif shape.values == "zeros":
         x = np.where(rng.random(size) < 0.9, 0.0, rng.lognormal(math.log(shape.scale) - 1.0,
                                                                1.0, size))
+    elif shape.values == "offset":  # about 10 scales from zero, one scale of spread
+        x = rng.normal(10.0 * shape.scale, shape.scale, size)
     else:  # signed: mostly positive, a fifth negative
         x = rng.uniform(-0.25 * shape.scale, shape.scale, size)
-    x = np.where(np.repeat(heavy, rows), x * shape.heavy_factor, x).round(3)
+    if shape.values == "offset":  # heavy units' values shifted up, not scaled from zero
+        x = np.where(np.repeat(heavy, rows), x + (shape.heavy_factor - 1.0) * shape.scale,
+                     x).round(3)
+    else:
+        x = np.where(np.repeat(heavy, rows), x * shape.heavy_factor, x).round(3)
     return pd.DataFrame({"user": user, "g": np.array([f"g{i}" for i in range(groups)])[group],
                          "x": x})
 
@@ -169,11 +184,15 @@ class Pairs:
         self.truth_sum = np.bincount(g, weights=self.x, minlength=groups)
 
     def class_sums(self, lo: float | None, hi: float | None) -> np.ndarray:
-        """Per class, the sum of its rows' values clamped to [lo, hi] (rows when None)."""
+        """Per class, the sum of its rows' values clamped to [lo, hi] (rows when None);
+        kept, as the partition caps and the floors ask for the same clamps again."""
         if lo is None:
             return self.pairs_per_class * self.n.astype(float)
-        return np.bincount(self.row_class, weights=np.clip(self.x, lo, hi),
-                           minlength=self.group.size)
+        cache = self.__dict__.setdefault("_sums", {})
+        if (lo, hi) not in cache:
+            cache[(lo, hi)] = np.bincount(self.row_class, weights=np.clip(self.x, lo, hi),
+                                          minlength=self.group.size)
+        return cache[(lo, hi)]
 
     def answers(self, sums: np.ndarray, k: int, rs: np.ndarray | None) -> np.ndarray:
         """Per (group, r): sum over classes of min(1, k / m) min(1, r / n) sums (no r: the
@@ -304,7 +323,14 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
         j_hi = math.ceil(math.log2(top)) + 1
         magnitudes = [2.0**j for j in range(j_hi - 16, j_hi + 1)]
         signs = [(0.0, 1.0)] if positive else [(0.0, 1.0), (-1.0, 1.0)]
-        clamps = [(a * m, b * m) for m in magnitudes for a, b in signs]
+        if question == "AVG" and positive:  # a mean's clamp may have a floor, at or below
+            # every value (in hindsight a floor and a cap around the true mean would answer
+            # it with no noise: a fixed clamp must hold the data's own range)
+            least = float(pairs.x.min())
+            signs = [(f, 1.0) for f in FIXED_FLOORS]
+            clamps = [(a * m, b * m) for m in magnitudes for a, b in signs if a * m <= least]
+        else:
+            clamps = [(a * m, b * m) for m in magnitudes for a, b in signs]
     else:
         clamps = [(None, None)]
     best, best_bounds = math.inf, ()
@@ -371,30 +397,61 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
     total = mass = far = 0.0
     likeliest: list[tuple[float, ...]] = []
     threshold = 9.0 * best
+    floored = question == "AVG" and "floor:x" in captured["auto_plan"].epsilons
+
+    def floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
+        """(probability, floor) of a mean's floor (``_auto_bounds.floor_scores``), which
+        reads the row cap only through ``magnitude_cap``."""
+        return _floor_law(k, m, side, _auto_bounds.magnitude_cap(r))
+
+    @functools.cache
+    def _floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
+        scores, floors, eps = _auto_bounds.floor_scores(
+            captured["auto_plan"], captured["stats"], 0, "x", m, side, r, k)
+        law = _law(np.maximum(scores, -_auto_bounds.PENALTY_CAP), eps,
+                   _auto_bounds.SENSITIVITY)
+        kept = [(float(p), f) for p, f in zip(law, floors, strict=True) if p > 1e-4]
+        norm = sum(p for p, _ in kept)
+        return [(p / norm, f) for p, f in kept]
+
     for (k, m), entries in by_km.items():
         r_list = [r for r, _ in entries]
         for sign_p, (a, b) in sign_law:
-            if values:
+            # a one-sided mean's clamp gets a floor, drawn per row cap read (r' <= 4)
+            one_sided = floored and a * b == 0.0
+            laws: dict[int, list[tuple[float, float]]] = {}
+            if one_sided:
                 assert m is not None
-                magnitude = float(_auto_bounds.MAGNITUDES[m])
-                lo, hi = a * magnitude, b * magnitude
-                if hi <= lo:
-                    hi = lo + 1e-12
-            else:
-                lo = hi = None
-            per_r = errors(k, r_list, lo, hi, scales)
-            for (r, p), per in zip(entries, per_r, strict=True):
-                # p excludes the widest clamps already; the symmetric rule overrides the signs
-                sym = symmetric_at.get(r, 0.0) / max(1.0 - thin_at.get(r, 0.0), 1e-300)
-                weight = p * ((1.0 - sym) * sign_p + (sym if (a, b) == (-1.0, 1.0) else 0.0))
-                if weight <= 0.0:
-                    continue
-                mse = float(per.mean())
-                total += weight * mse
-                mass += weight
-                far += weight * float((per > threshold).mean())
-                likeliest.append((round(weight, 4), k, r, round(lo or 0.0, 3),
-                                  round(hi or 0.0, 3)))
+                for r in r_list:
+                    laws[r] = floor_law(k, m, 1 if a == 0.0 else -1, r)
+            floors = sorted({f for law in laws.values() for _, f in law}) or [0.0]
+            for low in floors:
+                if values:
+                    assert m is not None
+                    magnitude = float(_auto_bounds.MAGNITUDES[m])
+                    lo, hi = a * magnitude, b * magnitude
+                    if one_sided:
+                        lo, hi = (low, hi) if a == 0.0 else (lo, -low)
+                    if hi <= lo:
+                        hi = lo + 1e-12
+                else:
+                    lo = hi = None
+                per_r = errors(k, r_list, lo, hi, scales)
+                for (r, p), per in zip(entries, per_r, strict=True):
+                    # p excludes the widest clamps already; the symmetric rule overrides the
+                    # signs (and then no floor is drawn)
+                    sym = symmetric_at.get(r, 0.0) / max(1.0 - thin_at.get(r, 0.0), 1e-300)
+                    pf = dict((f, q) for q, f in laws[r]).get(low, 0.0) if one_sided else 1.0
+                    weight = p * ((1.0 - sym) * sign_p * pf +
+                                  (sym if (a, b) == (-1.0, 1.0) else 0.0))
+                    if weight <= 0.0:
+                        continue
+                    mse = float(per.mean())
+                    total += weight * mse
+                    mass += weight
+                    far += weight * float((per > threshold).mean())
+                    likeliest.append((round(weight, 4), k, r, round(lo or 0.0, 3),
+                                      round(hi or 0.0, 3)))
     auto_rmse = math.sqrt(total / mass) if mass > 0 else math.inf
     likeliest.sort(reverse=True)
     return Outcome(shape.label(), question, best_rmse, best_bounds, auto_rmse,

@@ -154,6 +154,31 @@ class Profile:
             out[r] = series[::-1]
         return out
 
+    def raised(self, column: int, r: int, side: int) -> list[float]:
+        """What a floor on the clamp raises: per q in ``PROFILE_STEPS``, the values a clamp
+        [2^(q/4), M] (``side`` 1) or [-M, -2^(q/4)] (``side`` -1) moves inwards, those on
+        its side at or below 2^(q/4) in magnitude (zeros on the positive side) and every
+        value on the other side, each weighing 1 / max(T, r) as in ``magnitudes``. Each value
+        is counted once, so a unit adds at most T / max(T, r) <= 1; exact, then as
+        ``_down``."""
+        per: dict[tuple[int, bool, int], int] = {}  # (T, on the side, bucket) -> values
+        for t, s, b, c in self.values.get(column, []):
+            key = (t, (s < 0) == (side < 0), b)
+            per[key] = per.get(key, 0) + c
+        d = math.lcm(1, *(max(t, r) for t, _, _ in per))
+        other, same = 0, dict[int, int]()
+        for (t, on_side, b), c in per.items():
+            weight = c * (d // max(t, r))
+            if on_side:
+                same[b] = same.get(b, 0) + weight
+            else:
+                other += weight
+        below, series = other + sum(w for b, w in same.items() if b < PROFILE_STEPS[0]), []
+        for q in PROFILE_STEPS:  # exact prefix sums: buckets below q (|x| <= 2^(q/4))
+            series.append(min(below * GRID // d, STAT_CAP * GRID) / GRID)
+            below += same.get(q, 0)
+        return series
+
     def signs(self, column: int) -> tuple[float, float]:
         """(negative, positive) values above 2^-20 in magnitude (each weighs 1 / T)."""
         values = self.values.get(column, [])
