@@ -88,6 +88,7 @@ magnitudes, of 2 for partitions) with statistic stat_j (decreasing in j) and tar
 crossing (the smallest candidate within its target) when the statistic below it grows by at
 least 2 lambda / epsilon per octave; above the crossing it grows by 2 lambda / epsilon per
 octave (each octave about e^-lambda times as likely), up to 2 F. lambda = ``LAMBDA`` (4),
+``MAGNITUDE_LAMBDA`` (6) for a column's magnitude,
 ``K_LAMBDA`` (8) for the partition cap, whose steps are octaves and whose few candidates
 compete in the joint choice with many row caps and magnitudes, and ``ROW_LAMBDA_COUNTS`` (3)
 for the row cap of a query that aggregates no column (and any row cap read per k), and at
@@ -170,7 +171,8 @@ least -F; a candidate whose ramp has reached 2 F above a candidate with nothing 
 (more than (2 F - t) epsilon / (2 lambda) octaves above the data: about 10 for a SUM's
 joint choice, 14 for a COUNT's row cap) scores at most -2 F, and all of them together are
 less likely than beta. In data whose best candidate scores 0, each octave above the
-crossing is about e^-lambda times as likely. A small count cannot be located with a small
+crossing is about e^-lambda times as likely (a magnitude's lambda is ``MAGNITUDE_LAMBDA``,
+6: 7 octaves for a SUM's joint choice). A small count cannot be located with a small
 epsilon: when the statistic grows too slowly below the crossing the ramp penalizes it and
 the choice lands lower (more bias), not higher.
 
@@ -276,6 +278,22 @@ ROW_LAMBDA_PRIVATE = 8.0
 #: The row cap's ramp, read per k, steepens ROW_KNEE octaves above a candidate to
 #: ROW_FAR_LAMBDA per octave (the module docstring: the tail of far choices).
 ROW_KNEE = 5.0
+#: A column's row cap read per k ramps as a count's (3). UCI Adult's SUM(hours) (one row per
+#: person) chose r = 2 to 8 in about 2% of releases, holding most of its squared error; 4.5
+#: or 6 here fixed that (exact expected RMSE 2.3x -> 1.25x, 1.06x) but moved the choice
+#: below the best on family shapes whose statistic grows slowly (#6: 1.50x -> 2.2x, 2.8x),
+#: with the family's geometric mean level: left at 3.
+ROW_LAMBDA_VALUES_PER_K = 3.0
+#: A magnitude's ramp per octave above its crossing (``LAMBDA`` until issue 26's third round).
+#: At 4 each step of 2^(1/4) up was e^-1 times as likely: the clamps' spread alone cost a SUM
+#: about 1.14x in RMSE, and in the joint choice a row cap above the crossing shared its
+#: penalty with every magnitude on its plateau (the joint score is the maximum of the
+#: penalties), so its mass grew with their number. With 6, on the family's 56 shapes
+#: (``auto_bounds.py --family``, exact over the choice's law): SUM median 1.61x -> 1.43x,
+#: geometric mean 1.79x -> 1.61x, within 1.25x 11 -> 16; AVG geometric mean 1.99x -> 1.93x;
+#: one shape worse (#8: SUM 1.61x -> 1.84x). UCI Adult SUM(hours) 2.31x -> 1.49x
+#: (``adult.py --exact``).
+MAGNITUDE_LAMBDA = 6.0
 ROW_FAR_LAMBDA = 8.0
 #: the row cap aims at this many times the noise's rate: a count, or a column's values
 ROW_FACTOR = 1.5
@@ -590,7 +608,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     # per k, a column's row cap is read as a count's (the module docstring)
     if per_k:
         factor = ROW_FACTOR
-    ramp = LAMBDA if values and not per_k else ROW_LAMBDA_COUNTS
+    ramp = (ROW_LAMBDA_VALUES_PER_K if per_k else LAMBDA) if values else ROW_LAMBDA_COUNTS
     if plan.private_keys:
         ramp = max(ramp, ROW_LAMBDA_PRIVATE)
     knee = (ROW_KNEE, ROW_FAR_LAMBDA) if per_k else (None, 0.0)
@@ -608,7 +626,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         if magnitude:
             lows = sorted({octave[r] for r in rs})
             per = _penalties(np.array([value_stats[r] for r in lows]), MAGNITUDES, rate, cap,
-                             epsilon, LAMBDA)
+                             epsilon, MAGNITUDE_LAMBDA)
             pm = per[[lows.index(octave[r]) for r in rs]]
             block = np.maximum(block[:, None], pm).ravel()
         blocks.append(block)
@@ -827,7 +845,8 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
             cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
             penalties = _penalties(stats.magnitudes(index, magnitude_cap(r)),
                                    MAGNITUDES,
-                                   [rate] * len(MAGNITUDES), cap, eps[choice], LAMBDA)
+                                   [rate] * len(MAGNITUDES), cap, eps[choice],
+                                   MAGNITUDE_LAMBDA)
             chosen_index = _release(-penalties, eps[choice], source)
         magnitude = MAGNITUDES[chosen_index]
         # the signs: [0, M] costs the negative values, [-M, 0] the positive ones, [-M, M] a
