@@ -840,7 +840,7 @@ def test_a_mean_of_values_far_from_zero_gets_a_floor_and_a_sum_does_not(
         assert release.privacy == dp.PureDP(1.0)
     assert scored == [pytest.approx(0.1 * 0.5 / 5.25, rel=1e-9)] * 5
     # with [0, 2048] the noise's scale is 1024 / (0.45 x 2,500): RMSE about 1.3; with the
-    # floor about 0.2 (the clamp's width one sixth)
+    # floor about 0.35 (the clamp's width a sixth; 100 releases)
     assert float(np.sqrt(np.mean(np.square(errors)))) < 0.6
     scored.clear()
     release = curator.sql("SELECT g, SUM(year) AS v, AVG(height) AS h FROM data GROUP BY g",

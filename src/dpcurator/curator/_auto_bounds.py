@@ -143,8 +143,8 @@ about 3.4 F of them and scores at least 1.3 F - t below 0 (each F below is a fac
 signs' (1/2 each): the signs' wrong side is then, at 4 F where the clamps may first be
 one-sided, less likely than (beta / C)^(8 w_s / w_joint), about 1e-9, and the other
 choices keep their epsilon. The profile's steps of 2^(1/4) bound its resolution: years
-1990 to 2030 get [1722, 2048] (12x the data's range's error, not 88x), heights [128, 215]
-(1.5x, not 3x).
+1990 to 2030 get [1722, 2048] (17x the data's range's error, not 88x), heights [128, 215]
+(1.4x, not 3x).
 A SUM's sensitivity is max(|lo|, |hi|) whatever the floor, so a SUM's clamp keeps 0 and
 spends nothing on one.
 
