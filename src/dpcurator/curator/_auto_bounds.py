@@ -408,9 +408,9 @@ def choice_names(auto: AutoBounds, floors: Sequence[str] = ()) -> list[tuple[str
     """The choices, in the order they are made, with their weights in the budget: one joint
     choice of the caps and the first column's magnitude (named by its parts joined with
     "+", weighing the sum of theirs: 1 per cap, 2 per magnitude), the further columns'
-    magnitudes (2 each), each column's signs (1: a monotonic choice), the ``floors``
-    (``floor_columns``: 1 each) and, where a clamp is chosen, the thin-data rule's count
-    (1/4)."""
+    magnitudes (2 each), each column's signs (1: a monotonic choice; 1/2 for a column in
+    ``floors``), the ``floors`` (``floor_columns``: 1/2 each, taken from their signs') and,
+    where a clamp is chosen, the thin-data rule's count (1/4)."""
     parts = _joint_parts(auto)
     names = [("+".join(parts), sum(WEIGHTS[part.split(":")[0]] for part in parts))]
     names += [(f"magnitude:{column}", WEIGHTS["magnitude"]) for column in auto.columns[1:]]
