@@ -931,3 +931,71 @@ def test_with_private_keys_the_row_caps_ramp_is_steeper(
         gaps[private] = (joint.scores[0] - joint.scores[1]) * joint.epsilon
     assert gaps[True] >= 2 * auto_bounds.ROW_LAMBDA_PRIVATE
     assert gaps[False] < 2 * auto_bounds.ROW_LAMBDA_PRIVATE
+
+
+def test_the_joint_ramp_is_its_definition_by_brute_force() -> None:
+    """``_joint_ramp`` (minima over a sparse table) against its definition: for each
+    candidate j, the maximum over i <= j, i != j, equal to j outside ``axes`` and within
+    reach in every coordinate, of rho(j) - rho(i) - b(i), on random biases with candidates
+    not allowed (+inf), over all three coordinates and over the pairs the joint choice
+    uses."""
+    import itertools
+
+    from dpcurator.curator._auto_bounds import _joint_ramp
+
+    rng = np.random.default_rng(18)
+    candidates = ([1, 2, 4, 8], [1, 2, 3, 4, 5, 6, 8, 11, 16], [0.5, 1.0, 2.0, 4.0, 8.0, 16.0])
+    lambdas, epsilon, reach = (8.0, 3.0, 6.0), 0.5, 90.0
+    bias = rng.normal(0.0, 30.0, (4, 9, 6))
+    bias[2, 7:] = math.inf
+    bias[3, 5:] = math.inf
+    rho = [2 * lam * np.log2(np.asarray(c) / c[0]) / epsilon
+           for c, lam in zip(candidates, lambdas, strict=True)]
+    for axes in ((0, 1, 2), (0, 2), (1, 2)):
+        got = _joint_ramp(bias, candidates, lambdas, epsilon, reach, axes)
+        width = reach / len(axes)
+        for j in itertools.product(*(range(len(c)) for c in candidates)):
+            best = -math.inf
+            for i in itertools.product(*(range(n + 1) if a in axes else (n,)
+                                         for a, n in enumerate(j))):
+                if i == j or not np.isfinite(bias[i]):
+                    continue
+                steps = [rho[c][j[c]] - rho[c][i[c]] for c in range(3)]
+                if max(steps) <= width:
+                    best = max(best, sum(steps) - bias[i])
+            assert got[j] == pytest.approx(best, abs=1e-9) if np.isfinite(best) else \
+                got[j] == best
+
+
+def test_the_joint_ramp_leaves_one_magnitude_per_far_row_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One row per unit (UCI Adult's shape): every row cap above 1 keeps every row, so the
+    row caps' scores fall by their ramp alone. Scored as the maximum of the coordinates'
+    penalties, each such row cap shared its score with every magnitude whose own penalty
+    stayed below the ramp (3 to 5 of them within 1 / epsilon of its best here): its mass
+    grew with their number. With the joint ramp the octaves add up and one magnitude is left
+    per row cap. The twin without it (``JOINT_RAMP`` False) fails this test."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    rng = np.random.default_rng(17)
+    units = 20_000
+    frame = pd.DataFrame({"u": np.arange(units),
+                          "g": [f"g{i}" for i in rng.integers(0, 16, units)],
+                          "x": rng.integers(1, 100, units).astype(float)})
+    captured = capture_choice_inputs(monkeypatch)
+    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(19))
+    curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1.0,
+                keys=[f"g{i}" for i in range(16)])
+    widths = {}
+    for joint_ramp in (True, False):
+        monkeypatch.setattr(auto_bounds, "JOINT_RAMP", joint_ramp)
+        joint = auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
+                                         profile_of(frame))
+        block = (joint.scores[:joint.sizes[0] * joint.width] * joint.epsilon).reshape(
+            joint.sizes[0], joint.width)
+        assert joint.ks[0] == 1 and joint.rs[:4] == (1, 2, 3, 4)
+        assert block[0].max() == 0.0  # r = 1 at its magnitude's crossing
+        widths[joint_ramp] = [int((row >= row.max() - 1.0).sum()) for row in block[1:4]]
+    assert widths[True] == [1, 1, 1]
+    assert min(widths[False]) >= 3  # the plateau the joint ramp removes

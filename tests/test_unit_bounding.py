@@ -222,6 +222,18 @@ def test_private_keys_are_selected_with_the_partition_cap() -> None:
         assert sum(result.selection_units) == int(customers.clip(upper=k).sum())
 
 
+def test_with_private_keys_the_partition_cap_takes_a_quarter_of_the_caps_weight() -> None:
+    """With private keys the partition cap only sizes the selection's count, so it weighs
+    1/4 in the bounds' share and the cap on each customer's total keeps the rest (0.02 and
+    0.08 of epsilon 1 at the default share of 10%; 0.05 each before)."""
+    data = tables(3, customers=3000, orders=12000, items=50000)
+    cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
+    release = cur.sql(BY_MODE, epsilon=1.0, delta=1e-6, bounding="unit")
+    method = release.bounds_chosen["method"]
+    assert "epsilons max_partitions 0.02, max_unit_rows 0.08" in method, method
+    assert release.bounds_chosen["epsilon"] == pytest.approx(0.1)
+
+
 def test_the_builder_and_zcdp() -> None:
     data = tables(3)
     cur = schema_curator(data, budget=dp.ZCDP(10))
