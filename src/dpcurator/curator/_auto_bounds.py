@@ -141,7 +141,8 @@ error with the data's own range; of heights about 170 cm in [0, 215]: 3x). Where
 aggregate of a column is a mean or a variance (``floor_columns``) and its signs chose one
 side, one more permute-and-flip chooses the floor L of [L, M] (or [-M, -L]) among the
 magnitudes up to 4 octaves below M, and 0: the penalties above over the widths M - L (the
-ramp per octave of width), the statistic the values the floor raises (``Profile.raised``:
+ramp ``FLOOR_LAMBDA``, 16, per octave of width: the floors below the least value differ
+little in width), the statistic the values the floor raises (``Profile.raised``:
 those at or below it, zeros included, and those of the other sign, each weighing 1 / max(T,
 r') as the magnitude's; each value counted once, so a unit adds at most 1), the target the
 magnitude's. The choice is made after M and the side, which it takes as given (adaptive
@@ -351,6 +352,13 @@ FLOOR_STEPS = 16
 #: [0, M] could not outweigh the ramp, and the narrowest clamp could be chosen (the module
 #: docstring, "A mean's floor")
 FLOOR_THIN = 4.0
+#: A mean's floor ramps FLOOR_LAMBDA per octave of the clamp's width above its crossing. The
+#: floors below the data's least value differ little in width (UCI Adult's ages: floors 16 to
+#: 6.7 under M = 90.5 widen the clamp by 0.17 octave), so at ``LAMBDA`` (4) the choice spread
+#: over them: AVG(age) 0.460 -> 0.445 with 16 (``adult.py --exact``; [17, 90] gives 0.36); on
+#: the family's AVG (``auto_bounds.py --family``) geometric mean 1.93x -> 1.92x, #52 1.27x ->
+#: 1.05x, #54 1.03x -> 0.98x, no shape worse; 32 put #54's floor above its values (1.47x).
+FLOOR_LAMBDA = 16.0
 
 
 @dataclass(frozen=True)
@@ -916,7 +924,7 @@ def floor_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, m
     docstring (``_penalties``) over the widths, the statistic the values each floor raises
     (``Profile.raised`` at the row cap ``magnitude_cap(r)``: it grows as L rises, as the
     magnitude's shrinks as M rises), the target the magnitude's (G s k^a: a mean's noise
-    grows with W as a sum's with M), the ramp ``LAMBDA`` per octave of width above the
+    grows with W as a sum's with M), the ramp ``FLOOR_LAMBDA`` per octave of width above the
     crossing. Each penalty is a statistic plus a constant, and one unit moves each
     statistic by at most 1, so the scores' sensitivity is 1 (``SENSITIVITY``)."""
     choice = f"floor:{column}"
@@ -929,7 +937,7 @@ def floor_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, m
     cap = CAP * auto_plan.floor(choice, len(floors))
     epsilon = auto_plan.epsilons[choice]
     penalties = _penalties(series, widths, auto_plan.target(k, per_partition=False), cap,
-                           epsilon, LAMBDA)
+                           epsilon, FLOOR_LAMBDA)
     return -penalties, floors, epsilon
 
 
