@@ -690,7 +690,12 @@ JOINT_RAMP = True
 #: the magnitude. Not the two caps together: b(i) is the largest of the statistics' excesses,
 #: not their sum, so a step down in both caps pays both ramps where its statistics grow by
 #: one, and COUNT chose below the best on shapes whose statistics grow slowly (the family,
-#: all three summed: #18 2.15x -> 2.51x, #48 2.97x -> 3.44x; SUM #6 1.45x -> 1.80x)
+#: all three summed: #18 2.15x -> 2.51x, #48 2.97x -> 3.44x; SUM #6 1.45x -> 1.80x). The same
+#: happens within a pair where the statistics grow slowly: the skewed benchmark with 12 groups
+#: and 20,000 units (``auto_bounds.py --exact --categories 12 --units 20000``), SUM 1.81x ->
+#: 2.27x, r 76 for 91 (the best 128). Adding half the smaller ramp to the larger instead of
+#: the sum (max + min / 2, as two weighted sums) gave 2.01x there but Adult's SUM(hours) 1.12x
+#: (1.05x) and the family's SUM geometric mean 1.57x (1.54x): the sum was kept.
 JOINT_AXES: tuple[tuple[int, ...], ...] = ((0, 2), (1, 2))
 #: the joint ramp's potentials and biases are clipped to this magnitude, so that its
 #: floating-point arithmetic errs by less than 2^-16 per operation (``SENSITIVITY``)
