@@ -697,9 +697,11 @@ JOINT_RAMP = True
 #: the sum (max + min / 2, as two weighted sums) gave 2.01x there but Adult's SUM(hours) 1.12x
 #: (1.05x) and the family's SUM geometric mean 1.57x (1.54x): the sum was kept.
 JOINT_AXES: tuple[tuple[int, ...], ...] = ((0, 2), (1, 2))
-#: the joint ramp's potentials and biases are clipped to this magnitude, so that its
-#: floating-point arithmetic errs by less than 2^-16 per operation (``SENSITIVITY``)
+#: the joint ramp's biases are clipped to RAMP_CLIP and each coordinate's potential to
+#: POTENTIAL_CLIP, so that every value its arithmetic forms is below 2^36 in magnitude and
+#: each rounding errs by at most 2^-17 (``_joint_ramp``, ``SENSITIVITY``)
 RAMP_CLIP = float(2**35)
+POTENTIAL_CLIP = float(2**33)
 
 
 def _joint_ramp(bias: FloatArray, candidates: tuple[Sequence[float], ...],
@@ -725,12 +727,15 @@ def _joint_ramp(bias: FloatArray, candidates: tuple[Sequence[float], ...],
 
     Sensitivity. Each term is a constant less b(i), the maximum of statistics less
     constants: it moves by at most 1 when a unit is added or removed, and so does a maximum
-    of such terms over a set of candidates fixed by public numbers. Values are clipped to
-    ``RAMP_CLIP`` (clipping is 1-Lipschitz), so each of the few floating-point operations
-    errs by at most 2^-17 and the whole by less than 2^-14 (``SENSITIVITY``)."""
+    of such terms over a set of candidates fixed by public numbers (the allowed candidates,
+    the cap and the targets). The biases are clipped to ``RAMP_CLIP`` (clipping is
+    1-Lipschitz) and the potentials, public, to ``POTENTIAL_CLIP``: rho < 2^35, rho + b and
+    rho(j) - min(rho + b) lie within 2^36, so the two roundings that involve the data err
+    by at most 2^-17 each, and a score moves by at most 1 + 2^-15 (``SENSITIVITY``: 1 +
+    2^-12)."""
     potentials = [np.minimum(2.0 * lam * np.maximum(np.log2(np.asarray(c, dtype=np.float64) /
                                                             float(c[0])), 0.0) / epsilon,
-                             RAMP_CLIP)
+                             POTENTIAL_CLIP)
                   for c, lam in zip(candidates, lambdas, strict=True)]
     ramping = sum(1 for a, (lam, c) in enumerate(zip(lambdas, candidates, strict=True))
                   if lam > 0 and len(c) > 1 and a in axes)
