@@ -456,26 +456,30 @@ def capture_choice_inputs(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     return captured
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("seed", "epsilon"), [(0, 1.0), (1, 1.0), (2, 1.0), (3, 1e-3),
+                                               (4, 1e3)])
 @pytest.mark.parametrize("groups", [8, 24])
 def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
-        seed: int, groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The joint choice (caps and the first magnitude) scores -max of the penalties: each a
-    statistic plus a constant, so every score moves by at most 1 (the scores of the real
-    product of candidates, from the engine's profiles of neighbouring data); with 8 keys
-    the row cap reads the 1 / P statistic, with 24 the per-k one (``_per_k_rows``)."""
+        seed: int, epsilon: float, groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The joint choice (caps and the first magnitude) scores -max of the penalties and
+    the joint ramp (``_joint_ramp``): each a statistic plus a constant, so every score moves
+    by at most 1 (the scores of the real product of candidates, from the engine's profiles
+    of neighbouring data), at epsilon 1 and at the ends, 1e-3 and 1e3, where the ramps'
+    potentials are largest and smallest; with 8 keys the row cap reads the 1 / P statistic,
+    with 24 the per-k one (``_per_k_rows``, at epsilon 1)."""
     import dpcurator.curator._auto_bounds as auto_bounds
 
     captured = capture_choice_inputs(monkeypatch)
     base = random_frame(seed)
-    curator = dp.Curator.from_pandas(base, privacy_unit="u", budget=dp.PureDP(10),
+    curator = dp.Curator.from_pandas(base, privacy_unit="u", budget=dp.PureDP(1e4),
                                      source=SeededRandom(seed))
-    curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1,
+    curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=epsilon,
                 keys=[f"g{i}" for i in range(groups)], bounds="auto")
     plan_epsilon = captured["auto_plan"].epsilons[  # type: ignore[attr-defined]
         "max_partitions+max_rows_per_partition+magnitude:x"]
-    assert auto_bounds._per_k_rows(captured["auto_plan"], auto_bounds.ROW_FACTOR_VALUES,  # type: ignore[arg-type]
-                                   plan_epsilon, groups) == (groups == 24)
+    if epsilon == 1.0:
+        assert auto_bounds._per_k_rows(captured["auto_plan"], auto_bounds.ROW_FACTOR_VALUES,  # type: ignore[arg-type]
+                                       plan_epsilon, groups) == (groups == 24)
     scores: list[np.ndarray] = []
 
     def record(values: object, *args: object, **kwargs: object) -> int:
