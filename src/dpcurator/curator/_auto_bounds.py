@@ -747,12 +747,11 @@ def _joint_ramp(bias: FloatArray, candidates: tuple[Sequence[float], ...],
            potentials[2][None, None, :])
     points = rho + np.clip(bias, -RAMP_CLIP, RAMP_CLIP)
     points[~np.isfinite(bias)] = math.inf  # not allowed: reaches nothing
-    starts = [np.searchsorted(p, p - width, side="left") if a in axes else np.arange(len(p))
-              for a, p in enumerate(potentials)]
+    starts = [np.searchsorted(p, p - width, side="left") for p in potentials]
     below = np.full(bias.shape, math.inf)  # the least point over i within reach, i != j
     for strict in axes:  # i_strict < j_strict, the other coordinates <= j's
         least = points
-        for axis in range(3):
+        for axis in axes:  # along the others i equals j: nothing to take the minimum over
             least = _range_min(least, axis, starts[axis], 1 if axis == strict else 0)
         below = np.minimum(below, least)
     finite = np.isfinite(below)
@@ -776,10 +775,11 @@ def _range_min(values: FloatArray, axis: int, starts: npt.NDArray[np.intp], gap:
         table.append(nxt)
     out = np.full(moved.shape, math.inf)
     lengths = ends - starts + 1
-    for j in np.flatnonzero(lengths > 0):
-        level = int(lengths[j]).bit_length() - 1
-        out[..., j] = np.minimum(table[level][..., starts[j]],
-                                 table[level][..., ends[j] - (1 << level) + 1])
+    levels = np.where(lengths > 0, np.floor(np.log2(np.maximum(lengths, 1))), -1).astype(int)
+    for level in np.unique(levels[levels >= 0]):  # every j of one run length at once
+        js = np.flatnonzero(levels == level)
+        out[..., js] = np.minimum(table[level][..., starts[js]],
+                                  table[level][..., ends[js] - (1 << int(level)) + 1])
     return np.moveaxis(out, -1, axis)
 
 
