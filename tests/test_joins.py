@@ -9,6 +9,7 @@ and a few customers are heavy (many orders, many line items each).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -133,6 +134,94 @@ def test_a_table_alone_is_joined_up_its_path_and_broken_paths_drop_out() -> None
     assert n < len(data["lineitem"])
     assert any("lineitem" in line and "reach no unit" in line for line in cur.excluded)
     assert any("orders" in line for line in cur.excluded)
+
+
+def test_a_table_joined_on_its_path_key_reaches_its_unit_through_the_joined_table() -> None:
+    """``lineitem JOIN orders ON l_orderkey = o_orderkey`` without customer: the compiler
+    completes the path once, from orders (customer joined on o_custkey), and the line items
+    reach their unit through the order they are joined to, not through a second copy of
+    orders (a join of the largest table fewer). The same rows: the sum equals the join by
+    hand and the query that names customer itself."""
+    data = tables()
+    cur = schema_curator(data)
+    big = {"max_rows_per_partition": 10_000, "bounds": {"l_extendedprice": (0, 1000)}}
+    sql = ("SELECT SUM(l_extendedprice) AS s FROM lineitem JOIN orders "
+           "ON l_orderkey = o_orderkey")
+    source = cur.parse(sql, **big).source
+    assert [t.table for t in source.tables] == ["lineitem", "orders", "customer"]
+    full = ("SELECT SUM(l_extendedprice) AS s FROM lineitem JOIN orders ON l_orderkey = "
+            "o_orderkey JOIN customer ON o_custkey = c_custkey")
+    assert exact(cur, sql, **big) == exact(cur, full, **big)
+    one = dp.Curator(flat(data), privacy_unit="c_custkey", budget=dp.PureDP(10), cache=False)
+    assert exact(cur, sql, **big) == exact(one, "SELECT SUM(l_extendedprice) AS s FROM data",
+                                           **big)
+
+
+def clashing_tables() -> dict[str, pd.DataFrame]:
+    """A shop whose tables share column names (``id``, ``amount``), as most schemas do."""
+    rng = np.random.default_rng(3)
+    customers = pd.DataFrame({"id": np.arange(400), "region": rng.choice(["N", "S"], 400)})
+    orders = pd.DataFrame({"id": np.arange(1200), "customer_id": rng.integers(0, 400, 1200),
+                           "amount": rng.uniform(0, 100, 1200)})
+    refunds = pd.DataFrame({"id": np.arange(300), "order_id": rng.integers(0, 1200, 300),
+                            "amount": rng.uniform(0, 50, 300)})
+    return {"customers": customers, "orders": orders, "refunds": refunds}
+
+
+CLASH_UNITS = {"customers": "id", "orders": "customer_id -> customers.id",
+               "refunds": "order_id -> orders.id"}
+BOTH = ("SELECT SUM(r.amount) AS refunded, SUM(o.amount) AS ordered "
+        "FROM refunds r JOIN orders o ON r.order_id = o.id")
+
+
+@pytest.mark.parametrize(("bounds", "expected"), [
+    ({"amount": (0, 60)}, [(0, 60), (0, 60)]),  # a bare name: every table's amount
+    ({"r.amount": (0, 50), "o.amount": (0, 100)}, [(0, 50), (0, 100)]),  # by alias
+    ({"refunds.amount": (0, 50), "ORDERS.Amount": (0, 100)}, [(0, 50), (0, 100)]),  # by table
+    ({"amount": (0, 100), "refunds.amount": (0, 50)}, [(0, 50), (0, 100)]),  # specific wins
+    ({"amount": (0, 100), "refunds.amount": (0, 40), "r.amount": (0, 50)}, [(0, 50), (0, 100)]),
+])
+def test_bounds_over_a_join_name_a_column_as_column_table_column_or_alias_column(
+        bounds: dict[str, Any], expected: list[tuple[float, float]]) -> None:
+    """Where two joined tables have a column of the same name the joined rows call them
+    ``r.amount`` and ``o.amount``; bounds (the query's and the curator's) and
+    ``max_unit_sums`` may name them so, by table, or by the bare name, the most specific
+    key winning for each column."""
+    cur = dp.Curator(clashing_tables(), privacy_unit=CLASH_UNITS, budget=dp.PureDP(10),
+                     cache=False)
+    plan = cur.resolve(cur.parse(BOTH, bounds=bounds), epsilon=1.0).plan
+    assert [(a.bounds.lo, a.bounds.hi) for a in plan.aggregates] == expected
+    if not any(k.startswith(("r.", "o.")) for k in bounds):  # aliases are the query's
+        by_curator = dp.Curator(clashing_tables(), privacy_unit=CLASH_UNITS,
+                                budget=dp.PureDP(10), cache=False, bounds=bounds)
+        plan = by_curator.resolve(by_curator.parse(BOTH), epsilon=1.0).plan
+        assert [(a.bounds.lo, a.bounds.hi) for a in plan.aggregates] == expected
+    else:
+        with pytest.raises(UserError, match=r"name it as column or table\.column"):
+            dp.Curator(clashing_tables(), privacy_unit=CLASH_UNITS, budget=dp.PureDP(10),
+                       bounds=bounds)
+    unit = cur.resolve(cur.parse(BOTH, bounding="unit", max_unit_sums={
+        k: v[1] for k, v in bounds.items()}), epsilon=1.0).plan
+    assert [a.bounds.hi for a in unit.aggregates] == [hi for _, hi in expected]
+
+
+def test_a_bounds_key_that_names_no_column_is_refused_before_any_charge() -> None:
+    cur = dp.Curator(clashing_tables(), privacy_unit=CLASH_UNITS, budget=dp.PureDP(10),
+                     cache=False)
+    for key, said in [("refunds.amnt", "the table 'refunds' does not have"),
+                      ("x.amount", "alias.column: r.id"), ("amnt", "no table of the schema")]:
+        with pytest.raises(UserError, match=re.escape(said)) as caught:
+            cur.sql(BOTH, epsilon=1.0, bounds={key: (0, 50)})
+        assert "__" not in str(caught.value)  # no internal column or alias is named
+    with pytest.raises(UserError, match="twice"):
+        cur.sql(BOTH, epsilon=1.0, bounds={"amount": (0, 50), "AMOUNT": (0, 5)})
+    with pytest.raises(UserError, match=r"max_unit_sums names the column 'r\.amnt'"):
+        cur.sql(BOTH, epsilon=1.0, bounding="unit", max_unit_sums={"r.amnt": 5})
+    assert cur.spent.epsilon == 0 and not cur.ledger
+    # a column of the schema that this query does not read is no error (it bounds others)
+    cur.sql("SELECT SUM(amount) AS s FROM orders", epsilon=1.0,
+            bounds={"amount": (0, 100), "refunds.amount": (0, 50)})
+    assert cur.spent.epsilon == 1.0
 
 
 def test_a_release_over_a_join_is_charged_once_and_carries_its_interval() -> None:

@@ -24,7 +24,7 @@ import math
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -48,7 +48,7 @@ from dpcurator.ledger import Budget, Charge
 from dpcurator.noise import RandomSource, resolve_source
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import QueryError, UnknownColumnError
-from dpcurator.query.joins import UNIT_COLUMN, flatten_plan
+from dpcurator.query.joins import UNIT_COLUMN, flatten_plan, rekey
 from dpcurator.query.plan import (
     AUTO,
     INTERVAL_KINDS,
@@ -196,9 +196,13 @@ class Curator:
             self.schema = declare(self._tables.columns(), privacy_unit, public)
             self.table = ""
             self.privacy_unit = UNIT_COLUMN
-            # the curator's bounds name columns as queries do: by their own names
-            columns: Mapping[str, str] = {c: kind for cols in self._tables.columns().values()
-                                          for c, kind in cols.items()}
+            # the curator's bounds name columns as queries do: by their own names, or as
+            # table.column (``joins.rekey`` applies them to each query's columns)
+            columns: Mapping[str, str] = {
+                **{c: kind for cols in self._tables.columns().values()
+                   for c, kind in cols.items()},
+                **{f"{t}.{c}": kind for t, cols in self._tables.columns().items()
+                   for c, kind in cols.items()}}
         else:
             self._engine = _engine_for(data, connection_table, threads)
             self.table = _check_table_name(table)
@@ -223,6 +227,10 @@ class Curator:
         if bounds is not None and not isinstance(bounds, Mapping):
             raise UserError("bounds must be a mapping {column: (lo, hi)} or 'auto'")
         for name, value in (bounds or {}).items():
+            if self._tables is not None and folded(str(name), columns) is None:
+                raise UnknownColumnError(
+                    f"bounds names the column {str(name)!r}, which none of the tables has; "
+                    "name it as column or table.column (a query's aliases are its own)")
             column = match_column(str(name), columns, "bounds")
             if column in declared:
                 raise UserError(f"bounds name the column {column!r} twice (column names are "
@@ -362,11 +370,28 @@ class Curator:
         for line in self.excluded:
             warnings.warn(line, UserWarning, stacklevel=3)
         for name, engine in self._tables.engines.items():
-            mine = [c for c in declared if c in engine.columns()]
+            columns = engine.columns()
+            mine = sorted({c for c in declared if c in columns} |
+                          {c[len(name) + 1:] for c in declared
+                           if c.startswith(f"{name}.") and c[len(name) + 1:] in columns})
             bad = engine.nan_columns(sorted(mine)) if mine else []
             if bad:
                 raise UserError(f"column(s) {bad} of {name!r} contain NaN values; clean them, "
                                 "or pass check_nan=False to have queries ignore NaN like NULL")
+
+    def _defaults_for(self, plan: Plan) -> Defaults:
+        """The curator's defaults for a plan: over a join, its bounds and the columns it
+        chooses bounds for keyed as the joined rows name their columns (``joins.rekey``)."""
+        defaults = self._defaults
+        if plan.source is None or self.schema is None:
+            return defaults
+        bounds = rekey(defaults.bounds, plan.source, self.schema, "the curator's bounds")
+        auto = defaults.auto
+        if auto is not None and auto.columns:
+            auto = replace(auto, columns=tuple(rekey(dict.fromkeys(auto.columns),
+                                                     plan.source, self.schema,
+                                                     "the curator's bounds")))
+        return replace(defaults, bounds=bounds, auto=auto)
 
     def _engine_of(self, plan: Plan) -> Engine:
         """The engine reading a plan's rows: the one table's, or its join's."""
@@ -439,10 +464,6 @@ class Curator:
                          bounds=bounds, keys=keys, max_partitions=max_partitions,
                          max_rows_per_partition=max_rows_per_partition,
                          bounding=bounding, schema=self.schema)  # type: ignore[arg-type]
-        if isinstance(bounds, Mapping) and self._tables is not None:
-            columns = self._engine_of(plan).columns()
-            for name in bounds:
-                match_column(str(name), columns, "bounds")
         if bounds_share is not None:
             try:
                 plan = plan.replace(auto=AutoBounds(share=bounds_share).merged(plan.auto))
@@ -454,6 +475,10 @@ class Curator:
                                     total_share=total_share)
             except QueryError as exc:
                 raise UserError(str(exc)) from None
+        if isinstance(max_unit_sums, Mapping) and plan.source is not None and \
+                self.schema is not None:  # keyed as the joined rows name their columns
+            max_unit_sums = rekey({str(c): v for c, v in max_unit_sums.items()},
+                                  plan.source, self.schema, "max_unit_sums")
         return _given_unit_caps(plan, max_unit_rows, max_unit_sums)
 
     def run(self, query: Query | Plan, *, epsilon: float | None = None,
@@ -490,8 +515,8 @@ class Curator:
                                 "tables; this curator has one")
             plan = flatten_plan(plan, self.schema)
         try:
-            plan = resolve_plan(plan, self._engine_of(plan).columns(), self._defaults,
-                                self.privacy_unit)
+            plan = resolve_plan(plan, self._engine_of(plan).columns(),
+                                self._defaults_for(plan), self.privacy_unit)
         except RecursionError:  # sqlglot reads and writes expressions recursively
             raise too_deep_error() from None
         request = PrivacyRequest.make(epsilon=epsilon, delta=delta, rho=rho, noise=noise,
@@ -722,8 +747,6 @@ class Curator:
 
 
 def _with_confidence(release: Release, level: float, cached: bool) -> Release:
-    from dataclasses import replace
-
     return replace(release, confidence=level, from_cache=cached)
 
 

@@ -32,8 +32,9 @@ column names, which the single-table front end then parses as before.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlglot import exp
 
@@ -41,9 +42,11 @@ from dpcurator.errors import InternalError
 from dpcurator.query.errors import QueryError, UnknownColumnError, UnsupportedQueryError
 from dpcurator.query.schema import UNIT, Schema, column_kind
 
-__all__ = ["UNIT_COLUMN", "JoinSource", "JoinedTable", "flatten", "flatten_plan"]
+__all__ = ["UNIT_COLUMN", "JoinSource", "JoinedTable", "flatten", "flatten_plan", "rekey"]
 
 UNIT_COLUMN = "__unit"  # the joined rows' privacy unit, a column of the source
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +294,7 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
     be missing where this table's is (it is not LEFT JOINed to it)."""
     aliases = {t.alias: t.table for t in tables}
     kind_of = {t.alias: t.kind for t in tables}
+    out = list(tables)
 
     def covered(alias: str, seen: frozenset[str]) -> bool:
         spec = schema.table(aliases[alias])
@@ -299,7 +303,7 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
         link = spec.link
         assert link is not None
         key = schema.key_of(spec.name, link.column)
-        for t in tables:
+        for t in out:
             for ends in t.on:
                 for (x, xc), (y, yc) in (ends, ends[::-1]):
                     if x != alias or xc != link.column or y in seen:
@@ -317,8 +321,10 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
         return False
 
     extra = 0
-    out = list(tables)
-    for alias in private:
+    # the tables nearest their unit first: a path completed for one (orders -> customer)
+    # then covers those joined to it on their path's key (lineitem ON l_orderkey =
+    # o_orderkey), which need no path of their own (one join of a large table fewer)
+    for alias in sorted(private, key=lambda a: len(schema.path(aliases[a]))):
         if covered(alias, frozenset()):
             continue
         current = alias
@@ -428,3 +434,55 @@ def flatten_plan(plan: Any, schema: Schema) -> Any:
     return plan.replace(aggregates=aggregates, group_by=group,
                         where=ex.Sql(where.this) if where is not None else None,
                         source=source, tables=None)
+
+
+def rekey(given: Mapping[str, V], source: JoinSource, schema: Schema, what: str
+          ) -> dict[str, V]:
+    """Options keyed by column (bounds, ``max_unit_sums``, columns to choose bounds for) as
+    the joined rows name their columns.
+
+    A key names a column as ``alias.column`` (an alias of this query), ``table.column`` (every
+    alias of that table) or ``column`` (every table's column of that name); for each column
+    the query reads, the most specific key given wins, so ``{"amount": ..., "refunds.amount":
+    ...}`` bounds ``refunds.amount`` by the second and every other ``amount`` by the first.
+    Names match case-insensitively. A key naming a column of the schema that this query does
+    not read is left out; one naming no column at all is an ``UnknownColumnError``."""
+    aliases = {t.alias: t.table for t in source.tables}
+    lowered: dict[str, V] = {}
+    for name, value in given.items():
+        key = str(name).lower()
+        if key in lowered:
+            raise QueryError(f"{what} names the column {name!r} twice (column names are "
+                             "case-insensitive)")
+        _check_key(str(name), aliases, schema, what)
+        lowered[key] = value
+    out: dict[str, V] = {}
+    for flat, alias, column in source.columns:
+        for name in (f"{alias}.{column}", f"{aliases[alias]}.{column}", column):
+            if name.lower() in lowered:
+                out[flat] = lowered[name.lower()]
+                break
+    return out
+
+
+def _check_key(name: str, aliases: Mapping[str, str], schema: Schema, what: str) -> None:
+    if any(t.has(name) for t in schema.tables):
+        return
+    prefix, dot, column = name.partition(".")
+    if dot:
+        folded_aliases = {a.lower(): t for a, t in aliases.items()}
+        table = folded_aliases.get(prefix.lower())
+        if table is None and any(t.lower() == prefix.lower() for t in schema.names()):
+            table = schema.table(prefix).name
+        if table is not None:
+            if schema.table(table).has(column):
+                return
+            raise UnknownColumnError(f"{what} names the column {name!r}, which the table "
+                                     f"{table!r} does not have; its columns are "
+                                     f"{list(schema.table(table).column_names())}")
+    shown = [f"{a}.{c}" if a == t else f"{a}.{c} ({t}.{c})"
+             for a, t in aliases.items() if not a.startswith("__")
+             for c in schema.table(t).column_names()]
+    raise UnknownColumnError(f"{what} names the column {name!r}, which no table of the schema "
+                             f"has; name a column as column, table.column or alias.column: "
+                             f"{', '.join(shown[:40])}{' ...' if len(shown) > 40 else ''}")

@@ -22,6 +22,7 @@ over expressions or with FILTER; COUNT(column) and COUNT(DISTINCT column) of ano
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import sqlglot
@@ -31,7 +32,7 @@ from sqlglot.errors import ParseError, TokenError
 from dpcurator.query import expressions as ex
 from dpcurator.query._keys import public_keys
 from dpcurator.query.errors import QueryError, UnsupportedQueryError
-from dpcurator.query.joins import UNIT_COLUMN, flatten
+from dpcurator.query.joins import UNIT_COLUMN, flatten, rekey
 from dpcurator.query.plan import (
     Aggregate,
     BoundingMode,
@@ -257,6 +258,9 @@ def parse_sql(
                           max_rows_per_partition, bounding, schema)
     except RecursionError:  # sqlglot parses and writes expressions recursively
         raise too_deep_error() from None
+    if auto is not None and plan.source is not None and schema is not None:
+        auto = replace(auto, columns=tuple(rekey(dict.fromkeys(auto.columns), plan.source,
+                                                 schema, "bounds")))
     return plan if auto is None else plan.replace(auto=auto)
 
 
@@ -276,6 +280,8 @@ def _parse_sql(sql: str, table: str, privacy_unit: str | None,
         _check_clauses(select, joins=True)
         select, source = flatten(select, schema)
         table, privacy_unit = "__joined", UNIT_COLUMN
+        if isinstance(bounds, Mapping) and all(isinstance(c, str) for c in bounds):
+            bounds = rekey(bounds, source, schema, "bounds")  # as the joined rows name them
     _check_clauses(select)
     _check_from(select, table)
     bounds_by_column = _bounds_map(bounds)
