@@ -641,6 +641,31 @@ def test_the_outer_capped_sum_matches_a_python_reference_on_every_engine(
     assert {g: v for g, v in got.items() if v} == {g: v for g, v in expected.items() if v}
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("mode", ["select", "sample"])
+def test_ranking_only_the_units_beyond_k_partitions_changes_no_result(
+        make: Make, monkeypatch: pytest.MonkeyPatch, mode: str, k: int) -> None:
+    """Where the units' totals are joined to their pairs, only the pairs of units in more
+    than k partitions are ranked (``_bounding.RANK_ONLY_SPREAD_UNITS``): the first k of the
+    others are all of them. The same exact aggregates and selection counts as ranking every
+    pair, for the private selection of ``bounding="unit"`` (every pair measured, the first k
+    counted) and for a hard partition cap (the first k kept), with units on both sides of
+    k (a heavy unit in every partition, light ones in one or two)."""
+    from dpcurator.engines import _bounding
+
+    df = frame(4, units=150, rows=400)
+    spread = df.groupby("uid").g.nunique()
+    assert (spread > k).any() and (spread <= k).any()
+    count = MeasureSpec("total", "unit_rows", weight=3, outer=7)
+    total = MeasureSpec("wtotal", "unit_values", ValueSpec("w", -30, 30, 0.0, 1.0), outer=30)
+    q = BoundedQuery("uid", GROUP, None, None, k, 3, "rescale", mode, (count, total),
+                     selection_units=True)
+    ranked_few = normalised(make(df).compute_exact_aggregates(q, 11))
+    monkeypatch.setattr(_bounding, "RANK_ONLY_SPREAD_UNITS", False)
+    ranked_all = normalised(make(df).compute_exact_aggregates(q, 11))
+    assert ranked_few == ranked_all
+
+
 def test_one_heavy_unit_moves_the_outer_capped_sum_by_at_most_its_cap(make: Make) -> None:
     """Whatever its values (1e9, -1e9, inf), a unit moves the outer-capped sum by at most V
     (per partition, L1 and L2); the twin with V above every unit's absolute sum moves by the

@@ -101,6 +101,12 @@ def _amount(ctx: Context, index: int) -> exp.Expr:
     return num(measure.weight) if measure.kind == "units" else col(f"__a{index}")
 
 
+#: Rank (hash and sort) only the pairs of units in more than k partitions where each unit's
+#: number of partitions is known beside its pairs (``bounded``); a switch for the tests,
+#: which check that it changes no result.
+RANK_ONLY_SPREAD_UNITS = True
+
+
 def pairs(ctx: Context, source: str) -> exp.Select:
     q, r = ctx.q, ctx.q.rows_cap
     items: list[exp.Expr] = [col("__u"), *ctx.keys()]
@@ -137,10 +143,11 @@ def _totals_joined(ctx: Context) -> bool:
 
 
 def totals(ctx: Context) -> tuple[exp.Select, exp.Select]:
-    """Each unit's totals over its pairs (``grouped``, the pairs before them): T, its rows
-    (``__t{j}``, for ``unit_rows``), and A, its sum of |value| (``__s{j}``, for
-    ``unit_values``); and the pairs with their unit's totals beside them."""
-    items: list[exp.Expr] = [col("__u")]
+    """Each unit's totals over its pairs (``grouped``, the pairs before them): its number of
+    partitions (``__np``), T, its rows (``__t{j}``, for ``unit_rows``), and A, its sum of
+    |value| (``__s{j}``, for ``unit_values``); and the pairs with their unit's totals beside
+    them."""
+    items: list[exp.Expr] = [col("__u"), alias(exp.Count(this=exp.Star()), "__np")]
     for j, m in enumerate(ctx.q.measures):
         if m.kind == "unit_rows":
             items.append(alias(cast(exp.Sum(this=col(f"__a{j}")), "BIGINT"), f"__t{j}"))
@@ -187,7 +194,7 @@ def _contribution(ctx: Context, index: int) -> exp.Expr:
                 default=cast(exp.Trunc(this=quotient), "BIGINT"))
 
 
-def bounded(ctx: Context) -> exp.Select:
+def bounded(ctx: Context) -> exp.Query:
     q = ctx.q
     k = q.partitions_cap
     items: list[exp.Expr] = ctx.keys()
@@ -207,15 +214,30 @@ def bounded(ctx: Context) -> exp.Select:
         return joined
     # the unit's first k partitions in the keyed order: a window over the pairs, about
     # 20% faster on DuckDB than a per-unit top-(k+1) and a join
+    few: exp.Expr | None = None
+    source: exp.Expr | str = "pairs"
+    if _totals_joined(ctx) and RANK_ONLY_SPREAD_UNITS:
+        # each unit's number of partitions is beside its pairs (``totals``), and the pairs
+        # of a unit in at most k partitions are all among its first k: only the others are
+        # hashed and ranked (TPC-H at scale 1, customers' line items by ship mode with k =
+        # 7, ``bounding="unit"``: no pair is ranked, 0.51 s -> 0.33 s a release)
+        few = exp.LTE(this=col("__np"), expression=num(k))
+        source = select([star()], "pairs", where=exp.Not(this=paren(few.copy())))
     ranked = select([star(), alias(window(exp.RowNumber(), [col("__u")],
                                           partition_order(ctx)), "__pr")],
-                    hashed(ctx, "pairs"))
+                    hashed(ctx, source))
     first_k = exp.LTE(this=col("__pr"), expression=num(k))
     if q.partitions_mode == "select":  # every pair measured; the first k counted for the
-        items.append(alias(case((first_k, num(1)), default=num(0)), "__sel"))  # selection
-        return select(items, ranked, comment=comment + " (every pair; the selection counts "
-                      f"the unit in its first {k})")
-    return select(items, ranked, where=first_k, comment=comment)
+        comment += f" (every pair; the selection counts the unit in its first {k})"
+        out = select([*items, alias(case((first_k, num(1)), default=num(0)), "__sel")],
+                     ranked, comment=comment)
+        kept = [*(i.copy() for i in items), alias(num(1), "__sel")]
+    else:
+        out = select(items, ranked, where=first_k, comment=comment)
+        kept = [i.copy() for i in items]
+    if few is None:
+        return out
+    return exp.Union(this=select(kept, "pairs", where=few), expression=out, distinct=False)
 
 
 def per_row_bounded(ctx: Context, source: str, comment: str) -> exp.Select:
