@@ -541,13 +541,17 @@ privacy_unit = {{ {units} }}
 public = ["nation"]
 max_partitions = 1
 max_rows_per_partition = 40
+bounds = {{ lineitem.l_extendedprice = [0, 1000], "orders.o_totalprice" = [0, 5000] }}
 budget = {{ epsilon = 3.0 }}
 [analysts.alice]
 token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"
 budgets = {{ shop = {{ epsilon = 2.0 }} }}
 """)
+    config = load_config(tmp_path / "curator.toml")
+    assert config.datasets["shop"].bounds == {"lineitem.l_extendedprice": (0.0, 1000.0),
+                                              "orders.o_totalprice": (0.0, 5000.0)}
     with pytest.warns(UserWarning, match="reach no unit"):  # the owner's check, at start
-        app = create_app(load_config(tmp_path / "curator.toml"))
+        app = create_app(config)
     headers = {"Authorization": f"Bearer {token}"}
     sql = f"SELECT n_name, COUNT(*) AS n {FOUR} GROUP BY n_name"
     with TestClient(app) as client:
@@ -559,9 +563,20 @@ budgets = {{ shop = {{ epsilon = 2.0 }} }}
             "sql": sql.replace("o.o_custkey = c.c_custkey", "o.o_orderkey = c.c_custkey"),
             "epsilon": 0.5, "keys": NATIONS})
         assert refused.status_code == 400 and "refused" in refused.json()["error"]["message"]
+        # the dataset's bounds, keyed table.column (a TOML dotted key or a quoted one)
+        summed = client.post("/v1/datasets/shop/queries", headers=headers, json={
+            "sql": f"SELECT SUM(l_extendedprice) AS s, SUM(o.o_totalprice) AS t {FOUR}",
+            "epsilon": 0.5})
+        assert summed.status_code == 200, summed.text
+        curator = app.state.service.datasets["shop"].curator
+        plan = curator.resolve(curator.parse(
+            f"SELECT SUM(l_extendedprice) AS s, SUM(o.o_totalprice) AS t {FOUR}"),
+            epsilon=0.5).plan
+        assert [(a.bounds.lo, a.bounds.hi) for a in plan.aggregates] == [(0, 1000), (0, 5000)]
+        assert plan.auto is None  # nothing chosen from the data
         budget = client.get("/v1/datasets/shop/budget", headers=headers).json()
         catalogue = client.get("/v1/datasets", headers=headers).json()
-    assert budget["spent"]["epsilon"] == pytest.approx(0.5)
+    assert budget["spent"]["epsilon"] == pytest.approx(1.0)
     (shop,) = catalogue["datasets"]
     assert "lineitem.l_orderkey" in shop["columns"]
     assert shop["privacy_unit"]["lineitem"] == UNITS["lineitem"]

@@ -239,7 +239,11 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         raise ConfigError(f"{where} bounds must be {{ column = [low, high] }} or \"auto\"")
     else:
         bounds = {}
-        for column, pair in given.items():
+        # a dotted key (``orders.amount = [0, 500]``) is a TOML table: table.column
+        flat = [(f"{column}.{inner}", value) for column, pair in given.items()
+                if isinstance(pair, dict) and tables is not None for inner, value in pair.items()]
+        for column, pair in [*((c, p) for c, p in given.items() if not isinstance(p, dict)
+                               or tables is None), *flat]:
             if pair == "auto":
                 bounds[str(column)] = "auto"
                 continue
