@@ -17,6 +17,7 @@ import math
 import re
 import secrets
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -664,6 +665,37 @@ def test_ranking_only_the_units_beyond_k_partitions_changes_no_result(
     monkeypatch.setattr(_bounding, "RANK_ONLY_SPREAD_UNITS", False)
     ranked_all = normalised(make(df).compute_exact_aggregates(q, 11))
     assert ranked_few == ranked_all
+
+
+@pytest.mark.parametrize(("column", "keys"), [
+    ("g", ["a", "b", "zz", "it's", "ä", "", "missing"]),  # text: quotes, unicode, empty
+    ("gi", [-3, 0, 2, 3, 99, -(2**63)]),  # integers, negative and absent
+])
+def test_public_keys_listed_in_the_statement_keep_the_rows_the_semi_join_keeps(
+        make: Make, monkeypatch: pytest.MonkeyPatch, column: str, keys: list[Any]) -> None:
+    """``Dialect.inline_keys``: a few public keys of one text or integer column as an IN
+    list of literals, each cast as the keys table's column is, instead of the semi-join
+    with that table. The same exact aggregates both ways, public keys absent from the data
+    and keys that need quoting included; with NULL among the keys the semi-join is kept."""
+    from dpcurator.engines.duckdb import DuckDBDialect
+
+    df = contract_frame(2)
+    df.loc[df.index[:40], "g"] = "it's"
+    public = PublicKeys(tuple((k,) for k in keys))
+    q = BoundedQuery("uid", (KEYS["text" if column == "g" else "int"],), None, public, 2, 3,
+                     "rescale", "rescale", SHAPES["sums"] + SHAPES["counts"])
+    got = []
+    for value in (False, True):
+        monkeypatch.setattr(type(make(df).dialect), "inline_keys", value)  # type: ignore[attr-defined]
+        got.append(normalised(make(df).compute_exact_aggregates(q, 11)))
+    assert got[0] == got[1] and got[0]
+    columns = dict(make(df).columns())
+    listed = compile_bounding(q, DuckDBDialect(), columns, [columns[column]], "t", "k").sql[0]
+    assert " IN (" in listed and "SEMI" not in listed.upper()
+    with_null = PublicKeys(((keys[0],), (None,)))
+    kept = compile_bounding(replace(q, keys=with_null), DuckDBDialect(), columns,
+                            [columns[column]], "t", "k").sql[0]
+    assert "SEMI" in kept.upper() or "EXISTS" in kept.upper()
 
 
 def test_one_heavy_unit_moves_the_outer_capped_sum_by_at_most_its_cap(make: Make) -> None:

@@ -167,10 +167,14 @@ def rows(ctx: Context) -> tuple[list[tuple[str, exp.Query]], str]:
     ctes: list[tuple[str, exp.Query]] = [("rows", rows)]
     source = "rows"
     if ctx.keys_table is not None:
+        listed = _inline_keys(ctx)
         keyed = exp.Select(expressions=[exp.Column(this=exp.Star(), table=exp.to_identifier(
             "rows"))]).from_(exp.table_("rows"), copy=False)
-        keyed.set("joins", [exp.Join(this=exp.table_(ctx.keys_table),
-                                     on=key_match(ctx, "rows"), kind="SEMI")])
+        if listed is not None:
+            keyed = keyed.where(listed, copy=False)
+        else:
+            keyed.set("joins", [exp.Join(this=exp.table_(ctx.keys_table),
+                                         on=key_match(ctx, "rows"), kind="SEMI")])
         keyed.add_comments([" the same rows, restricted to the public keys "])
         ctes.append(("keyed", keyed))
         source = "keyed"
@@ -182,6 +186,34 @@ def rows(ctx: Context) -> tuple[list[tuple[str, exp.Query]], str]:
         ctes += _sampled(ctx, source)
         source = "sampled"
     return ctes, source
+
+
+#: At most this many public keys are listed in the statement (``Dialect.inline_keys``).
+INLINE_KEYS = 64
+
+
+def _inline_keys(ctx: Context) -> exp.Expr | None:
+    """The public keys as ``key IN (...)`` where the dialect lists them (``inline_keys``):
+    one key column, at most ``INLINE_KEYS`` keys, all text for a text column or all
+    integers within BIGINT for an integer column, none NULL. Each literal goes through the
+    same ``key_column`` cast as the keys table's column, so a row is kept exactly when the
+    semi-join would keep it; None otherwise."""
+    keys = ctx.q.keys
+    if not ctx.d.inline_keys or keys is None or len(ctx.k) != 1 or \
+            not 0 < len(keys.values) <= INLINE_KEYS:
+        return None
+    values = [row[0] for row in keys.values]
+    kind = ctx.d.hash_kind(ctx.key_types[0])
+    literals: list[exp.Expr]
+    if kind == "text" and all(type(v) is str for v in values):
+        literals = [exp.Literal.string(v) for v in values]
+    elif kind in ("small", "int32", "int64") and \
+            all(type(v) is int and -2**63 <= v < 2**63 for v in values):
+        literals = [exp.Literal.number(v) for v in values]
+    else:
+        return None
+    return exp.In(this=col(ctx.k[0], table="rows"),
+                  expressions=[ctx.d.key_column(lit, ctx.key_types[0]) for lit in literals])
 
 
 def _content(ctx: Context) -> list[tuple[HashInput, exp.Expr]]:

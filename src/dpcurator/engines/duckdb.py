@@ -85,6 +85,7 @@ class DuckDBDialect(Dialect):
     md5_number."""
 
     sqlglot = "duckdb"
+    inline_keys = True
 
     def total(self, text: str) -> exp.Expr:
         return _total_expression(text).copy()
