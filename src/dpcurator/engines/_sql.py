@@ -17,9 +17,10 @@ comment in the SQL). Everything that differs between engines is a primitive of `
 - ``parameter`` / ``runnable``: a bound parameter (the hash coefficients: the secret key is
   never SQL text) and the statement as the driver takes it;
 - ``order_key``: a key as a sort key that orders alike everywhere (text by bytes);
-- plan choices that change no result: ``partitions_by_window``, ``fence_rows``,
-  ``distribute_rows``, and ``guards_underflow`` for engines whose double products raise on
-  underflow;
+- plan choices that change no result (``PLAN_FLAGS``): ``partitions_by_window``,
+  ``fence_rows``, ``distribute_rows``, ``profile_by_window``, ``sort_pairs_input``,
+  ``inline_keys`` (a few public keys listed in the statement), and ``guards_underflow`` for
+  engines whose double products raise on underflow;
 - the semi-join to public keys is written as a ``SEMI JOIN``, which sqlglot writes as
   ``EXISTS`` where an engine has no semi-join. Rendering is sqlglot's writer per dialect.
 
