@@ -48,7 +48,7 @@ from dpcurator.ledger import Budget, Charge
 from dpcurator.noise import RandomSource, resolve_source
 from dpcurator.query.builder import Query
 from dpcurator.query.errors import QueryError, UnknownColumnError
-from dpcurator.query.joins import UNIT_COLUMN, flatten_plan, rekey
+from dpcurator.query.joins import UNIT_COLUMN, flatten_plan, rekey, rekey_auto
 from dpcurator.query.plan import (
     AUTO,
     INTERVAL_KINDS,
@@ -385,13 +385,9 @@ class Curator:
         defaults = self._defaults
         if plan.source is None or self.schema is None:
             return defaults
-        bounds = rekey(defaults.bounds, plan.source, self.schema, "the curator's bounds")
-        auto = defaults.auto
-        if auto is not None and auto.columns:
-            auto = replace(auto, columns=tuple(rekey(dict.fromkeys(auto.columns),
-                                                     plan.source, self.schema,
-                                                     "the curator's bounds")))
-        return replace(defaults, bounds=bounds, auto=auto)
+        what = "the curator's bounds"
+        return replace(defaults, bounds=rekey(defaults.bounds, plan.source, self.schema, what),
+                       auto=rekey_auto(defaults.auto, plan.source, self.schema, what))
 
     def _engine_of(self, plan: Plan) -> Engine:
         """The engine reading a plan's rows: the one table's, or its join's."""

@@ -33,7 +33,7 @@ column names, which the single-table front end then parses as before.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from sqlglot import exp
@@ -42,7 +42,8 @@ from dpcurator.errors import InternalError
 from dpcurator.query.errors import QueryError, UnknownColumnError, UnsupportedQueryError
 from dpcurator.query.schema import UNIT, Schema, column_kind
 
-__all__ = ["UNIT_COLUMN", "JoinSource", "JoinedTable", "flatten", "flatten_plan", "rekey"]
+__all__ = ["UNIT_COLUMN", "JoinSource", "JoinedTable", "flatten", "flatten_plan", "rekey",
+           "rekey_auto"]
 
 UNIT_COLUMN = "__unit"  # the joined rows' privacy unit, a column of the source
 
@@ -463,6 +464,15 @@ def rekey(given: Mapping[str, V], source: JoinSource, schema: Schema, what: str
                 out[flat] = lowered[name.lower()]
                 break
     return out
+
+
+def rekey_auto(auto: Any, source: JoinSource, schema: Schema, what: str) -> Any:
+    """An ``AutoBounds`` with the columns it chooses bounds for named as the joined rows
+    name them (``rekey``)."""
+    if auto is None or not auto.columns:
+        return auto
+    return replace(auto, columns=tuple(rekey(dict.fromkeys(auto.columns), source, schema,
+                                             what)))
 
 
 def _check_key(name: str, aliases: Mapping[str, str], schema: Schema, what: str) -> None:

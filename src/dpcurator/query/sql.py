@@ -22,7 +22,6 @@ over expressions or with FILTER; COUNT(column) and COUNT(DISTINCT column) of ano
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import sqlglot
@@ -32,7 +31,7 @@ from sqlglot.errors import ParseError, TokenError
 from dpcurator.query import expressions as ex
 from dpcurator.query._keys import public_keys
 from dpcurator.query.errors import QueryError, UnsupportedQueryError
-from dpcurator.query.joins import UNIT_COLUMN, flatten, rekey
+from dpcurator.query.joins import UNIT_COLUMN, flatten, rekey, rekey_auto
 from dpcurator.query.plan import (
     Aggregate,
     BoundingMode,
@@ -258,9 +257,8 @@ def parse_sql(
                           max_rows_per_partition, bounding, schema)
     except RecursionError:  # sqlglot parses and writes expressions recursively
         raise too_deep_error() from None
-    if auto is not None and plan.source is not None and schema is not None:
-        auto = replace(auto, columns=tuple(rekey(dict.fromkeys(auto.columns), plan.source,
-                                                 schema, "bounds")))
+    if plan.source is not None and schema is not None:
+        auto = rekey_auto(auto, plan.source, schema, "bounds")
     return plan if auto is None else plan.replace(auto=auto)
 
 

@@ -239,11 +239,14 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         raise ConfigError(f"{where} bounds must be {{ column = [low, high] }} or \"auto\"")
     else:
         bounds = {}
-        # a dotted key (``orders.amount = [0, 500]``) is a TOML table: table.column
-        flat = [(f"{column}.{inner}", value) for column, pair in given.items()
-                if isinstance(pair, dict) and tables is not None for inner, value in pair.items()]
-        for column, pair in [*((c, p) for c, p in given.items() if not isinstance(p, dict)
-                               or tables is None), *flat]:
+        entries: list[tuple[str, Any]] = []
+        for column, pair in given.items():
+            if isinstance(pair, dict) and tables is not None:  # a dotted key (``orders.amount
+                # = [0, 500]``) is a TOML table: table.column
+                entries += [(f"{column}.{inner}", value) for inner, value in pair.items()]
+            else:
+                entries.append((column, pair))
+        for column, pair in entries:
             if pair == "auto":
                 bounds[str(column)] = "auto"
                 continue
