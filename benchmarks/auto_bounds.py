@@ -145,9 +145,10 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     real_joint, real_release = _auto_bounds._choose_joint, _auto_bounds._release
 
     def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any,
-                  rows_for: Any = None) -> Any:
-        captured.update(auto_plan=auto_plan, plan=plan, stats=stats, rows_for=rows_for)
-        return real_joint(auto_plan, plan, stats, source, rows_for)
+                  rows_for: Any = None, factors: Any = None) -> Any:
+        captured.update(auto_plan=auto_plan, plan=plan, stats=stats, rows_for=rows_for,
+                        factors=factors)
+        return real_joint(auto_plan, plan, stats, source, rows_for, factors)
 
     def spy_release(scores: Any, epsilon: float, source: Any, *, monotonic: bool = False
                     ) -> int:
@@ -168,6 +169,20 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     return captured
 
 
+def factor_draws(captured: dict[str, Any], draws: int = 8) -> list[Any]:
+    """The row cap's factors per magnitude (``_auto_bounds.value_factors``) from ``draws``
+    seeded draws of their noisy histogram, for a law averaged over that noise too; [None]
+    where the release has no such histogram."""
+    from dpcurator.curator import _auto_bounds
+    from dpcurator.noise import SeededRandom
+
+    auto_plan = captured["auto_plan"]
+    if _auto_bounds.VALUES not in auto_plan.epsilons:
+        return [None]
+    return [_auto_bounds.factors_from(_auto_bounds.value_histogram(
+        auto_plan, captured["stats"], SeededRandom(1000 + d))) for d in range(draws)]
+
+
 def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon: float,
                          keys: list[str], draws: int, rho: float | None, sum_query: bool
                          ) -> tuple[float, dict[tuple[int, int, float], int]]:
@@ -186,7 +201,7 @@ def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsil
     picks: dict[tuple[int, int, float], int] = {}
     for _ in range(draws):
         k, r, m = _auto_bounds._choose_joint(auto_plan, captured["plan"], captured["stats"],
-                                             source)
+                                             source, None, captured.get("factors"))
         upper = float(_auto_bounds.MAGNITUDES[m]) if sum_query and m is not None else 1.0
         picks[(k, r, upper)] = picks.get((k, r, upper), 0) + 1
     total = 0.0
@@ -230,10 +245,14 @@ def exact_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon:
     from dpcurator.curator import _auto_bounds
 
     captured = capture_choice(table, sql, epsilon, keys, rho)
-    scores, choice_epsilon = captured["scores"]
-    probabilities = permute_and_flip_probabilities(
-        np.maximum(scores, -_auto_bounds.PENALTY_CAP), choice_epsilon,
-        _auto_bounds.SENSITIVITY)
+    laws = []
+    for factors in factor_draws(captured):  # averaged over the factors' own noise
+        joint = _auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],
+                                          captured["stats"], captured["rows_for"], factors)
+        laws.append(permute_and_flip_probabilities(
+            np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
+            _auto_bounds.SENSITIVITY))
+    probabilities = np.mean(laws, axis=0)
     auto_plan, plan = captured["auto_plan"], captured["plan"]
     ks = _auto_bounds.partition_candidates(plan) if auto_plan.auto.max_partitions else \
         [plan.max_partitions or 1]

@@ -58,6 +58,9 @@ QUESTIONS = {"COUNT": "COUNT(*)", "COUNT_DISTINCT": "COUNT(DISTINCT user)",
 PURE = (0.3, 1.0, 3.0)
 RHOS = (0.05, 0.5, 2.0)
 MAX_ROWS = 3_000_000
+#: a sum's row factors (``_auto_bounds.value_factors``) are drawn this many times from their
+#: noisy histogram, and the choice's law averaged over them
+FACTOR_DRAWS = 4
 #: shapes from this one on hold values far from zero (``offset``: years, heights, prices
 #: with a floor), so that the first 52 stay as they were measured before there were more
 OFFSET_FROM = 52
@@ -260,7 +263,7 @@ def _avg_errors(count: np.ndarray, total: np.ndarray, truth: np.ndarray, lo: flo
 
 def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
     """The outcome of one question on one shape (the module docstring)."""
-    from auto_bounds import capture_choice
+    from auto_bounds import capture_choice, factor_draws
     from dpcurator.curator import _auto_bounds
 
     table = shape_table(shape)
@@ -359,10 +362,13 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                   0.0)
     if "auto_plan" not in captured:
         raise RuntimeError(f"{question} on {shape.label()}: no joint choice was made")
-    joint = _auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],
-                                      captured["stats"], captured["rows_for"])
-    probabilities = _law(np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
-                         _auto_bounds.SENSITIVITY)
+    laws = []
+    for factors in factor_draws(captured, FACTOR_DRAWS):  # and over the factors' noise
+        joint = _auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],
+                                          captured["stats"], captured["rows_for"], factors)
+        laws.append(_law(np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
+                         _auto_bounds.SENSITIVITY))
+    probabilities = np.mean(laws, axis=0)
     sign_law = [(1.0, (0.0, 1.0))]
     if values:
         sscores, seps = _auto_bounds.sign_scores(captured["auto_plan"], captured["stats"], 0,

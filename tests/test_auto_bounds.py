@@ -23,9 +23,14 @@ from typer.testing import CliRunner
 
 import dpcurator as dp
 from dpcurator.cli import app
-from dpcurator.curator._auto_bounds import OUTER_CANDIDATES, ROW_CANDIDATES
+from dpcurator.curator._auto_bounds import (
+    OUTER_CANDIDATES,
+    ROW_CANDIDATES,
+    VALUES_SENSITIVITY,
+    factors_from,
+)
 from dpcurator.curator._profile import Profile, _beyond, _down
-from dpcurator.engines import PROFILE_STEPS, UNIT_TOTALS, DuckDBEngine
+from dpcurator.engines import MEAN_OCTAVES, PROFILE_STEPS, UNIT_TOTALS, DuckDBEngine
 from dpcurator.errors import BudgetExceededError
 from dpcurator.noise import SeededRandom
 from dpcurator.query import GroupKey, Query
@@ -104,6 +109,20 @@ def test_every_statistic_moves_by_at_most_one_when_a_unit_is_added(seed: int) ->
     assert all(a >= b for a, b in zip(after.unit_rows(OUTER_CANDIDATES),
                                       before.unit_rows(OUTER_CANDIDATES), strict=True))
     assert all(a >= b for a, b in zip(after.unit_sums(0), before.unit_sums(0), strict=True))
+    # the histogram of the pairs' means (``value_factors``) is released whole by the Laplace
+    # mechanism: its L1 change is what it is told (1, and the bins' roundings)
+    for cap in (1, 3, 64):
+        moved = np.abs(np.array(after.mean_octaves(cap)) - np.array(before.mean_octaves(cap)))
+        assert moved.sum() <= VALUES_SENSITIVITY
+
+
+def broken_mean_octaves(profile: Profile) -> list[float]:
+    """The twin: the pairs' means counted per pair, without the unit's 1 / P weight."""
+    per: dict[int, float] = {}
+    for (_, n, o), c in profile.pair_means.items():
+        if n > 3:
+            per[o] = per.get(o, 0.0) + c
+    return [per.get(o, 0.0) for o in MEAN_OCTAVES]
 
 
 def broken_magnitudes(profile: Profile, r: int) -> list[float]:
@@ -127,6 +146,8 @@ def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:
                       np.array(broken_magnitudes(before, 4)))) >= 200
     assert max(np.abs(np.array(broken_raised(after)) -
                       np.array(broken_raised(before)))) >= 900
+    assert np.abs(np.array(broken_mean_octaves(after)) -
+                  np.array(broken_mean_octaves(before))).sum() >= 30
     change = np.abs(all_statistics(after) - all_statistics(before))
     assert change.max() <= 1.0 + 2**-16  # exact sums, rounded down to 2^-16
 
@@ -147,10 +168,10 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     fine = df.groupby("u").size().map(up_total)
     shaped = pairs.assign(p=pairs.u.map(parts).map(up), n=pairs.n.map(up), t=pairs.u.map(fine))
     expected = sorted(shaped.groupby(["p", "n", "t"]).size().items())
-    got_pairs = [((p, n, t), c) for (p, n, c), (_, t, _) in zip(profile.pairs,
-                                                              profile.unit_totals,
-                                                              strict=True)]
-    assert sorted(got_pairs) == expected
+    got_pairs: dict[tuple[int, int, int], int] = {}  # the rows also split by mean, summed
+    for (p, n, c), (_, t, _) in zip(profile.pairs, profile.unit_totals, strict=True):
+        got_pairs[(p, n, t)] = got_pairs.get((p, n, t), 0) + c
+    assert sorted(got_pairs.items()) == expected
     # units with more than cap rows, each P / up(P) (its P pairs weigh 1 / up(P) each)
     weight = parts / parts.map(up)
     totals = df.groupby("u").size()
@@ -165,6 +186,20 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     got = profile.magnitudes(0)
     assert [got[q + 80] for q in (-80, -4, 0, 7, 80)] == pytest.approx(expected_beyond,
                                                                        abs=2**-16)
+    # the pairs by the octave of their mean |x| (NULL as 0), those beyond 3 rows, each
+    # weighing 1 / up(P) and, above 8 rows, the part of (n / 2, n] above 3
+    means = df.assign(a=df.x.abs().fillna(0.0)).groupby(["u", "g"]).a.mean()
+    octave = {o: 0.0 for o in MEAN_OCTAVES}
+    for (u, g), mean in means.items():
+        n = int(pairs.set_index(["u", "g"]).n[(u, g)])
+        if n <= 3:
+            continue
+        at = max([o for o in MEAN_OCTAVES[1:] if mean > 2.0**o], default=MEAN_OCTAVES[0])
+        part = 1.0 if n <= 8 else min(1.0, (up(n) - 3) / (up(n) // 2))
+        octave[at] += part / up(int(parts[u]))
+    assert profile.mean_octaves(3) == pytest.approx([octave[o] for o in MEAN_OCTAVES],
+                                                    abs=2**-15)
+    assert sum(octave.values()) > 5 and sum(1 for v in octave.values() if v) >= 3
 
 
 def test_the_statistics_are_their_exact_sums_of_fractions() -> None:
@@ -365,6 +400,10 @@ def test_explain_says_which_bounds_will_be_chosen_and_charges_nothing() -> None:
     chosen = explained["bounds_to_choose"]
     assert chosen["max_partitions"] and chosen["max_rows_per_partition"]
     assert chosen["columns"] == ["x"] and chosen["share"] == 0.1
+    # the row cap's histogram of values (``value_factors``), on top of the share
+    histogram = chosen["epsilons"].pop("values")
+    assert histogram == pytest.approx(0.05 * 0.25 / 5.25)
+    assert chosen["values_share"] == pytest.approx(0.1 * 0.25 / 5.25)
     assert sum(chosen["epsilons"].values()) <= 0.05
     assert explained["cost"] == dp.PureDP(0.5) and curator.spent.epsilon == 0.0
 
@@ -459,14 +498,17 @@ def capture_choice_inputs(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
 @pytest.mark.parametrize(("seed", "epsilon"), [(0, 1.0), (1, 1.0), (2, 1.0), (3, 1e-3),
                                                (4, 1e3)])
 @pytest.mark.parametrize("groups", [8, 24])
+@pytest.mark.parametrize("aimed", [False, True])
 def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
-        seed: int, epsilon: float, groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        seed: int, epsilon: float, groups: int, aimed: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The joint choice (caps and the first magnitude) scores -max of the penalties and
     the joint ramp (``_joint_ramp``): each a statistic plus a constant, so every score moves
     by at most 1 (the scores of the real product of candidates, from the engine's profiles
     of neighbouring data), at epsilon 1 and at the ends, 1e-3 and 1e3, where the ramps'
     potentials are largest and smallest; with 8 keys the row cap reads the 1 / P statistic,
-    with 24 the per-k one (``_per_k_rows``, at epsilon 1)."""
+    with 24 the per-k one (``_per_k_rows``, at epsilon 1). ``aimed``: the row cap's target
+    per magnitude (``value_factors``: public numbers, here from a fixed histogram)."""
     import dpcurator.curator._auto_bounds as auto_bounds
 
     captured = capture_choice_inputs(monkeypatch)
@@ -489,10 +531,14 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
     monkeypatch.setattr(auto_bounds, "_release", record)
     wide = pd.DataFrame({"u": 10_001, "g": [f"g{i % 30}" for i in range(900)],
                          "x": np.linspace(-1e4, 1e4, 900)})
+    histogram = np.zeros(len(MEAN_OCTAVES))
+    histogram[[MEAN_OCTAVES.index(0), MEAN_OCTAVES.index(9)]] = (300.0, 20.0)
+    factors = factors_from(histogram) if aimed else None
+    assert factors is None or 1.0 <= factors.min() < 2.0 < factors.max() <= 64.0
     for frame in (base, pd.concat([base, one_unit(seed, 10_000)], ignore_index=True),
                   pd.concat([base, wide], ignore_index=True)):
         auto_bounds._choose_joint(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
-                                  profile_of(frame), None)
+                                  profile_of(frame), None, None, factors)
     # k in 1, 2, 4, 8 (, 16, 24: the keys), every row cap, every magnitude
     assert scores[0].size == (4 if groups == 8 else 6) * len(ROW_CANDIDATES) * len(
         auto_bounds.MAGNITUDES)
@@ -1007,3 +1053,100 @@ def test_the_joint_ramp_leaves_one_magnitude_per_far_row_cap(
         widths[joint_ramp] = [int((row >= row.max() - 1.0).sum()) for row in block[1:4]]
     assert widths[True] == [1, 1, 1]
     assert min(widths[False]) >= 3  # the plateau the joint ramp removes
+
+
+def test_the_row_factors_are_the_clamp_over_the_mean_of_what_a_cap_cuts() -> None:
+    """``factors_from``: M over the histogram's mean of min(octave middle, M), within [1, 64],
+    and 2 (``ROW_FACTOR_VALUES``) where the histogram is empty (every bin under the noise)."""
+    from dpcurator.curator._auto_bounds import MAGNITUDES, ROW_FACTOR_VALUES
+
+    histogram = np.zeros(len(MEAN_OCTAVES))
+    histogram[MEAN_OCTAVES.index(3)] = 30.0  # means in (8, 16]: middle 2^3.5
+    factors = factors_from(histogram)
+    at = {float(m): f for m, f in zip(MAGNITUDES, factors, strict=True)}
+    assert at[256.0] == pytest.approx(256.0 / 2**3.5)
+    assert at[8.0] == 1.0 and at[2.0**20] == 64.0
+    histogram[MEAN_OCTAVES[0]] = 0.0
+    histogram[0] = 30.0  # as many pairs of zeros: the mean halves, the factor doubles
+    assert factors_from(histogram)[MAGNITUDES.index(256.0)] == pytest.approx(
+        2 * 256.0 / 2**3.5)
+    assert (factors_from(np.zeros(len(MEAN_OCTAVES))) == ROW_FACTOR_VALUES).all()
+
+
+def test_the_values_histogram_spends_its_charged_share_at_its_sensitivity(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SUM's row cap is aimed by a noisy histogram (``value_factors``): a Laplace release
+    with the ``values`` epsilon, 1/4 over the choices' 5.25 of the bounds' share, on top of
+    it, and the L1 sensitivity its profile statistic keeps (``VALUES_SENSITIVITY``); the
+    release's privacy includes it. A histogram drawn with more epsilon than charged, or told
+    a smaller sensitivity, would pass every other test; this one fails."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    drawn: list[tuple[float, float]] = []
+    real = auto_bounds.Laplace
+
+    def spy(*, epsilon: float, sensitivity: float, **kwargs: Any) -> Any:
+        drawn.append((epsilon, sensitivity))
+        return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
+
+    monkeypatch.setattr(auto_bounds, "Laplace", spy)
+    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(6))
+    release = curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,
+                          keys=["g0", "g1", "g2", "g3"])
+    assert drawn == [(pytest.approx(0.2 * 0.25 / 5.25, rel=1e-9), VALUES_SENSITIVITY)]
+    assert drawn[0][0] <= 0.2 * 0.25 / 5.25
+    assert release.privacy == dp.PureDP(2.0) and curator.spent.epsilon == pytest.approx(2.0)
+    chosen = release.bounds_chosen
+    assert chosen is not None and chosen["values_share"] == pytest.approx(0.1 * 0.25 / 5.25)
+    assert "row cap aims at" in chosen["value_factors"]
+    # a COUNT beside it: the row cap counts rows too, so no histogram is drawn
+    drawn.clear()
+    curator.sql("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,
+                keys=["g0", "g1", "g2", "g3"])
+    assert drawn == []
+
+
+def test_the_row_cap_aims_lower_where_the_rows_it_cuts_are_mostly_zero(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The joint choice's exact law (``joint_scores``, permute-and-flip's probabilities) on
+    300 heavy units of 300 rows whose values are 97% zero, among 19,700 of 2 rows, at rho
+    0.5 in 8 groups. At the fixed factor 2 the row cap keeps every heavy row (about r 512):
+    the pairs beyond it outnumber the target. A cut row costs the sum its value, here 2.3 on
+    average against a clamp about 100: aimed by the histogram's factor (about 45), the cap
+    cuts the heavy units to a few rows, where the noise saved (sd about 54,000 a group at r
+    512) outweighs the bias (about 25,000 a group). Deterministic: the factors from the
+    exact histogram."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    sys_path = __import__("sys").path
+    sys_path.insert(0, "benchmarks")
+    try:
+        from auto_bounds import permute_and_flip_probabilities
+    finally:
+        sys_path.remove("benchmarks")
+    rng = np.random.default_rng(12)
+    units, heavy = 20_000, 300
+    rows = np.where(np.arange(units) < heavy, 300, 2)
+    user = np.repeat(np.arange(units), rows)
+    keys = [f"g{i}" for i in range(8)]
+    frame = pd.DataFrame({"u": user, "g": np.array(keys)[user % 8],
+                          "x": np.where(rng.random(user.size) < 0.03,
+                                        rng.uniform(50, 100, user.size), 0.0)})
+    captured = capture_choice_inputs(monkeypatch)
+    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.ZCDP(10),
+                                     source=SeededRandom(2))
+    curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", rho=0.5, keys=keys)
+    auto_plan, plan = captured["auto_plan"], captured["plan"]
+    assert auto_bounds.VALUES in auto_plan.epsilons  # type: ignore[attr-defined]
+    stats = profile_of(frame)
+    exact = factors_from(np.asarray(stats.mean_octaves(auto_bounds.VALUES_CAP)))
+    expected = []
+    for factors in (None, exact):
+        joint = auto_bounds.joint_scores(auto_plan, plan, stats, None, factors)  # type: ignore[arg-type]
+        law = permute_and_flip_probabilities(joint.scores, joint.epsilon,
+                                             auto_bounds.SENSITIVITY)
+        octaves = [math.log2(joint.decode(i)[1]) for i in range(law.size)]
+        expected.append(float(np.dot(law, octaves) / law.sum()))
+    assert 30 < exact[auto_bounds.MAGNITUDES.index(128.0)] < 64
+    assert expected[0] > 8.5 and expected[1] < 2.0

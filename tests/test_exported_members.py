@@ -59,8 +59,9 @@ EXPORTED: dict[str, list[str]] = {
     ],
     "dpcurator.engines": [
         "ColumnKind", "DuckDBEngine", "Engine", "ExactAggregates", "LinkReport",
-        "PROFILE_STEPS", "PostgresTable", "SourceKind", "TableSet", "UNIT_TOTALS", "column_kind",
-        "integer_valued", "open_engine", "open_tables", "register_source",
+        "MEAN_OCTAVES", "PROFILE_STEPS", "PostgresTable", "SourceKind", "TableSet",
+        "UNIT_TOTALS", "column_kind", "integer_valued", "open_engine", "open_tables",
+        "register_source",
     ],
     "dpcurator.curator": ["Curator", "CuratorLike", "CuratorQuery", "PreparedQuery",
                           "PrivacyRequest", "Release", "ResolvedQuery", "Schema"],

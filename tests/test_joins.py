@@ -264,6 +264,8 @@ def test_a_left_join_keeps_customers_without_orders() -> None:
      UnsupportedQueryError, "l.l_orderkey = o.o_orderkey"),
     ("SELECT COUNT(*) FROM lineitem JOIN parts ON l_orderkey = p_key", QueryError,
      "unknown table 'parts'"),
+    ("SELECT COUNT(*) FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
+     "WHERE nation.n_name = 'x'", QueryError, "aliased as 'n'"),
     ("SELECT COUNT(*) FROM nation", UnsupportedQueryError, "no private table"),
     ("SELECT COUNT(*) FROM nation n LEFT JOIN customer c ON c.c_nationkey = n.n_nationkey",
      UnsupportedQueryError, "write JOIN"),

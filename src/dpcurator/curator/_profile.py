@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any
 
-from dpcurator.engines import PROFILE_STEPS
+from dpcurator.engines import MEAN_OCTAVES, PROFILE_STEPS
 from dpcurator.errors import InternalError
 
 __all__ = ["GRID", "STAT_CAP", "Profile"]
@@ -45,6 +45,14 @@ def _counts(rows: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int], int]:
     return out
 
 
+def _counts3(rows: Iterable[tuple[int, int, int, int]]) -> dict[tuple[int, int, int], int]:
+    """(a, b, q, count) rows -> the count per (a, b, q)."""
+    out: dict[tuple[int, int, int], int] = {}
+    for a, b, q, c in rows:
+        out[(a, b, q)] = out.get((a, b, q), 0) + c
+    return out
+
+
 def _beyond_buckets(weights: Iterable[tuple[int, Fraction]]) -> list[float]:
     """Per q in ``PROFILE_STEPS``, the weight in buckets >= q (exact suffix sums, each then
     ``_down``), from (bucket, weight) pairs."""
@@ -66,6 +74,9 @@ class Profile:
         # (partitions of the unit P, rows of the pair n, pairs), the units' rows T per pair,
         # and, per column, (rows of the unit T, sign, bucket q, values)
         self.pairs = [(int(r[1]), int(r[2]), int(r[5])) for r in rows if r[0] == 0]
+        # where the first column is profiled, the pairs by (P, n, octave of the pair's mean |x|)
+        self.pair_means = _counts3((int(r[1]), int(r[2]), int(r[3]), int(r[5]))
+                                   for r in rows if r[0] == 0 and r[3] is not None)
         self.unit_totals = [(int(r[1]), int(r[4]), int(r[5])) for r in rows if r[0] == 0]
         # per column of the sums: (partitions of the unit P, bucket of its sum of |x|, pairs)
         self.sums: dict[int, list[tuple[int, int, int]]] = {}
@@ -115,6 +126,21 @@ class Profile:
                         for p, n, c, h in shapes if n > cap)
             out.append(_down(Fraction(total, d)))
         return out
+
+    def mean_octaves(self, cap: int) -> list[float]:
+        """The pairs with more than ``cap`` rows as ``rows`` counts them (each weighing 1 / P,
+        those of n > 8 rows for the part of (n / 2, n] above the cap), by the octave of their
+        rows' mean |x| of the first profiled column: per o in ``MEAN_OCTAVES``, the pairs whose
+        mean the engine puts in (2^o, 2^(o+1)]; o = -21 holds the means at or below 2^-20,
+        zeros included. Each pair counts in one octave with
+        its ``rows`` weight, so one unit adds at most 1 in all (L1); exact, then each as
+        ``_down`` (the sum of the roundings' errors is below 2^-10)."""
+        per: dict[int, Fraction] = {}
+        for (p, n, o), c in self.pair_means.items():
+            if n > cap:
+                part = Fraction(1) if n <= 8 else min(Fraction(1), Fraction(n - cap, n // 2))
+                per[o] = per.get(o, Fraction(0)) + Fraction(c, p) * part
+        return [_down(per.get(o, Fraction(0))) for o in MEAN_OCTAVES]
 
     def unit_rows(self, caps: Sequence[int]) -> list[float]:
         """Units with more than M rows in all, M on the grid ``UNIT_TOTALS`` (each pair

@@ -62,7 +62,7 @@ from dpcurator.query.schema import Schema as Declared
 from dpcurator.query.schema import declare, folded
 from dpcurator.query.sql import parse_sql, too_deep_error
 
-from ._auto_bounds import choose_bounds, outer_names
+from ._auto_bounds import VALUES, choose_bounds, outer_names
 from ._compile import CompiledQuery, compile_query
 from ._estimators import Intervals, describe_with_error_95, estimate, estimate_totals
 from ._prepared import PreparedQuery, ResolvedQuery, charge_cost, profile_query
@@ -610,6 +610,9 @@ class Curator:
                 "epsilons": {k: v for k, v in auto.epsilons.items() if k not in outers},
                 "note": "chosen from the data when the query runs; the plan, SQL and noise "
                         "above show placeholder bounds (caps of 1, bounds (0, 1))"}
+            if VALUES in auto.epsilons:  # a sum's row cap's histogram, on top of the share
+                explained["bounds_to_choose"]["values_share"] = \
+                    auto.share - auto.auto.spent_share
             if compiled.plan.bounding == "unit":
                 explained["bounds_to_choose"].update(
                     max_unit_rows=auto.auto.unit_rows, max_unit_sums=list(auto.auto.unit_sums))

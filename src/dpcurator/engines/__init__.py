@@ -23,10 +23,11 @@ from dpcurator.engines._sources import (
     open_tables,
     register_source,
 )
-from dpcurator.engines._sql import PROFILE_STEPS, UNIT_TOTALS
+from dpcurator.engines._sql import MEAN_OCTAVES, PROFILE_STEPS, UNIT_TOTALS
 from dpcurator.engines.duckdb import DuckDBEngine
 
 __all__ = [
+    "MEAN_OCTAVES",
     "PROFILE_STEPS",
     "UNIT_TOTALS",
     "ColumnKind",

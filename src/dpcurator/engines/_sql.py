@@ -48,12 +48,17 @@ from collections.abc import Mapping, Sequence
 from dpcurator.engines._bounding import statement
 from dpcurator.engines._context import RELATION, Context
 from dpcurator.engines._dialect import PLAN_FLAGS, Dialect, HashKind, ValueKind
-from dpcurator.engines._profile_sql import PROFILE_STEPS, UNIT_TOTALS, profile_statement
+from dpcurator.engines._profile_sql import (
+    MEAN_OCTAVES,
+    PROFILE_STEPS,
+    UNIT_TOTALS,
+    profile_statement,
+)
 from dpcurator.engines._results import CompileCache, CompiledQuery, collect
 from dpcurator.engines._trees import width_bucket_case
 from dpcurator.query.bounding import BoundedQuery
 
-__all__ = ["PLAN_FLAGS", "PROFILE_STEPS", "RELATION", "UNIT_TOTALS", "CompileCache",
+__all__ = ["MEAN_OCTAVES", "PLAN_FLAGS", "PROFILE_STEPS", "RELATION", "UNIT_TOTALS", "CompileCache",
            "CompiledQuery", "Dialect", "HashKind", "ValueKind", "collect", "compile_bounding",
            "width_bucket_case"]
 

@@ -155,6 +155,10 @@ class _Columns:
         folded = [a for a in self.aliases if a.lower() == name.lower()]
         if len(folded) == 1:
             return folded[0]
+        aliased = [a for a, t in self.aliases.items() if t.lower() == name.lower()]
+        if aliased:  # SQL's rule: an aliased table is named by its alias only
+            raise QueryError(f"the table {name!r} is aliased as {aliased[0]!r} in this query: "
+                             f"name its columns {aliased[0]}.column")
         raise QueryError(f"unknown table or alias {name!r} in a column reference; the "
                          f"query's tables are {list(self.aliases)}")
 
