@@ -1057,8 +1057,8 @@ def test_the_joint_ramp_leaves_one_magnitude_per_far_row_cap(
 
 def test_the_row_factors_are_the_clamp_over_the_mean_of_what_a_cap_cuts() -> None:
     """``factors_from``: M over the histogram's mean of min(octave middle, M), within [1, 64],
-    and 2 (``ROW_FACTOR_VALUES``) where the histogram is empty (every bin under the noise)."""
-    from dpcurator.curator._auto_bounds import MAGNITUDES, ROW_FACTOR_VALUES
+    and None where the histogram is empty (every bin under the noise: the fixed factor)."""
+    from dpcurator.curator._auto_bounds import MAGNITUDES
 
     histogram = np.zeros(len(MEAN_OCTAVES))
     histogram[MEAN_OCTAVES.index(3)] = 30.0  # means in (8, 16]: middle 2^3.5
@@ -1070,7 +1070,7 @@ def test_the_row_factors_are_the_clamp_over_the_mean_of_what_a_cap_cuts() -> Non
     histogram[0] = 30.0  # as many pairs of zeros: the mean halves, the factor doubles
     assert factors_from(histogram)[MAGNITUDES.index(256.0)] == pytest.approx(
         2 * 256.0 / 2**3.5)
-    assert (factors_from(np.zeros(len(MEAN_OCTAVES))) == ROW_FACTOR_VALUES).all()
+    assert factors_from(np.zeros(len(MEAN_OCTAVES))) is None  # the fixed factor instead
 
 
 def test_the_values_histogram_spends_its_charged_share_at_its_sensitivity(

@@ -198,19 +198,22 @@ by at most 1 + 2^-14 between neighbours; the mechanisms are told a sensitivity o
 A sum's row cap (``value_factors``). A row the cap cuts costs a sum its value clamped,
 min(|x|, M), not M: where the heavy units' rows are mostly zeros, or far below the clamp,
 the fixed factor 2 kept rows whose noise cost more than their sum. Where every aggregate is
-a SUM and the row cap and the first column's clamp are chosen on the 1 / P path
-(``values_choice``), one more release comes first: the pairs beyond ``VALUES_CAP`` (3) rows
+a SUM and the row cap and the first column's clamp are chosen (``values_choice``), one more
+release comes first: the pairs beyond ``VALUES_CAP`` (3) rows
 by the octave of their rows' mean |x| (``Profile.mean_octaves``: each pair with its ``rows``
 weight, so one unit adds at most 1 in all, L1), by the Laplace mechanism with its own
 epsilon (``VALUES_WEIGHT``, 1/4, on top of the bounds' share: the other choices keep
 theirs), bins below ``VALUES_PRUNE`` (8) / epsilon set to 0 (an empty bin passes with
 probability e^-8 / 2, the 62 together about 1%). The row cap's target at magnitude M is
-then f(M) G s k^a, f(M) = M over the histogram's mean of min(octave middle, M), within [1,
-64], and 2 where no bin passed (``factors_from``): post-processing, public to the joint
-choice, whose scores keep their sensitivity. On the family (``auto_bounds.py --family
---questions SUM``, exact over both laws): median 1.42x -> 1.26x the best fixed bounds,
-geometric mean 1.54x -> 1.40x, within 1.25x 20 -> 27 of 56 shapes, P[>3x] <= 1% on 35 ->
-44; with the exact histogram (no noise) 1.25x, 1.37x and 29.
+then f(M) G s k^a (f(M) G s k^a / k read per k), f(M) = M over the histogram's mean of
+min(octave middle, M), within [1, 64]; where no bin passed, the fixed factors above
+(``factors_from``). Post-processing, public to the joint choice, whose scores keep their
+sensitivity. On the family (``auto_bounds.py --family --questions SUM``, exact over both
+laws): median 1.42x -> 1.22x the best fixed bounds, geometric mean 1.54x -> 1.36x, within
+1.25x 20 -> 31 of 56 shapes, P[>3x] <= 1% on 35 -> 46. On the 1 / P path alone: 1.26x,
+1.40x, 27 and 44 (the exact histogram, no noise: 1.25x, 1.37x, 29); per k, f(M) did
+better than 0.75 f(M) (the ratio of the fixed factors, 1.5 / 2: median 1.24x, 28 shapes)
+and as well as 1.4 f(M).
 
 The outer cap of a total interval (``choose_outer``; ``dpcurator.curator._total``) is one
 more choice, paid from the total interval's share, not the bounds': the units with more than
@@ -333,11 +336,11 @@ ROW_FACTOR = 1.5
 PER_K_MIN = 2.8
 PER_K_MIN_GAUSSIAN = 3.3
 ROW_FACTOR_VALUES = 2.0
-#: A sum's row cap aims at f(M) G s k^a, f(M) = M / (the mean of min(mu, M) over the pairs
-#: that cut rows, mu a pair's mean |x|), from a noisy histogram of the pairs beyond
-#: ``VALUES_CAP`` rows by the octave of their mean (``value_factors``, the ``values``
+#: A sum's row cap aims at f(M) G s k^a (per k, over k), f(M) = M / (the mean of min(mu, M)
+#: over the pairs that cut rows, mu a pair's mean |x|), from a noisy histogram of the pairs
+#: beyond ``VALUES_CAP`` rows by the octave of their mean (``value_factors``, the ``values``
 #: choice), its bins below ``VALUES_PRUNE`` / epsilon set to 0; f(M) within
-#: [``VALUES_LEAST``, ``VALUES_MOST``], and ``ROW_FACTOR_VALUES`` where no bin is left
+#: [``VALUES_LEAST``, ``VALUES_MOST``], and the fixed factors where no bin is left
 VALUES = "values"
 VALUES_CAP = 3
 VALUES_PRUNE = 8.0
@@ -508,18 +511,10 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     (epsilon, or rho) pays for choosing a total interval's outer cap (``choose_outer``).
     ``request`` is the part ``remaining`` of the query's budget that is left after a total
     interval's share: the bounds' share stays a share of the whole budget. A sum's row cap
-    is aimed per magnitude (``value_factors``) where ``values_choice`` holds and the row
-    cap is read on the 1 / P path (``_per_k_rows``, public numbers), unless ``values`` says
-    otherwise."""
+    is aimed per magnitude (``value_factors``) where ``values_choice`` holds, unless
+    ``values`` says otherwise."""
     if values is None:
         values = values_choice(plan)
-        if values:
-            first, _ = plan_auto(plan, request, outer, remaining, values=True)
-            auto_first = first.auto
-            ks = partition_candidates(plan) if auto_first.max_partitions else \
-                [plan.max_partitions or 1]
-            joint = first.epsilons["+".join(_joint_parts(auto_first))]
-            values = not _per_k_rows(first, ROW_FACTOR_VALUES, joint, max(ks))
     auto = plan.auto
     unit_mode = plan.bounding == "unit"
     outers = outer_names(auto) if auto is not None and (outer or unit_mode) else []
@@ -674,8 +669,8 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
                  factors: FloatArray | None = None) -> JointScores:
     """The joint choice's scores (``_choose_joint``) over the allowed candidates; with
     ``factors`` (``value_factors``: public, a noisy release's post-processing) a sum's row
-    cap on the 1 / P path aims at factors[m] G s k^a at the magnitude m, not at
-    ``ROW_FACTOR_VALUES`` G s k^a."""
+    cap aims at factors[m] G s k^a at the magnitude m (per k, over k), not at the fixed
+    ``ROW_FACTOR_VALUES`` G s k^a (``ROW_FACTOR`` G s k^a / k)."""
     auto = auto_plan.auto
     name = "+".join(_joint_parts(auto))
     epsilon = auto_plan.epsilons[name]
@@ -715,8 +710,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         ramp = max(ramp, ROW_LAMBDA_PRIVATE)
     knee = (ROW_KNEE, ROW_FAR_LAMBDA) if per_k else (None, 0.0)
     # a sum's row cap aimed per magnitude (``value_factors``): one target per magnitude
-    valued = factors is not None and magnitude and bool(auto.max_rows_per_partition) \
-        and not per_k
+    valued = factors is not None and magnitude and bool(auto.max_rows_per_partition)
     row_stats = stats.rows(all_rs) if auto.max_rows_per_partition and not per_k else []
     # each candidate's bias (its largest statistic less its target), for the joint ramp
     bias = np.full((len(ks), len(all_rs), width), math.inf)
@@ -732,13 +726,14 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         rows_by_magnitude = None
         if auto.max_rows_per_partition and valued:  # (r, magnitude) penalties
             assert factors is not None
-            targets2 = weigh * rate * np.asarray(factors, dtype=np.float64)
-            kept = np.asarray(row_stats[:len(rs)], dtype=np.float64)
+            targets2 = weigh * rate * np.asarray(factors, dtype=np.float64) / (k if per_k else 1)
+            kept = np.asarray(stats.rows(rs, k) if per_k else row_stats[:len(rs)],
+                              dtype=np.float64)
             # one series per distinct target (the factors are flat below and above the data)
             distinct, where = np.unique(targets2, return_inverse=True)
             series = np.broadcast_to(kept, (len(distinct), len(rs)))
             rows_by_magnitude = _penalties(series, rs, distinct[:, None], cap, epsilon,
-                                           ramp)[where].T
+                                           ramp, *knee)[where].T
             over = np.maximum(over, kept[:, None] - targets2[None, :])
             targets_seen.append(float(targets2.max()))
         elif auto.max_rows_per_partition:
@@ -1144,12 +1139,12 @@ def value_histogram(auto_plan: AutoPlan, stats: Profile, source: RandomSource | 
     return np.where(noisy >= VALUES_PRUNE / epsilon, noisy, 0.0)
 
 
-def factors_from(histogram: FloatArray) -> FloatArray:
+def factors_from(histogram: FloatArray) -> FloatArray | None:
     """A sum's row cap's factor f(M) per magnitude M in ``MAGNITUDES`` from a (noisy)
     histogram over ``MEAN_OCTAVES``: M / mu(M), mu(M) the histogram's mean of min(m_o, M),
     m_o an octave's middle 2^(o + 1/2) (0 for the lowest: means at most 2^-20), within
-    [``VALUES_LEAST``, ``VALUES_MOST``]; ``ROW_FACTOR_VALUES`` everywhere where the
-    histogram is empty.
+    [``VALUES_LEAST``, ``VALUES_MOST``]; None where the histogram is empty (the row cap
+    then aims at its fixed factor: ``ROW_FACTOR_VALUES``, or ``ROW_FACTOR`` per k).
 
     Why. Amin et al.'s point is where the rows the cap cuts cost the sum what its noise
     gains: a row cut costs its value, min(|x|, M) clamped, not M, so the pairs beyond the
@@ -1161,7 +1156,7 @@ def factors_from(histogram: FloatArray) -> FloatArray:
     1.25x, geometric mean 1.37x, 29 of 56 shapes within 1.25x, against 20)."""
     mass = float(histogram.sum())
     if not mass > 0.0:
-        return np.full(len(MAGNITUDES), ROW_FACTOR_VALUES)
+        return None
     middles = np.array([0.0 if o == MEAN_OCTAVES[0] else 2.0 ** (o + 0.5)
                         for o in MEAN_OCTAVES])
     tops = np.asarray(MAGNITUDES, dtype=np.float64)
@@ -1171,14 +1166,13 @@ def factors_from(histogram: FloatArray) -> FloatArray:
 
 
 def value_factors(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
-                  ) -> tuple[FloatArray, str]:
-    """The row cap's factor per magnitude (``factors_from`` of ``value_histogram``) and
-    what the release says of it."""
-    histogram = value_histogram(auto_plan, stats, source)
-    factors = factors_from(histogram)
-    if not histogram.sum() > 0.0:
-        return factors, (f"no octave of the pairs' means stood above the noise: the row cap "
-                         f"aims at {ROW_FACTOR_VALUES:g} times the noise's rate")
+                  ) -> tuple[FloatArray | None, str]:
+    """The row cap's factor per magnitude (``factors_from`` of ``value_histogram``), None
+    where no bin passed, and what the release says of it."""
+    factors = factors_from(value_histogram(auto_plan, stats, source))
+    if factors is None:
+        return None, ("no octave of the pairs' means stood above the noise: the row cap aims "
+                      "at its fixed factor of the noise's rate")
     return factors, (f"the row cap aims at {factors.min():.3g} to {factors.max():.3g} "
                      "times the noise's rate, by the clamp (the pairs' mean |value| over it)")
 
