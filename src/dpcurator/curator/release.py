@@ -184,7 +184,10 @@ class Release:
         """The contribution bounds chosen from the data (``bounds="auto"``), None otherwise:
         ``max_partitions``, ``max_rows_per_partition`` and ``bounds`` {column: (lo, hi)} where
         chosen, what choosing them cost (``epsilon``, or ``rho``, part of ``privacy``), the
-        ``share`` of the query's budget and the ``method``."""
+        ``share`` of the query's budget and the ``method``; for a query of SUMs whose row cap
+        and clamp are chosen, ``value_factors`` (how the row cap was aimed by the values it
+        cuts) and ``values_share`` (that histogram's share of the budget, on top of
+        ``share``)."""
         return dict(self.chosen) if self.chosen is not None else None
 
     # -- intervals -----------------------------------------------------------------------------
