@@ -819,6 +819,30 @@ def test_a_mean_under_the_widest_clamps_lies_within_its_interval() -> None:
             assert np.all((low <= value) & (value <= high))
 
 
+def spy_on_mechanism(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[float, float]]:
+    """(epsilon, sensitivity) of each mechanism ``name`` that ``_auto_bounds`` builds, kept in
+    the returned list; the mechanism itself is unchanged."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    drawn: list[tuple[float, float]] = []
+    real = getattr(auto_bounds, name)
+
+    def spy(*, epsilon: float, sensitivity: float = 1, **kwargs: Any) -> Any:
+        drawn.append((epsilon, sensitivity))
+        return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
+
+    monkeypatch.setattr(auto_bounds, name, spy)
+    return drawn
+
+
+def sum_of_clear_frame() -> tuple[dp.Curator, Any]:
+    """A SUM per group of ``clear_frame`` at epsilon 2, every bound chosen from the data."""
+    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(6))
+    return curator, curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,
+                                keys=["g0", "g1", "g2", "g3"])
+
+
 def test_the_thin_rules_count_spends_its_charged_share_at_sensitivity_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The thin-data rule's noisy count is a discrete Laplace of sensitivity 1 with the
@@ -826,20 +850,9 @@ def test_the_thin_rules_count_spends_its_charged_share_at_sensitivity_one(
     choice of k, r and a magnitude 4, the signs 1, the count 1/4), which the release's
     privacy includes. A count drawn with more epsilon than charged would pass every other
     test; this one fails."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
-    drawn: list[tuple[float, float]] = []
-    real = auto_bounds.DiscreteLaplace
-
-    def spy(*, epsilon: float, sensitivity: float = 1, **kwargs: Any) -> Any:
-        drawn.append((epsilon, sensitivity))
-        return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
-
-    monkeypatch.setattr(auto_bounds, "DiscreteLaplace", spy)
-    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
-                                     source=SeededRandom(6))
-    release = curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,
-                          keys=["g0", "g1", "g2", "g3"])
+    drawn = spy_on_mechanism(monkeypatch, "DiscreteLaplace")
+    curator, release = sum_of_clear_frame()
     assert len(drawn) == 1
     epsilon, sensitivity = drawn[0]
     assert sensitivity == 1
@@ -1080,20 +1093,8 @@ def test_the_values_histogram_spends_its_charged_share_at_its_sensitivity(
     it, and the L1 sensitivity its profile statistic keeps (``VALUES_SENSITIVITY``); the
     release's privacy includes it. A histogram drawn with more epsilon than charged, or told
     a smaller sensitivity, would pass every other test; this one fails."""
-    import dpcurator.curator._auto_bounds as auto_bounds
-
-    drawn: list[tuple[float, float]] = []
-    real = auto_bounds.Laplace
-
-    def spy(*, epsilon: float, sensitivity: float, **kwargs: Any) -> Any:
-        drawn.append((epsilon, sensitivity))
-        return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
-
-    monkeypatch.setattr(auto_bounds, "Laplace", spy)
-    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
-                                     source=SeededRandom(6))
-    release = curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,
-                          keys=["g0", "g1", "g2", "g3"])
+    drawn = spy_on_mechanism(monkeypatch, "Laplace")
+    curator, release = sum_of_clear_frame()
     assert drawn == [(pytest.approx(0.2 * 0.25 / 5.25, rel=1e-9), VALUES_SENSITIVITY)]
     assert drawn[0][0] <= 0.2 * 0.25 / 5.25
     assert release.privacy == dp.PureDP(2.0) and curator.spent.epsilon == pytest.approx(2.0)
