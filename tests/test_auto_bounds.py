@@ -850,7 +850,6 @@ def test_the_thin_rules_count_spends_its_charged_share_at_sensitivity_one(
     choice of k, r and a magnitude 4, the signs 1, the count 1/4), which the release's
     privacy includes. A count drawn with more epsilon than charged would pass every other
     test; this one fails."""
-
     drawn = spy_on_mechanism(monkeypatch, "DiscreteLaplace")
     curator, release = sum_of_clear_frame()
     assert len(drawn) == 1
@@ -1100,7 +1099,7 @@ def test_the_values_histogram_spends_its_charged_share_at_its_sensitivity(
     assert release.privacy == dp.PureDP(2.0) and curator.spent.epsilon == pytest.approx(2.0)
     chosen = release.bounds_chosen
     assert chosen is not None and chosen["values_share"] == pytest.approx(0.1 * 0.25 / 5.25)
-    assert "row cap aims at" in chosen["value_factors"]
+    assert "row cap aimed at" in chosen["value_factors"]
     # a COUNT beside it: the row cap counts rows too, so no histogram is drawn
     drawn.clear()
     curator.sql("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,

@@ -659,7 +659,7 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     """The joint choice: (k, r, the first column's magnitude index or None), over the
     candidates ``rows_for`` allows ((k, how many row candidates at k): those proven to compile
     before the charge, ``_candidates``; all of them when None); ``factors`` the row cap's
-    factor per magnitude (``value_factors``), or None for ``ROW_FACTOR_VALUES``."""
+    factor per magnitude (``value_factors``), or None for the fixed factors."""
     joint = joint_scores(auto_plan, plan, stats, rows_for, factors)
     return joint.decode(_release(joint.scores, joint.epsilon, source))
 
@@ -1064,8 +1064,14 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
         return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source)
     factors = None
     if VALUES in eps:  # the row cap's factor per magnitude, from its own noisy histogram
-        factors, chosen["value_factors"] = value_factors(auto_plan, stats, source)
+        factors = value_factors(auto_plan, stats, source)
     k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for, factors)
+    if VALUES in eps:
+        chosen["value_factors"] = (
+            "no octave of the pairs' means stood above the histogram's noise: the row cap "
+            "aimed at its fixed factor of the noise's rate" if factors is None or first is None
+            else f"the row cap aimed at {factors[first]:.3g} times the noise's rate at the "
+                 "clamp chosen (the clamp over the mean |value| of the pairs it would cut)")
     thin = thin_rule(auto_plan, plan, stats.nonzero(0, magnitude_cap(r)), source,
                      rows_for) if columns else None
     if auto.max_partitions:
@@ -1166,15 +1172,10 @@ def factors_from(histogram: FloatArray) -> FloatArray | None:
 
 
 def value_factors(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
-                  ) -> tuple[FloatArray | None, str]:
-    """The row cap's factor per magnitude (``factors_from`` of ``value_histogram``), None
-    where no bin passed, and what the release says of it."""
-    factors = factors_from(value_histogram(auto_plan, stats, source))
-    if factors is None:
-        return None, ("no octave of the pairs' means stood above the noise: the row cap aims "
-                      "at its fixed factor of the noise's rate")
-    return factors, (f"the row cap aims at {factors.min():.3g} to {factors.max():.3g} "
-                     "times the noise's rate, by the clamp (the pairs' mean |value| over it)")
+                  ) -> FloatArray | None:
+    """The row cap's factor per magnitude: ``factors_from`` of ``value_histogram`` (None
+    where no bin passed)."""
+    return factors_from(value_histogram(auto_plan, stats, source))
 
 
 def choose_unit_rows(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
