@@ -41,11 +41,12 @@ GROUP = (GroupKey("g", '"g"'),)
 
 
 def profile_of(df: pd.DataFrame, columns: tuple[str, ...] = ("x",), *,
-               group: bool = True) -> Profile:
+               group: bool = True, means: bool = True) -> Profile:
     query = BoundedQuery(unit="u", group_keys=GROUP if group else (), where=None, keys=None,
                          max_partitions=1, max_rows_per_partition=1, rows_mode="rescale",
                          partitions_mode="rescale" if group else "none", measures=(),
-                         profile=columns, profile_sums=columns)
+                         profile=columns, profile_sums=columns,
+                         profile_means=means and bool(columns))
     result = DuckDBEngine.from_frame(df).compute_exact_aggregates(query, 0)
     assert result.profile is not None
     return Profile(result.profile)
@@ -200,6 +201,9 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     assert profile.mean_octaves(3) == pytest.approx([octave[o] for o in MEAN_OCTAVES],
                                                     abs=2**-15)
     assert sum(octave.values()) > 5 and sum(1 for v in octave.values() if v) >= 3
+    # only a profile that asks for them counts the means (a query of SUMs: ``values_choice``)
+    without = profile_of(df, means=False)
+    assert not without.pair_means and without.pairs and without.rows([3]) == profile.rows([3])
 
 
 def test_the_statistics_are_their_exact_sums_of_fractions() -> None:
@@ -1105,6 +1109,14 @@ def test_the_values_histogram_spends_its_charged_share_at_its_sensitivity(
     curator.sql("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,
                 keys=["g0", "g1", "g2", "g3"])
     assert drawn == []
+    # with total intervals (their own share first): the histogram's epsilon is the same share
+    # of the whole budget, and the release still costs exactly what it asked
+    before = curator.spent.epsilon
+    total = curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,
+                        keys=["g0", "g1", "g2", "g3"], intervals="total")
+    assert drawn == [(pytest.approx(0.2 * 0.25 / 5.25, rel=1e-9), VALUES_SENSITIVITY)]
+    assert total.privacy == dp.PureDP(2.0)
+    assert curator.spent.epsilon - before == pytest.approx(2.0)
 
 
 def test_the_row_cap_aims_lower_where_the_rows_it_cuts_are_mostly_zero(

@@ -530,7 +530,7 @@ def test_the_contribution_profile_is_identical_on_every_engine(make: Make, shape
     mode = "none" if unit is None else "rescale"
     q = BoundedQuery(unit, keys, None, public, 1, 1, mode,  # type: ignore[arg-type]
                      mode if keys else "none", (), profile=("v", "w"),  # type: ignore[arg-type]
-                     profile_sums=("w", "v") if unit is not None else ())
+                     profile_sums=("w", "v") if unit is not None else (), profile_means=True)
 
     def rows(engine: Engine) -> list[tuple[Any, ...]]:
         profile = engine.compute_exact_aggregates(q, 0).profile
@@ -752,7 +752,7 @@ def flag_cases() -> list[FlagCase]:
         histograms=(HistogramSpec("hv", "v", -50.0, 150.0, 64),)), None))
     cases.append(("profile", contract_frame(4), BoundedQuery(
         "tuid", (KEYS["text"],), None, None, 1, 1, "rescale", "rescale", (),
-        profile=("v", "w"), profile_sums=("w", "v")), None))
+        profile=("v", "w"), profile_sums=("w", "v"), profile_means=True), None))
     return cases
 
 

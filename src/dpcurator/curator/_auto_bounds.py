@@ -505,16 +505,13 @@ def choice_names(auto: AutoBounds, floors: Sequence[str] = (), values: bool = Fa
 
 
 def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
-              remaining: float = 1.0, values: bool | None = None
-              ) -> tuple[AutoPlan, list[DpEvent]]:
+              remaining: float = 1.0) -> tuple[AutoPlan, list[DpEvent]]:
     """Split the request between choosing ``plan.auto``'s bounds and the query; ``outer``
     (epsilon, or rho) pays for choosing a total interval's outer cap (``choose_outer``).
     ``request`` is the part ``remaining`` of the query's budget that is left after a total
     interval's share: the bounds' share stays a share of the whole budget. A sum's row cap
-    is aimed per magnitude (``value_factors``) where ``values_choice`` holds, unless
-    ``values`` says otherwise."""
-    if values is None:
-        values = values_choice(plan)
+    is aimed per magnitude (``value_factors``) where ``values_choice`` holds."""
+    values = values_choice(plan)
     auto = plan.auto
     unit_mode = plan.bounding == "unit"
     outers = outer_names(auto) if auto is not None and (outer or unit_mode) else []

@@ -12,6 +12,7 @@ from dpcurator.errors import UserError
 from dpcurator.query.bounding import BoundedQuery
 from dpcurator.query.plan import Plan
 
+from ._auto_bounds import VALUES
 from ._compile import CompiledQuery
 from ._cost import query_cost
 from ._privacy import PrivacyRequest
@@ -30,7 +31,8 @@ def profile_query(compiled: CompiledQuery) -> BoundedQuery:
         rows_mode="rescale" if unit else "none",
         partitions_mode="rescale" if unit and shell.group_keys else "none",
         measures=(), profile=auto.auto.columns,
-        profile_sums=auto.auto.unit_sums if unit else ())
+        profile_sums=auto.auto.unit_sums if unit else (),
+        profile_means=VALUES in auto.epsilons)  # a SUM's row cap's histogram
 
 
 @dataclass(frozen=True)

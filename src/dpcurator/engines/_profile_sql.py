@@ -40,7 +40,7 @@ def profile_statement(ctx: Context) -> exp.Query:
 
     Part 0 counts the (unit, partition) pairs by (``__pb``: the unit's number of
     partitions, ``__nb``: the pair's number of rows, ``__b``: the unit's number of rows,
-    and ``__s``: where ``profile`` names a column, the octave of the mean of its |x| over
+    and ``__s``: with ``profile_means``, the octave of the mean of the first column's |x| over
     the pair's rows, the largest o in ``MEAN_OCTAVES`` with sum |x| > rows 2^o, NULL
     counted as 0, or the first less one; else NULL);
     part -1 - c by (``__pb``, ``__b``: the bucket of the unit's sum of |x| of column c of
@@ -53,7 +53,7 @@ def profile_statement(ctx: Context) -> exp.Query:
     q = ctx.q
     ctes, source = rows(ctx)
     rows_view = "shaped"  # one row per value, with its unit's rows (__tb)
-    first = q.profile[0] if q.profile else None
+    first = q.profile[0] if q.profile and q.profile_means else None
     if q.unit is None:  # each row its own unit: one partition, one row
         ones = [alias(num(1), name) for name in ("__pb", "__nb", "__tb", "__tt")]
         if first is not None:  # the pair's mean is its one value
@@ -127,7 +127,7 @@ def _profile_grouped(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
     pair = [col("__u"), *ctx.keys()]
     sums = [alias(exp.Sum(this=exp.Abs(this=col(ctx.x(column)))), f"__a{c}")
             for c, column in enumerate(q.profile_sums)]
-    if q.profile:  # the pair's sum of |x| of the first column, for its mean's bucket
+    if q.profile and q.profile_means:  # the pair's sum of |x|, for its mean's octave
         sums.append(alias(exp.Sum(this=exp.Abs(this=col(ctx.x(q.profile[0])))), "__am"))
     ctes: list[tuple[str, exp.Query]] = [("pairs", select(
         [*pair, alias(exp.Count(this=exp.Star()), "__n"), *sums], source, group=pair,
@@ -149,12 +149,12 @@ def _profile_grouped(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
 
 def _mean_bucket(ctx: Context) -> list[exp.Expr]:
     """The octave of a pair's mean |x| of the first profiled column (``__am`` its sum of |x|,
-    ``__n`` its rows), where a column is profiled: the largest o with sum > rows 2^o (exact:
+    ``__n`` its rows), with ``profile_means``: the largest o with sum > rows 2^o (exact:
     rows times a power of two is exact in floating point, the same on every engine), on the
     octaves, not the magnitudes' quarter steps: a quarter of the comparisons' tree (with the
     steps, the CASE cost DuckDB's profile statement a quarter of its time on the skewed
     benchmark's 50,000 units)."""
-    if not ctx.q.profile:
+    if not (ctx.q.profile and ctx.q.profile_means):
         return []
     return [alias(_bucket(ctx, col("__am"), MEAN_OCTAVES[1], MEAN_OCTAVES[-1],
                           per=col("__n"), steps=1), "__mb")]
@@ -169,7 +169,7 @@ def _profile_windows(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
     sums = [alias(window(exp.Sum(this=exp.Abs(this=col(ctx.x(column)))),
                          [col("__u")]), f"__us{c}")
             for c, column in enumerate(q.profile_sums)]
-    if q.profile:  # the pair's sum of |x| of the first column, for its mean's bucket
+    if q.profile and q.profile_means:  # the pair's sum of |x|, for its mean's octave
         sums.append(alias(window(exp.Sum(this=exp.Abs(this=col(ctx.x(q.profile[0])))), pair),
                           "__am"))
     counted = select([star(), alias(window(exp.Count(this=exp.Star()), pair), "__n"),

@@ -220,7 +220,9 @@ class BoundedQuery:
     unit's number of rows in all (for a total interval's outer cap). The numbers are rounded
     up to a power of two above 8. For each column of ``profile_sums``, the pairs are also
     counted by (the unit's partitions, the bucket of the unit's sum of |value|), for the outer
-    cap of a total SUM.
+    cap of a total SUM. ``profile_means``: the pairs also by the octave of their rows' mean
+    |value| of the first profiled column (for a SUM's row cap:
+    ``dpcurator.curator._auto_bounds.value_factors``).
     """
 
     unit: str | None
@@ -236,12 +238,15 @@ class BoundedQuery:
     selection_units: bool = False
     profile: tuple[str, ...] | None = None
     profile_sums: tuple[str, ...] = ()
+    profile_means: bool = False
 
     def __post_init__(self) -> None:
         if self.profile is not None and (self.measures or self.histograms):
             raise InternalError("a profile query has no measures; this is a bug")
         if self.profile_sums and (self.profile is None or self.unit is None):
             raise InternalError("units' sums are profiled with a unit only; this is a bug")
+        if self.profile_means and not self.profile:
+            raise InternalError("the pairs' means need a profiled column; this is a bug")
         if self.unit is None and (self.rows_mode != "none" or self.partitions_mode != "none"):
             raise InternalError("row-level bounding has no caps to apply; this is a bug")
         if self.selection_units and self.partitions_mode == "rescale":
