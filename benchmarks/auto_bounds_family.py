@@ -380,6 +380,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
     # P[count + Z < 2 F] (Z discrete Laplace), the count read at the chosen row cap
     thin_at: dict[int, float] = {}
     symmetric_at: dict[int, float] = {}  # the rule's symmetric clamps (below ONE_SIDED F)
+    gate_at: dict[int, float] = {}  # P[a mean's floor is drawn | one-sided clamps]
     if values:
         ap = captured["auto_plan"]
         floor = _auto_bounds.thin_floor(ap, captured["plan"], captured["rows_for"])
@@ -389,10 +390,18 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
             return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
 
+        # a mean's floor is drawn only where the same noisy count is at least FLOOR_THIN
+        # times the floor choice's own F (``_auto_bounds.choose_bounds``): given a one-sided
+        # clamp, with probability gate_at[r], else the floor stays 0
+        floor_f = (_auto_bounds.FLOOR_THIN * ap.floor("floor:x", _auto_bounds.FLOOR_STEPS + 1)
+                   if "floor:x" in ap.epsilons else 0.0)
         for r in joint.rs:
             count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r))
             thin_at[r] = below(_auto_bounds.THIN * floor, count)
             symmetric_at[r] = below(_auto_bounds.ONE_SIDED * floor, count) - thin_at[r]
+            sided = 1.0 - below(_auto_bounds.ONE_SIDED * floor, count)
+            gate_at[r] = ((1.0 - below(max(_auto_bounds.ONE_SIDED * floor, floor_f), count))
+                          / sided if sided > 0.0 else 0.0)
     fallback = 0.0
     by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}
     for index in np.flatnonzero(probabilities > 1e-12):
@@ -430,7 +439,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                 assert m is not None
                 for r in r_list:
                     laws[r] = floor_law(k, m, 1 if a == 0.0 else -1, r)
-            floors = sorted({f for law in laws.values() for _, f in law}) or [0.0]
+            floors = sorted({f for law in laws.values() for _, f in law} | {0.0})
             for low in floors:
                 if values:
                     assert m is not None
@@ -447,7 +456,9 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                     # p excludes the widest clamps already; the symmetric rule overrides the
                     # signs (and then no floor is drawn)
                     sym = symmetric_at.get(r, 0.0) / max(1.0 - thin_at.get(r, 0.0), 1e-300)
-                    pf = dict((f, q) for q, f in laws[r]).get(low, 0.0) if one_sided else 1.0
+                    gate = gate_at.get(r, 1.0)
+                    pf = (gate * dict((f, q) for q, f in laws[r]).get(low, 0.0)
+                          + (1.0 - gate) * (low == 0.0)) if one_sided else 1.0
                     weight = p * ((1.0 - sym) * sign_p * pf +
                                   (sym if (a, b) == (-1.0, 1.0) else 0.0))
                     if weight <= 0.0:
