@@ -437,8 +437,9 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             laws: dict[int, list[tuple[float, float]]] = {}
             if one_sided:
                 assert m is not None
-                for r in r_list:
-                    laws[r] = floor_law(k, m, 1 if a == 0.0 else -1, r)
+                for r in r_list:  # no floor is drawn where the gate is shut
+                    laws[r] = floor_law(k, m, 1 if a == 0.0 else -1, r) \
+                        if gate_at.get(r, 1.0) > 0.0 else []
             floors = sorted({f for law in laws.values() for _, f in law} | {0.0})
             for low in floors:
                 if values:
