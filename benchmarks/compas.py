@@ -99,7 +99,7 @@ def main() -> None:
                                   "g": table[group].map({k: f"g{i}" for i, k in
                                                          enumerate(keys)}),
                                   "x": table[column].astype(float)})
-            family.shape_table = lambda _shape, frame=frame: frame  # type: ignore[assignment]
+            family.shape_table = lambda _shape, frame=frame: frame  # type: ignore[misc]
             for (epsilon, rho), question in ((level, q) for level in LEVELS for q in questions):
                 started = time.perf_counter()
                 shape = family.Shape(seed=0, groups=len(keys), units=len(table), heavy=0.0,
