@@ -18,7 +18,7 @@ probability of an error above 3x the best, and the probability of the thin-data 
 widest clamps (``fallback``, left out of the ratio: that release says it used them), and
 whether one real release carries a warning::
 
-    .bench-venv/bin/python benchmarks/compas.py            # about 4 minutes
+    .bench-venv/bin/python benchmarks/compas.py            # about a minute
     .bench-venv/bin/python benchmarks/compas.py --json F
 """
 
