@@ -981,7 +981,8 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     epsilon = auto_plan.epsilons[UNITS]
     widest = (f"too few units for epsilon to choose the clamps from the data (the choice "
               f"needs about {floor:,.0f}); the widest clamps (+-2^40) were used, so the "
-              "answer is as uncertain as its interval says: give bounds, or raise epsilon")
+              "answer is as uncertain as its interval says: give bounds, or raise epsilon, or "
+              "the share of it spent choosing them (bounds_share)")
     if 1.0 / epsilon > MAX_NOISE_SCALE:
         return "widest", None, widest
     noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(count))
