@@ -1168,9 +1168,10 @@ def test_the_exact_measure_prices_a_means_floor_only_where_the_gate_opens() -> N
     """``benchmarks/auto_bounds_family.evaluate`` drew a mean's floor wherever the clamp was
     one-sided, but ``choose_bounds`` draws one only where the thin-data rule's noisy count
     reaches ``FLOOR_THIN`` times the floor choice's F. On 7,000 people with small counts (a
-    long thin tail, as COMPAS's priors) at epsilon 0.3 that count is about 3,000 short of
-    it (the gate opens with probability below 1e-9 at the count's noise), so no floor may be
-    priced: before the fix the measure read 24x on COMPAS for a default that is 1.6x.
+    long thin tail, as COMPAS's priors) at epsilon 0.3 that count (4,894 nonzero values) is
+    about 29,000 short of 4 F (F about 8,400): at the count's noise (scale 700) the gate
+    opens with probability about e^-41, so no floor may be priced. Before the fix the
+    measure read 26.5x here (24x on COMPAS, for a default that is 1.6x).
     Deterministic: the exact law, no release's noise."""
     sys_path = __import__("sys").path
     sys_path.insert(0, "benchmarks")  # evaluate imports its sibling auto_bounds when called
