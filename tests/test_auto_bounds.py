@@ -1225,3 +1225,5 @@ def test_the_widest_clamps_say_what_would_let_the_data_be_chosen_from() -> None:
     assert chosen.bounds_chosen is not None
     lo, hi = chosen.bounds_chosen["bounds"]["x"]
     assert 1.0 <= hi <= 64.0 and lo in (0.0, -hi), (lo, hi)
+    thin_warnings = [w for w in chosen.warnings if w.startswith("thin data")]
+    assert thin_warnings and all("bounds_share" in w for w in thin_warnings)

@@ -993,7 +993,7 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
             f"thin data for this epsilon (about {max(noisy, 0):,} units' worth of nonzero "
             f"values): the clamps chosen from the data cannot locate a tail of fewer than "
             f"about {floor:,.0f} units; values beyond them are cut unseen (give bounds to be "
-            "sure)")
+            "sure; a larger bounds_share locates smaller tails)")
     return "chosen", noisy, None
 
 
