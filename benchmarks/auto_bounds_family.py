@@ -390,11 +390,10 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
             return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
 
-        # a mean's floor is drawn only where the same noisy count is at least FLOOR_THIN
-        # times the floor choice's own F (``_auto_bounds.choose_bounds``): given a one-sided
-        # clamp, with probability gate_at[r], else the floor stays 0
-        floor_f = (_auto_bounds.FLOOR_THIN * ap.floor("floor:x", _auto_bounds.FLOOR_STEPS + 1)
-                   if "floor:x" in ap.epsilons else 0.0)
+        # a mean's floor is drawn only where the same noisy count reaches the floor's gate
+        # (``_auto_bounds.floor_gate``): given a one-sided clamp, with probability
+        # gate_at[r], else the floor stays 0
+        floor_f = _auto_bounds.floor_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
         for r in joint.rs:
             count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r))
             thin_at[r] = below(_auto_bounds.THIN * floor, count)

@@ -1035,6 +1035,13 @@ def floor_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, m
     return -penalties, floors, epsilon
 
 
+def floor_gate(auto_plan: AutoPlan, column: str) -> float:
+    """The thin-data rule's noisy count a mean's floor needs before it is drawn
+    (``choose_bounds``): ``FLOOR_THIN`` times the floor choice's own F. Public numbers only;
+    the exact measure of ``benchmarks/auto_bounds_family.py`` prices floors by the same gate."""
+    return FLOOR_THIN * auto_plan.floor(f"floor:{column}", FLOOR_STEPS + 1)
+
+
 def choose_floor(auto_plan: AutoPlan, stats: Profile, index: int, column: str,
                  magnitude: int, side: int, r: int, k: int, source: RandomSource | None
                  ) -> float:
@@ -1102,8 +1109,8 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
         elif thin is not None and thin[0] == "symmetric":  # too few values for one side
             lo, hi = -magnitude, magnitude
         elif f"floor:{column}" in eps and lo * hi == 0.0 and thin is not None and \
-                thin[1] is not None and thin[1] >= FLOOR_THIN * auto_plan.floor(
-                    f"floor:{column}", FLOOR_STEPS + 1):  # a mean's clamp: its floor too
+                thin[1] is not None and thin[1] >= floor_gate(auto_plan, column):
+            # a mean's one-sided clamp: its floor too
             low = choose_floor(auto_plan, stats, index, column, chosen_index,
                                1 if lo == 0.0 else -1, r, k, source)
             lo, hi = (low, hi) if lo == 0.0 else (lo, -low)
