@@ -138,17 +138,26 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     """One release of ``sql`` (``options``: by default ``bounds="auto"`` and bounded
     intervals), keeping what its joint choice saw: ``auto_plan``, ``plan``, ``stats`` (the
     profile's statistics), ``rows_for`` (the proven candidates) and ``scores`` (the scores
-    and epsilon given to permute-and-flip), and the ``release`` itself."""
-    from dpcurator.curator import _auto_bounds
+    and epsilon given to permute-and-flip), and the ``release`` itself; those of the first
+    choice where the release chose again (``_auto_bounds.plan_retry``), and ``retry``: the
+    retry's plan and proven row caps (auto_plan, rows_for), or None where it has none."""
+    from dpcurator.curator import _auto_bounds, _compile
 
     captured: dict[str, Any] = {}
     real_joint, real_release = _auto_bounds._choose_joint, _auto_bounds._release
+    real_retry = _compile._prove_retry
 
     def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any,
                   rows_for: Any = None, factors: Any = None) -> Any:
-        captured.update(auto_plan=auto_plan, plan=plan, stats=stats, rows_for=rows_for,
-                        factors=factors)
+        if "auto_plan" not in captured:  # the first choice
+            captured.update(auto_plan=auto_plan, plan=plan, stats=stats, rows_for=rows_for,
+                            factors=factors)
         return real_joint(auto_plan, plan, stats, source, rows_for, factors)
+
+    def spy_retry(*args: Any, **kwargs: Any) -> Any:
+        retry = real_retry(*args, **kwargs)
+        captured["retry"] = None if retry is None else (retry[0], retry[1].rows_for)
+        return retry
 
     def spy_release(scores: Any, epsilon: float, source: Any, *, monotonic: bool = False
                     ) -> int:
@@ -160,12 +169,14 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=budget, cache=False)
     _auto_bounds._choose_joint = spy_joint  # type: ignore[assignment]
     _auto_bounds._release = spy_release  # type: ignore[assignment]
+    _compile._prove_retry = spy_retry  # type: ignore[assignment]
     try:
         captured["release"] = curator.sql(sql, keys=keys, **request,  # type: ignore[arg-type]
                                           **(options or {"bounds": "auto",
                                                          "intervals": "bounded"}))
     finally:
         _auto_bounds._choose_joint, _auto_bounds._release = real_joint, real_release
+        _compile._prove_retry = real_retry  # type: ignore[assignment]
     return captured
 
 

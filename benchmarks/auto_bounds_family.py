@@ -362,113 +362,153 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                   0.0)
     if "auto_plan" not in captured:
         raise RuntimeError(f"{question} on {shape.label()}: no joint choice was made")
-    laws = []
-    for factors in factor_draws(captured, FACTOR_DRAWS):  # and over the factors' noise
-        joint = _auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],
-                                          captured["stats"], captured["rows_for"], factors)
-        laws.append(_law(np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
-                         _auto_bounds.SENSITIVITY))
-    probabilities = np.mean(laws, axis=0)
-    sign_law = [(1.0, (0.0, 1.0))]
-    if values:
-        sscores, seps = _auto_bounds.sign_scores(captured["auto_plan"], captured["stats"], 0,
-                                                 "x")
-        law = _law(np.asarray(sscores), seps, _auto_bounds.SENSITIVITY, monotonic=True)
-        sign_law = [(float(p), b) for p, b in zip(law, ((0.0, 1.0), (-1.0, 0.0), (-1.0, 1.0)),
-                                                   strict=True) if p > 1e-9 or b == (-1.0, 1.0)]
-    # the thin-data rule (``_auto_bounds.thin_rule``): the widest clamps with probability
-    # P[count + Z < 2 F] (Z discrete Laplace), the count read at the chosen row cap
-    thin_at: dict[int, float] = {}
-    symmetric_at: dict[int, float] = {}  # the rule's symmetric clamps (below ONE_SIDED F)
-    gate_at: dict[int, float] = {}  # P[a mean's floor is drawn | one-sided clamps]
-    if values:
-        ap = captured["auto_plan"]
-        floor = _auto_bounds.thin_floor(ap, captured["plan"], captured["rows_for"])
-        q = math.exp(-ap.epsilons[_auto_bounds.UNITS])
 
-        def below(threshold: float, count: int) -> float:
-            z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
-            return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
+    retry = captured.get("retry")
+    first_ap = captured["auto_plan"]
 
-        # a mean's floor is drawn only where the same noisy count reaches the floor's gate
-        # (``_auto_bounds.floor_gate``): given a one-sided clamp, with probability
-        # gate_at[r], else the floor stays 0
-        floor_f = _auto_bounds.floor_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
-        for r in joint.rs:
-            count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r))
-            thin_at[r] = below(_auto_bounds.THIN * floor, count)
-            symmetric_at[r] = below(_auto_bounds.ONE_SIDED * floor, count) - thin_at[r]
-            sided = 1.0 - below(_auto_bounds.ONE_SIDED * floor, count)
-            gate_at[r] = ((1.0 - below(max(_auto_bounds.ONE_SIDED * floor, floor_f), count))
-                          / sided if sided > 0.0 else 0.0)
-    fallback = 0.0
-    by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}
-    for index in np.flatnonzero(probabilities > 1e-12):
-        k, r, m = joint.decode(int(index))
-        p = float(probabilities[index])
-        fallback += p * thin_at.get(r, 0.0)
-        by_km.setdefault((k, m), []).append((r, p * (1.0 - thin_at.get(r, 0.0))))
-    total = mass = far = 0.0
-    likeliest: list[tuple[float, ...]] = []
-    threshold = 9.0 * best
-    floored = question == "AVG" and "floor:x" in captured["auto_plan"].epsilons
+    def path_law(ap: Any, rows_for: Any, scales: tuple[float, float]
+                 ) -> tuple[float, float, float, list[tuple[float, ...]], float]:
+        """One path's choices (the first, or the retry's: ``_auto_bounds.plan_retry``), exactly
+        over their law: (the weighted squared error, the weight, the weight of releases above
+        3x the best, the likeliest bounds, P[the widest clamps])."""
+        laws = []
+        # and over the factors' noise
+        for factors in factor_draws({**captured, "auto_plan": ap}, FACTOR_DRAWS):
+            joint = _auto_bounds.joint_scores(ap, captured["plan"],
+                                              captured["stats"], rows_for, factors)
+            laws.append(_law(np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
+                             _auto_bounds.SENSITIVITY))
+        probabilities = np.mean(laws, axis=0)
+        sign_law = [(1.0, (0.0, 1.0))]
+        if values:
+            sscores, seps = _auto_bounds.sign_scores(ap, captured["stats"], 0,
+                                                     "x")
+            law = _law(np.asarray(sscores), seps, _auto_bounds.SENSITIVITY, monotonic=True)
+            sign_law = [(float(p), b) for p, b in zip(law, ((0.0, 1.0), (-1.0, 0.0), (-1.0, 1.0)),
+                                                       strict=True) if p > 1e-9 or b == (-1.0, 1.0)]
+        # the thin-data rule (``_auto_bounds.thin_rule``): the widest clamps with probability
+        # P[count + Z < THIN F + t(k) / 2] (Z discrete Laplace), the count read at the chosen
+        # row cap, t(k) the magnitude's target at the chosen partition cap; per (k, r)
+        thin_at: dict[tuple[int, int], float] = {}
+        # the rule's symmetric clamps (below ONE_SIDED F)
+        symmetric_at: dict[tuple[int, int], float] = {}
+        # P[a mean's floor is drawn | one-sided clamps]
+        gate_at: dict[tuple[int, int], float] = {}
+        if values:
+            floor = _auto_bounds.thin_floor(ap, captured["plan"], rows_for)
+            q = math.exp(-ap.epsilons[_auto_bounds.UNITS])
 
-    def floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
-        """(probability, floor) of a mean's floor (``_auto_bounds.floor_scores``), which
-        reads the row cap only through ``magnitude_cap``."""
-        return _floor_law(k, m, side, _auto_bounds.magnitude_cap(r))
+            def below(threshold: float, count: int) -> float:
+                z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
+                return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
 
-    @functools.cache
-    def _floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
-        scores, floors, eps = _auto_bounds.floor_scores(
-            captured["auto_plan"], captured["stats"], 0, "x", m, side, r, k)
-        law = _law(np.maximum(scores, -_auto_bounds.PENALTY_CAP), eps,
-                   _auto_bounds.SENSITIVITY)
-        kept = [(float(p), f) for p, f in zip(law, floors, strict=True) if p > 1e-4]
-        norm = sum(p for p, _ in kept)
-        return [(p / norm, f) for p, f in kept]
+            # a mean's floor is drawn only where the same noisy count reaches the floor's gate
+            # (``_auto_bounds.floor_gate``): given a one-sided clamp, with probability
+            # gate_at[r], else the floor stays 0
+            floor_f = _auto_bounds.floor_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
+            for k, r in itertools.product(joint.ks, joint.rs):
+                count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r))
+                widest = _auto_bounds.THIN * floor + ap.target(k, per_partition=False) / 2.0
+                # the retry's path where the first count is below RETRY_BELOW F too (its
+                # mass is priced as the widest's, then given the retry's law below)
+                if retry is not None and ap is first_ap:
+                    widest = max(widest, _auto_bounds.RETRY_BELOW * floor)
+                thin_at[k, r] = below(widest, count)
+                symmetric_at[k, r] = max(0.0, below(_auto_bounds.ONE_SIDED * floor, count)
+                                         - thin_at[k, r])
+                sided = 1.0 - below(_auto_bounds.ONE_SIDED * floor, count)
+                gate_at[k, r] = ((1.0 - below(max(_auto_bounds.ONE_SIDED * floor, floor_f),
+                                              count)) / sided if sided > 0.0 else 0.0)
+        fallback = 0.0
+        by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}
+        for index in np.flatnonzero(probabilities > 1e-12):
+            k, r, m = joint.decode(int(index))
+            p = float(probabilities[index])
+            fallback += p * thin_at.get((k, r), 0.0)
+            by_km.setdefault((k, m), []).append((r, p * (1.0 - thin_at.get((k, r), 0.0))))
+        total = mass = far = 0.0
+        likeliest: list[tuple[float, ...]] = []
+        threshold = 9.0 * best
+        floored = question == "AVG" and "floor:x" in ap.epsilons
 
-    for (k, m), entries in by_km.items():
-        r_list = [r for r, _ in entries]
-        for sign_p, (a, b) in sign_law:
-            # a one-sided mean's clamp gets a floor, drawn per row cap read (r' <= 4)
-            one_sided = floored and a * b == 0.0
-            laws: dict[int, list[tuple[float, float]]] = {}
-            if one_sided:
-                assert m is not None
-                for r in r_list:  # no floor is drawn where the gate is shut
-                    laws[r] = floor_law(k, m, 1 if a == 0.0 else -1, r) \
-                        if gate_at.get(r, 1.0) > 0.0 else []
-            floors = sorted({f for law in laws.values() for _, f in law} | {0.0})
-            for low in floors:
-                if values:
+        def floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
+            """(probability, floor) of a mean's floor (``_auto_bounds.floor_scores``), which
+            reads the row cap only through ``magnitude_cap``."""
+            return _floor_law(k, m, side, _auto_bounds.magnitude_cap(r))
+
+        @functools.cache
+        def _floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
+            scores, floors, eps = _auto_bounds.floor_scores(
+                ap, captured["stats"], 0, "x", m, side, r, k)
+            law = _law(np.maximum(scores, -_auto_bounds.PENALTY_CAP), eps,
+                       _auto_bounds.SENSITIVITY)
+            kept = [(float(p), f) for p, f in zip(law, floors, strict=True) if p > 1e-4]
+            norm = sum(p for p, _ in kept)
+            return [(p / norm, f) for p, f in kept]
+
+        for (k, m), entries in by_km.items():
+            r_list = [r for r, _ in entries]
+            for sign_p, (a, b) in sign_law:
+                # a one-sided mean's clamp gets a floor, drawn per row cap read (r' <= 4)
+                one_sided = floored and a * b == 0.0
+                laws: dict[int, list[tuple[float, float]]] = {}
+                if one_sided:
                     assert m is not None
-                    magnitude = float(_auto_bounds.MAGNITUDES[m])
-                    lo, hi = a * magnitude, b * magnitude
-                    if one_sided:
-                        lo, hi = (low, hi) if a == 0.0 else (lo, -low)
-                    if hi <= lo:
-                        hi = lo + 1e-12
-                else:
-                    lo = hi = None
-                per_r = errors(k, r_list, lo, hi, scales)
-                for (r, p), per in zip(entries, per_r, strict=True):
-                    # p excludes the widest clamps already; the symmetric rule overrides the
-                    # signs (and then no floor is drawn)
-                    sym = symmetric_at.get(r, 0.0) / max(1.0 - thin_at.get(r, 0.0), 1e-300)
-                    gate = gate_at.get(r, 1.0)
-                    pf = (gate * dict((f, q) for q, f in laws[r]).get(low, 0.0)
-                          + (1.0 - gate) * (low == 0.0)) if one_sided else 1.0
-                    weight = p * ((1.0 - sym) * sign_p * pf +
-                                  (sym if (a, b) == (-1.0, 1.0) else 0.0))
-                    if weight <= 0.0:
-                        continue
-                    mse = float(per.mean())
-                    total += weight * mse
-                    mass += weight
-                    far += weight * float((per > threshold).mean())
-                    likeliest.append((round(weight, 4), k, r, round(lo or 0.0, 3),
-                                      round(hi or 0.0, 3)))
+                    for r in r_list:  # no floor is drawn where the gate is shut
+                        laws[r] = floor_law(k, m, 1 if a == 0.0 else -1, r) \
+                            if gate_at.get((k, r), 1.0) > 0.0 else []
+                floors = sorted({f for law in laws.values() for _, f in law} | {0.0})
+                for low in floors:
+                    if values:
+                        assert m is not None
+                        magnitude = float(_auto_bounds.MAGNITUDES[m])
+                        lo, hi = a * magnitude, b * magnitude
+                        if one_sided:
+                            lo, hi = (low, hi) if a == 0.0 else (lo, -low)
+                        if hi <= lo:
+                            hi = lo + 1e-12
+                    else:
+                        lo = hi = None
+                    per_r = errors(k, r_list, lo, hi, scales)
+                    for (r, p), per in zip(entries, per_r, strict=True):
+                        # p excludes the widest clamps already; the symmetric rule overrides the
+                        # signs (and then no floor is drawn)
+                        sym = symmetric_at.get((k, r), 0.0) / max(
+                            1.0 - thin_at.get((k, r), 0.0), 1e-300)
+                        gate = gate_at.get((k, r), 1.0)
+                        pf = (gate * dict((f, q) for q, f in laws[r]).get(low, 0.0)
+                              + (1.0 - gate) * (low == 0.0)) if one_sided else 1.0
+                        weight = p * ((1.0 - sym) * sign_p * pf +
+                                      (sym if (a, b) == (-1.0, 1.0) else 0.0))
+                        if weight <= 0.0:
+                            continue
+                        mse = float(per.mean())
+                        total += weight * mse
+                        mass += weight
+                        far += weight * float((per > threshold).mean())
+                        likeliest.append((round(weight, 4), k, r, round(lo or 0.0, 3),
+                                          round(hi or 0.0, 3)))
+        return total, mass, far, likeliest, fallback
+
+    # each path's noise per unit of sensitivity, from the release's (noise ~ 1 / epsilon,
+    # or 1 / sqrt(rho)): the release took the retry's path where it says so
+    def main(ap: Any) -> float:
+        return float(ap.request.rho if gaussian else ap.request.epsilon)
+
+    released = retry[0] if retry is not None and "first_choice" in chosen else first_ap
+
+    def scaled(ap: Any) -> tuple[float, float]:
+        factor = main(released) / main(ap)
+        factor = math.sqrt(factor) if gaussian else factor
+        return scales[0] * factor, scales[1] * factor
+
+    total, mass, far, likeliest, fallback = path_law(first_ap, captured["rows_for"],
+                                                     scaled(first_ap))
+    if retry is not None and fallback > 0.0:  # the widest clamps' mass takes the retry's path
+        t2, m2, f2, l2, w2 = path_law(retry[0], retry[1], scaled(retry[0]))
+        total, mass, far = total + fallback * t2, mass + fallback * m2, far + fallback * f2
+        likeliest += [(round(fallback * w[0], 4), *w[1:]) for w in l2]
+        fallback *= w2
     auto_rmse = math.sqrt(total / mass) if mass > 0 else math.inf
     likeliest.sort(reverse=True)
     return Outcome(shape.label(), question, best_rmse, best_bounds, auto_rmse,

@@ -248,6 +248,12 @@ def test_the_statistics_are_their_exact_sums_of_fractions() -> None:
                     for q in PROFILE_STEPS]
 
 
+#: what the choices spend per unit of the bounds' share where one column's clamp is chosen:
+#: the thin-data count weighs 1, 3/4 of it on top of the share (``UNITS_ON_TOP``), so the
+#: weights 6 (4 for the joint choice, 1 for the signs, 1 for the count) cost 6 / 5.25 of it
+ON_TOP = 6 / 5.25
+
+
 def clear_frame(units: int = 3000) -> pd.DataFrame:
     """Every unit: 5 rows in one of 4 groups, values in (0, 10]."""
     rng = np.random.default_rng(5)
@@ -267,7 +273,8 @@ def test_the_choice_finds_clear_bounds_and_the_release_states_them() -> None:
     assert chosen["max_rows_per_partition"] == 5
     lo, hi = chosen["bounds"]["x"]
     assert lo == 0.0 and 6.0 <= hi <= 2**3.5  # at most the first step above the largest value
-    assert chosen["epsilon"] == pytest.approx(0.2) and chosen["epsilon"] <= 0.2
+    # the share (10%), and 3/4 of the thin-data count's weight on top (``UNITS_ON_TOP``)
+    assert chosen["epsilon"] == pytest.approx(0.2 * ON_TOP) and chosen["epsilon"] <= 0.2 * ON_TOP
     assert release.plan.max_rows_per_partition == 5 and release.plan.auto is None
     assert release.privacy == dp.PureDP(2)
     assert curator.spent.epsilon == pytest.approx(2.0)
@@ -314,7 +321,7 @@ def test_curator_defaults_builder_rho_and_private_keys() -> None:
     query = Query().group_by("g", keys=["g0", "g1", "g2", "g3"]).mean("x")
     release = curator.run(query, rho=0.5)
     chosen = release.bounds_chosen
-    assert chosen is not None and chosen["rho"] == pytest.approx(0.05)
+    assert chosen is not None and chosen["rho"] == pytest.approx(0.05 * ON_TOP)
     assert isinstance(release.privacy, dp.ZCDP)  # the events' rhos, exactly summed
     assert release.privacy.rho <= 0.5 and release.privacy.rho == pytest.approx(0.5)
     assert curator.spent.rho == pytest.approx(0.5)
@@ -408,7 +415,8 @@ def test_explain_says_which_bounds_will_be_chosen_and_charges_nothing() -> None:
     histogram = chosen["epsilons"].pop("values")
     assert histogram == pytest.approx(0.05 * 0.25 / 5.25)
     assert chosen["values_share"] == pytest.approx(0.1 * 0.25 / 5.25)
-    assert sum(chosen["epsilons"].values()) <= 0.05
+    assert sum(chosen["epsilons"].values()) == pytest.approx(0.05 * ON_TOP)
+    assert sum(chosen["epsilons"].values()) <= 0.05 * ON_TOP
     assert explained["cost"] == dp.PureDP(0.5) and curator.spent.epsilon == 0.0
 
 
@@ -423,11 +431,19 @@ def test_the_share_spent_choosing_is_the_users_to_set() -> None:
     release = curator.sql(sql, epsilon=2, keys=keys)
     chosen = release.bounds_chosen
     assert chosen is not None and chosen["share"] == 0.25
-    assert chosen["epsilon"] == pytest.approx(0.5) and chosen["epsilon"] <= 0.5
+    assert chosen["epsilon"] == pytest.approx(0.5 * ON_TOP) and chosen["epsilon"] <= 0.5 * ON_TOP
     assert release.privacy == dp.PureDP(2)
+    # 500 units are too thin for 5% of epsilon 2 (the thin-data rule's count below 1.25 F):
+    # the first choice spends its 0.1 (and the count's part on top), then the bounds are
+    # chosen again with half of the budget in all (``plan_retry``); the query still costs
+    # what it states
     release = curator.sql(sql, epsilon=2, keys=keys, bounds_share=0.05)
-    assert release.bounds_chosen is not None and release.bounds_chosen["share"] == 0.05
-    assert release.bounds_chosen["epsilon"] == pytest.approx(0.1)
+    chosen = release.bounds_chosen
+    assert chosen is not None
+    assert chosen["first_choice"]["epsilon"] == pytest.approx(0.1 * ON_TOP)
+    assert chosen["share"] == 0.5 and chosen["epsilon"] == pytest.approx(1.0)
+    assert chosen["epsilon"] <= 1.0 and release.privacy == dp.PureDP(2)
+    assert any("chosen again" in w for w in release.warnings)
     query = Query().group_by("g", keys=keys).sum("x").bounds_share(0.5)
     release = curator.run(query, epsilon=1)
     assert release.bounds_chosen is not None and release.bounds_chosen["share"] == 0.5
@@ -485,14 +501,16 @@ budgets = {{ d = {{ epsilon = 1.0 }} }}
 
 def capture_choice_inputs(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     """What the curator's next choice of bounds is given (``auto_plan``, ``plan``), kept in
-    the returned dict when the choice runs; the choice itself is unchanged."""
+    the returned dict when the choice runs (the first one's, where the bounds are chosen
+    again: ``plan_retry``); the choice itself is unchanged."""
     import dpcurator.curator._session as session
 
     captured: dict[str, object] = {}
     real = session.choose_bounds
 
     def spy(auto_plan: object, plan: object, *args: object) -> object:
-        captured.update(auto_plan=auto_plan, plan=plan)
+        if "auto_plan" not in captured:
+            captured.update(auto_plan=auto_plan, plan=plan)
         return real(auto_plan, plan, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session, "choose_bounds", spy)
@@ -850,17 +868,17 @@ def sum_of_clear_frame() -> tuple[dp.Curator, Any]:
 def test_the_thin_rules_count_spends_its_charged_share_at_sensitivity_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The thin-data rule's noisy count is a discrete Laplace of sensitivity 1 with the
-    ``units`` choice's epsilon: 1/4 of the bounds' share over the summed weights (a joint
-    choice of k, r and a magnitude 4, the signs 1, the count 1/4), which the release's
-    privacy includes. A count drawn with more epsilon than charged would pass every other
-    test; this one fails."""
+    ``units`` choice's epsilon: its weight 1 of the bounds' share over the weights paid
+    from it (a joint choice of k, r and a magnitude 4, the signs 1, the count's 1/4: its
+    other 3/4 on top, ``UNITS_ON_TOP``), which the release's privacy includes. A count
+    drawn with more epsilon than charged would pass every other test; this one fails."""
     drawn = spy_on_mechanism(monkeypatch, "DiscreteLaplace")
     curator, release = sum_of_clear_frame()
     assert len(drawn) == 1
     epsilon, sensitivity = drawn[0]
     assert sensitivity == 1
-    assert epsilon == pytest.approx(0.2 * 0.25 / 5.25, rel=1e-9)
-    assert epsilon <= 0.2 * 0.25 / 5.25
+    assert epsilon == pytest.approx(0.2 * 1.0 / 5.25, rel=1e-9)
+    assert epsilon <= 0.2 * 1.0 / 5.25
     assert release.privacy == dp.PureDP(2.0) and curator.spent.epsilon == pytest.approx(2.0)
 
 
@@ -1202,13 +1220,14 @@ def _gated_floor_outcome(family: Any) -> Any:
 
 
 def test_the_widest_clamps_say_what_would_let_the_data_be_chosen_from() -> None:
-    """A column nonzero for 5% of 7,000 people (as COMPAS's juvenile felonies): at epsilon 1
-    its 302 nonzero values are below the thin-data rule's 1.25 F (F about 520), so the widest
-    clamps are used (in 11 of the first 12 seeds) and the release says what would help,
-    bounds_share among them. At bounds_share 0.5 the choice's F is five times smaller (about
-    104) and the clamp is chosen from the data (5.7 to 8 in 12 of 12 seeds; the rule fires
-    only if the count's noise, scale 44, is below -172: about 1%). Seeded: the same draws
-    every run."""
+    """A column nonzero for 5% of 7,000 people (as COMPAS's juvenile felonies): at epsilon
+    0.3 its 302 nonzero values are below the thin-data rule's 1.25 F for the first choice
+    (F about 1,700) and for the retry's (``plan_retry``, F about 450), so the widest clamps
+    are used (in 12 of the first 12 seeds) and the release says what would help,
+    bounds_share among them. At epsilon 1 and bounds_share 0.5 the choice's F is five times
+    smaller than at the default share (about 104) and the clamp is chosen from the data (5.7
+    to 8 in 12 of 12 seeds; the rule fires only if the count's noise, scale 44, is below
+    -172: about 1%). Seeded: the same draws every run."""
     rng = np.random.default_rng(8)
     units = 7_000
     x = np.where(rng.random(units) < 0.05, np.minimum(rng.geometric(0.4, units), 20), 0)
@@ -1217,8 +1236,8 @@ def test_the_widest_clamps_say_what_would_let_the_data_be_chosen_from() -> None:
     sql = "SELECT g, SUM(x) AS s FROM data GROUP BY g"
     curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100.0),
                                      source=SeededRandom(0), cache=False)
-    thin = curator.sql(sql, epsilon=1.0, keys=list("abcdef"))
-    assert thin.bounds_chosen is not None
+    thin = curator.sql(sql, epsilon=0.3, keys=list("abcdef"))
+    assert thin.bounds_chosen is not None and "first_choice" in thin.bounds_chosen
     assert thin.bounds_chosen["bounds"]["x"] == (-WIDEST, WIDEST)
     assert any("widest" in w and "bounds_share" in w for w in thin.warnings)
     chosen = curator.sql(sql, epsilon=1.0, keys=list("abcdef"), bounds_share=0.5)

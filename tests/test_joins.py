@@ -639,7 +639,10 @@ def test_bounds_are_chosen_from_the_joined_rows(monkeypatch: pytest.MonkeyPatch)
     cur = schema_curator(data, budget=dp.PureDP(1))
     release = cur.sql(f"SELECT n_name, COUNT(*) AS n, SUM(l_extendedprice) AS s {FOUR} "
                       "GROUP BY n_name", epsilon=1.0, keys=NATIONS)
-    assert release.bounds_chosen is not None and len(profiles) == 1
+    # one profile, read by the first choice and, where it is too thin for that (300
+    # customers), by the retry (``plan_retry``): the same rows both times
+    assert release.bounds_chosen is not None and 1 <= len(profiles) <= 2
+    assert all(profile is profiles[0] for profile in profiles)
 
     def up(n: int) -> int:
         return n if n <= 8 else 2 ** int(np.ceil(np.log2(n)))

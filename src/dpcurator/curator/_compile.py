@@ -20,9 +20,11 @@ intervals; a quantile's estimator reads a ``QuantileTree`` (see ``_quantiles``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import partial
+from typing import Any
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.accounting.events import ComposedEvent, DpEvent
@@ -53,9 +55,9 @@ from dpcurator.query.plan import (
 )
 
 from . import _privacy, _total
-from ._auto_bounds import AutoPlan, outer_names, plan_auto
+from ._auto_bounds import AutoPlan, outer_names, plan_auto, plan_retry
 from ._candidates import Candidates, prove_candidates
-from ._cost import check_within, stated_event
+from ._cost import check_within, stated_event, within_charge
 from ._estimators import Estimator, NoisyMeasure
 from ._grid import unit_bound as _unit_bound
 from ._grid import value_scale as _value_scale
@@ -91,6 +93,10 @@ class CompiledQuery:
     threshold_measure: str | None = None
     auto: AutoPlan | None = None  # bounds still to choose: compiled with placeholders
     candidates: Candidates | None = None  # the bounds it may choose, proven to compile
+    # where the thin-data rule would use the widest clamps, the choice made again
+    # (``_auto_bounds.plan_retry``) and its candidates, proven too; None where it cannot be
+    retry: AutoPlan | None = None
+    retry_candidates: Candidates | None = None
 
     @property
     def event(self) -> ComposedEvent:
@@ -221,9 +227,8 @@ def _compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
     if plan.auto is None:
         return _compile_plain(plan, request, privacy_unit=privacy_unit,
                               postprocess=postprocess, source=source, total=total, whole=whole)
-    auto, choices = plan_auto(plan, request, outer,
-                              1.0 - (plan.total_share or _total.SHARE)
-                              if whole is not request else 1.0)
+    remaining = 1.0 - (plan.total_share or _total.SHARE) if whole is not request else 1.0
+    auto, choices = plan_auto(plan, request, outer, remaining)
     auto = replace(auto, total=total)
     main = _compile_plain(plan, auto.request, privacy_unit=privacy_unit,
                           postprocess=postprocess, source=source, total=total,
@@ -244,9 +249,52 @@ def _compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
         else:
             check_within(ComposedEvent(tuple(events)), epsilon=allowed, delta=0.0,
                          rho=Fraction(0))
+    charged = (*choices, *main.events)
+    retry = _prove_retry(plan, auto, remaining, choices, charged, whole, partial(
+        _compile_plain, plan, privacy_unit=privacy_unit, postprocess=postprocess,
+        source=source, total=total), partial(
+        compile_query, privacy_unit=privacy_unit, postprocess=postprocess, source=source,
+        total=total), source)
     return CompiledQuery(plan, whole, main.bounded, main.estimators, main.selection,
-                         _whole_cost(whole, main.cost), (*choices, *main.events),
-                         main.threshold_measure, auto, candidates)
+                         _whole_cost(whole, main.cost), charged, main.threshold_measure,
+                         auto, candidates, *(retry or (None, None)))
+
+
+def _prove_retry(plan: Plan, first: AutoPlan, remaining: float, choices: list[DpEvent],
+                 charged: tuple[DpEvent, ...], whole: PrivacyRequest,
+                 placeholder: Callable[..., CompiledQuery], compile_with: Callable[..., Any],
+                 source: RandomSource | None) -> tuple[AutoPlan, Candidates] | None:
+    """The choice made again where the thin-data rule would use the widest clamps
+    (``_auto_bounds.plan_retry``), its candidates proven to compile, before the charge;
+    None where it does not apply or cannot be compiled (public numbers only).
+
+    Privacy. The retry runs only after the first choices' outputs (the thin-data rule's
+    noisy count) say so, and its answer then has less epsilon (or rho): the path is chosen
+    adaptively, each mechanism's parameters fixed by what was released before it. Such a
+    sequence is a privacy filter run inside the query (Rogers, Roth, Ullman and Vadhan 2016,
+    Section 3, for basic composition of (epsilon, delta); Feldman and Zrnic 2021, Theorem
+    3.1, for zCDP, at every Renyi order): it keeps the total that every path's parameters
+    compose within. The query is charged its first path (``charged``); the retry's path (the
+    first choices, the retry's and its answer) is checked here to compose within the same
+    charge in both currencies a budget uses: its epsilons and deltas (or rhos) within the
+    request, and its price in rho no more than the first path's (``_cost``). Where it does
+    not, there is no retry and the widest clamps stay the rule."""
+    planned = plan_retry(plan, first, remaining)
+    if planned is None:
+        return None
+    retry, retry_choices = planned
+    retry = replace(retry, total=first.total)
+    try:
+        answer = placeholder(retry.request)  # its events: the same whatever the bounds
+        candidates = prove_candidates(plan, retry, partial(compile_with,
+                                                           request=retry.request), source)
+    except (UserError, ValueError, OverflowError):  # as compile_query reports them
+        return None
+    path = ComposedEvent((*choices, *retry_choices, *answer.events))
+    if not within_charge(ComposedEvent((*choices, *retry_choices)), retry.request, path,
+                         ComposedEvent(charged), whole):
+        return None
+    return retry, candidates
 
 
 def _whole_cost(whole: PrivacyRequest, part: PureDP | ApproxDP | ZCDP

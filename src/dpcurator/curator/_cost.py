@@ -43,6 +43,7 @@ charges by a few units in the last place.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.accounting.events import (
@@ -54,7 +55,7 @@ from dpcurator.accounting.events import (
 from dpcurator.accounting.filters import event_cost, event_totals
 from dpcurator.errors import InternalError, UnsupportedChargeError, UserError
 
-__all__ = ["check_within", "query_cost", "stated_event"]
+__all__ = ["check_within", "query_cost", "stated_event", "within_charge"]
 
 Stated = PureDP | ApproxDP | ZCDP
 
@@ -114,3 +115,33 @@ def check_within(event: ComposedEvent, *, epsilon: float | None, delta: float,
     if eps_sum > Fraction(epsilon) or delta_sum > Fraction(delta):
         raise InternalError("the mechanisms' epsilons or deltas exceed the request; "
                             "this is a bug")
+
+
+def within_charge(choices: ComposedEvent, answer: Any, path: ComposedEvent,
+                  charged: ComposedEvent, request: Any) -> bool:
+    """Whether another path a query may take (``_compile._prove_retry``) composes within what
+    it is charged, in both currencies a budget uses (``query_cost``).
+
+    ``choices`` are the path's choices (pure epsilon-DP, or zCDP under a rho request),
+    ``answer`` the request its answer is compiled at (``_compile_plain`` checks that the
+    answer's mechanisms compose within it), ``path`` every event of the path, ``charged``
+    the events of the path the query is charged for. Basic composition: the choices'
+    epsilons (or rhos) plus the answer's, within ``request``, the deltas the answer's alone.
+    In rho: the path's price (``event_cost``) no more than the charged path's, where that has
+    one (a private partition selection has none, and a zCDP budget refuses the query)."""
+    eps_sum, delta_sum, rho_sum = event_totals(choices)
+    if delta_sum:
+        return False
+    if request.rho is not None:
+        if eps_sum or rho_sum + Fraction(answer.rho) > Fraction(request.rho):
+            return False
+    elif rho_sum or answer.delta != request.delta or \
+            eps_sum + Fraction(answer.epsilon) > Fraction(request.epsilon):
+        return False
+    try:
+        charged_rho = event_cost(charged, "zcdp")
+    except UnsupportedChargeError:
+        return True
+    price = event_cost(path, "zcdp")
+    assert isinstance(price, ZCDP) and isinstance(charged_rho, ZCDP)
+    return Fraction(price.rho) <= Fraction(charged_rho.rho)

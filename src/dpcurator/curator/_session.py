@@ -62,7 +62,7 @@ from dpcurator.query.schema import Schema as Declared
 from dpcurator.query.schema import declare, folded
 from dpcurator.query.sql import parse_sql, too_deep_error
 
-from ._auto_bounds import VALUES, choose_bounds, outer_names
+from ._auto_bounds import VALUES, choose_bounds, chosen_again, needs_retry, outer_names
 from ._compile import CompiledQuery, compile_query
 from ._estimators import Intervals, describe_with_error_95, estimate, estimate_totals
 from ._prepared import PreparedQuery, ResolvedQuery, charge_cost, profile_query
@@ -611,8 +611,15 @@ class Curator:
                 "note": "chosen from the data when the query runs; the plan, SQL and noise "
                         "above show placeholder bounds (caps of 1, bounds (0, 1))"}
             if VALUES in auto.epsilons:  # a sum's row cap's histogram, on top of the share
-                explained["bounds_to_choose"]["values_share"] = \
-                    auto.share - auto.auto.spent_share
+                explained["bounds_to_choose"]["values_share"] = auto.values_share
+            if compiled.retry is not None:  # where the data is too thin for the first choice
+                explained["bounds_to_choose"]["if_too_thin"] = {
+                    "share": compiled.retry.share, "epsilons": compiled.retry.epsilons,
+                    "answer": compiled.retry.request.rho if compiled.retry.request.rho
+                    is not None else compiled.retry.request.epsilon,
+                    "note": "where the thin-data rule's count is too small for the first "
+                            "choice, the bounds are chosen again with these, from the answer's "
+                            "part, and the answer keeps the rest"}
             if compiled.plan.bounding == "unit":
                 explained["bounds_to_choose"].update(
                     max_unit_rows=auto.auto.unit_rows, max_unit_sums=list(auto.auto.unit_sums))
@@ -706,6 +713,15 @@ class Curator:
             raise InternalError("the engine returned no profile; this is a bug")
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
                                      self._source, candidates.rows_for)
+        retry, again = compiled.retry, compiled.retry_candidates
+        if retry is not None and again is not None and needs_retry(
+                auto, compiled.plan, chosen, candidates.rows_for):
+            # too thin for the first choice: chosen again, from the answer's part
+            # (``_auto_bounds.plan_retry``; its privacy: ``_compile._prove_retry``)
+            plan, second = choose_bounds(retry, compiled.plan, profile, auto.auto.columns,
+                                         self._source, again.rows_for)
+            chosen = chosen_again(auto, retry, chosen, second)
+            return again.bind(plan, chosen), chosen
         return candidates.bind(plan, chosen), chosen
 
     def _answer(self, compiled: CompiledQuery, statements: tuple[str, ...], level: float,

@@ -23,7 +23,7 @@ import numpy as np
 
 from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 
-from ._auto_bounds import THIN, thin_floor
+from ._auto_bounds import THIN, AutoPlan, thin_floor
 from ._compile import CompiledQuery
 from ._estimators import Estimator
 from ._total import inner_unit_rows, inner_unit_sum
@@ -77,14 +77,31 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
     if not auto.auto.columns or auto.auto.choices == 0:
         return []
     rows_for = compiled.candidates.rows_for if compiled.candidates is not None else None
-    threshold = THIN * thin_floor(auto, compiled.plan, rows_for)
+    threshold = _threshold(auto, compiled.plan, rows_for)
     if threshold < THIN_STATED:
         return []
     columns = ", ".join(auto.auto.columns)
-    return [f"At this epsilon the clamps of {columns} are chosen from the data only if it "
-            f"holds about {threshold:,.0f} units' worth of nonzero values or more (a noisy "
-            "count); below that the widest clamps (+-2^40) are used and the answer is as "
-            "uncertain as its interval says. Give bounds to avoid it."]
+    first = (f"At this epsilon the clamps of {columns} are chosen from the data only if it "
+             f"holds about {threshold:,.0f} units' worth of nonzero values or more (a noisy "
+             "count); below that ")
+    retry = compiled.retry
+    if retry is not None and compiled.retry_candidates is not None:
+        again = _threshold(retry, compiled.plan, compiled.retry_candidates.rows_for)
+        answer = retry.request.rho if retry.request.rho is not None else retry.request.epsilon
+        cost = "rho" if retry.request.rho is not None else "epsilon"
+        return [first + f"they are chosen again with {retry.share:.0%} of the budget in all, "
+                f"leaving the answer {cost} {answer:.3g}, if it holds about {again:,.0f} or "
+                "more; below that the widest clamps (+-2^40) are used and the answer is as "
+                "uncertain as its interval says. Give bounds to avoid both."]
+    return [first + "the widest clamps (+-2^40) are used and the answer is as uncertain as "
+            "its interval says. Give bounds to avoid it."]
+
+
+def _threshold(auto: AutoPlan, plan: Plan, rows_for: Any) -> float:
+    """The thin-data rule's threshold (``_auto_bounds.thin_rule``) at the smallest partition
+    cap the choice may pick (the rule's noise rate grows with the cap chosen)."""
+    k = rows_for[0][0] if rows_for else (plan.max_partitions or 1)
+    return THIN * thin_floor(auto, plan, rows_for) + auto.target(k, per_partition=False) / 2.0
 
 
 def outer_below_inner(compiled: CompiledQuery) -> list[str]:
