@@ -190,13 +190,13 @@ thinner; where its own count is still below 1.25 F, the widest clamps are used a
 The answer's noise is then twice the first path's (1.8x), which is why the retry is not
 made above 1.25 F: at 4 F it was worse than the first choice on the family (SUM on #2
 2.8x -> 5.5x the best fixed bounds, #20 1.6x -> 2.6x; geometric mean 1.37x -> 1.40x, with
-the count at 1/4). Its
-privacy: the path is chosen from the first choices' outputs, a filter inside the query
-(``_compile._prove_retry``); where the retry's path could cost more than the path charged
-(a Gaussian answer under (epsilon, delta), priced in rho) there is no retry. It does not
-apply where the first choices already have half of its share (``bounds_share`` 0.25 or
-more), nor where outer caps are chosen too (total intervals, ``bounding="unit"``). Measured
-exactly over both paths' laws (``auto_bounds.py --family``, 56 shapes): the widest clamps
+the count at 1/4). Its privacy: the path is chosen from the first choices' outputs, a
+filter inside the query (``_compile._prove_retry``); where the retry's path could cost more
+than the path charged (a Gaussian answer under (epsilon, delta), priced in rho) there is no
+retry. It does not apply where the first choices already have half of its share
+(``bounds_share`` of about 0.22 or more, with the parts on top of the share), nor where
+outer caps are chosen too (total intervals, ``bounding="unit"``). Measured exactly over
+both paths' laws (``auto_bounds.py --family``, 56 shapes): the widest clamps
 with probability above 1% on 1 SUM shape and no AVG shape (6 and 5 before), SUM median
 1.22x and geometric mean 1.37x all-in (1.22x and 1.36x before, leaving the widest clamps'
 mass out); COMPAS's juvenile felonies summed by race at epsilon 1: the widest clamps in 9%
@@ -1059,8 +1059,8 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     clamps below every value and the answer is about zero with a tight interval around it
     (the family's #42 at epsilon 0.3, 20 groups: clamps near 1e-6 on values of 23 and
     more); at t = 0 this is the first threshold. Where the count's epsilon is too small for
-    its noise to be drawn (scale above 2^56) the rule applies without a count: a decision on public
-    numbers."""
+    its noise to be drawn (scale above 2^56) the rule applies without a count: a decision
+    on public numbers."""
     floor = thin_floor(auto_plan, plan, rows_for)
     epsilon = auto_plan.epsilons[UNITS]
     widest = (f"too few units for epsilon to choose the clamps from the data (the choice "
