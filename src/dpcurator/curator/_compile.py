@@ -250,7 +250,7 @@ def _compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
             check_within(ComposedEvent(tuple(events)), epsilon=allowed, delta=0.0,
                          rho=Fraction(0))
     charged = (*choices, *main.events)
-    retry = _prove_retry(plan, auto, remaining, choices, charged, whole, partial(
+    retry = _prove_retry(plan, auto, remaining, choices, charged, request, partial(
         _compile_plain, plan, privacy_unit=privacy_unit, postprocess=postprocess,
         source=source, total=total), partial(
         compile_query, privacy_unit=privacy_unit, postprocess=postprocess, source=source,
@@ -261,7 +261,7 @@ def _compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
 
 
 def _prove_retry(plan: Plan, first: AutoPlan, remaining: float, choices: list[DpEvent],
-                 charged: tuple[DpEvent, ...], whole: PrivacyRequest,
+                 charged: tuple[DpEvent, ...], allowed: PrivacyRequest,
                  placeholder: Callable[..., CompiledQuery], compile_with: Callable[..., Any],
                  source: RandomSource | None) -> tuple[AutoPlan, Candidates] | None:
     """The choice made again where the thin-data rule would use the widest clamps
@@ -276,9 +276,11 @@ def _prove_retry(plan: Plan, first: AutoPlan, remaining: float, choices: list[Dp
     3.1, for zCDP, at every Renyi order): it keeps the total that every path's parameters
     compose within. The query is charged its first path (``charged``); the retry's path (the
     first choices, the retry's and its answer) is checked here to compose within the same
-    charge in both currencies a budget uses: its epsilons and deltas (or rhos) within the
-    request, and its price in rho no more than the first path's (``_cost``). Where it does
-    not, there is no retry and the widest clamps stay the rule."""
+    charge in both currencies a budget uses: its choices' and answer's epsilons (or rhos)
+    within ``allowed`` (the request the first choices and answer split: the query's, less
+    a total interval's part, which both paths spend alike), the same delta, and its price in
+    rho no more than the first path's (``_cost.within_charge``). Where it does not, there is
+    no retry and the widest clamps stay the rule."""
     planned = plan_retry(plan, first, remaining)
     if planned is None:
         return None
@@ -292,7 +294,7 @@ def _prove_retry(plan: Plan, first: AutoPlan, remaining: float, choices: list[Dp
         return None
     path = ComposedEvent((*choices, *retry_choices, *answer.events))
     if not within_charge(ComposedEvent((*choices, *retry_choices)), retry.request, path,
-                         ComposedEvent(charged), whole):
+                         ComposedEvent(charged), allowed):
         return None
     return retry, candidates
 

@@ -118,25 +118,29 @@ def check_within(event: ComposedEvent, *, epsilon: float | None, delta: float,
 
 
 def within_charge(choices: ComposedEvent, answer: Any, path: ComposedEvent,
-                  charged: ComposedEvent, request: Any) -> bool:
+                  charged: ComposedEvent, allowed: Any) -> bool:
     """Whether another path a query may take (``_compile._prove_retry``) composes within what
     it is charged, in both currencies a budget uses (``query_cost``).
 
     ``choices`` are the path's choices (pure epsilon-DP, or zCDP under a rho request),
     ``answer`` the request its answer is compiled at (``_compile_plain`` checks that the
     answer's mechanisms compose within it), ``path`` every event of the path, ``charged``
-    the events of the path the query is charged for. Basic composition: the choices'
-    epsilons (or rhos) plus the answer's, within ``request``, the deltas the answer's alone.
-    In rho: the path's price (``event_cost``) no more than the charged path's, where that has
-    one (a private partition selection has none, and a zCDP budget refuses the query)."""
+    every event of the path the query is charged for, ``allowed`` the part of the request
+    the choices and the answer share on either path (the request less a total interval's
+    part, which both paths spend alike). Basic composition: the choices' epsilons (or rhos)
+    plus the answer's within ``allowed``, the answer's delta ``allowed``'s (the choices spend
+    none). In rho: the path's price (``event_cost``) no more than the charged path's, where
+    that has one (a private partition selection has none, and a zCDP budget refuses the
+    query)."""
     eps_sum, delta_sum, rho_sum = event_totals(choices)
-    if delta_sum:
+    if delta_sum or answer.delta != allowed.delta:
         return False
-    if request.rho is not None:
-        if eps_sum or rho_sum + Fraction(answer.rho) > Fraction(request.rho):
+    if allowed.rho is not None:
+        if eps_sum or answer.rho is None or \
+                rho_sum + Fraction(answer.rho) > Fraction(allowed.rho):
             return False
-    elif rho_sum or answer.delta != request.delta or \
-            eps_sum + Fraction(answer.epsilon) > Fraction(request.epsilon):
+    elif rho_sum or answer.epsilon is None or \
+            eps_sum + Fraction(answer.epsilon) > Fraction(allowed.epsilon):
         return False
     try:
         charged_rho = event_cost(charged, "zcdp")
