@@ -408,7 +408,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             floor_f = _auto_bounds.floor_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
             for k, r in itertools.product(joint.ks, joint.rs):
                 count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r))
-                widest = _auto_bounds.THIN * floor + ap.target(k, per_partition=False) / 2.0
+                widest = _auto_bounds.thin_threshold(ap, captured["plan"], rows_for, k)
                 # the retry's path where the first count is below RETRY_BELOW F too (its
                 # mass is priced as the widest's, then given the retry's law below)
                 if retry is not None and ap is first_ap:

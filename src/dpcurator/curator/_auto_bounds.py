@@ -1030,8 +1030,17 @@ def thin_floor(auto_plan: AutoPlan, plan: Plan,
     return auto_plan.floor("+".join(_joint_parts(auto)), max(size, 1))
 
 
+def thin_threshold(auto_plan: AutoPlan, plan: Plan,
+                   rows_for: Sequence[tuple[int, int]] | None, k: int) -> float:
+    """Below this noisy count the thin-data rule uses the widest clamps (``thin_rule``):
+    ``THIN`` F plus half the magnitude's target at the partition cap ``k``. Public numbers
+    only; ``explain`` states it and the exact measure prices it by this same function."""
+    return THIN * thin_floor(auto_plan, plan, rows_for) + \
+        auto_plan.target(k, per_partition=False) / 2.0
+
+
 def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource | None,
-              rows_for: Sequence[tuple[int, int]] | None = None, rate: float = 0.0
+              rows_for: Sequence[tuple[int, int]] | None = None, k: int = 1
               ) -> tuple[str, int | None, str | None]:
     """The thin-data rule for a query whose clamps are chosen: (``"widest"`` or
     ``"chosen"``, the noisy count or None, a warning or None).
@@ -1052,10 +1061,10 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     1/4, ``UNITS_ON_TOP``) lets thin data through the first threshold now and then, and
     there the signs' choice, with too few values to tell the side, could pick the side the
     data does not have; at 4 F that needs noise of many scales and a wrong sign both.
-    Below ``THIN`` F plus half of ``rate`` (the magnitude's target t at the partition cap
-    chosen, G s k^a: the noise's rate per unit's worth of values) the widest clamps too: the
-    magnitudes below every value then score max(0, N - t), the data's about 2 F - N (the
-    ramp from the lowest, less the statistic), so below N = F + t / 2 the choice prefers
+    Below ``THIN`` F plus half the magnitude's target t at the partition cap ``k`` chosen
+    (``thin_threshold``; G s k^a: the noise's rate per unit's worth of values) the widest
+    clamps too: the magnitudes below every value then score max(0, N - t), the data's about
+    2 F - N (the ramp from the lowest, less the statistic), so below N = F + t / 2 it prefers
     clamps below every value and the answer is about zero with a tight interval around it
     (the family's #42 at epsilon 0.3, 20 groups: clamps near 1e-6 on values of 23 and
     more); at t = 0 this is the first threshold. Where the count's epsilon is too small for
@@ -1072,7 +1081,8 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(count))
     if noisy < THIN * floor:
         return "widest", noisy, widest
-    if noisy < THIN * floor + rate / 2.0:
+    if noisy < thin_threshold(auto_plan, plan, rows_for, k):
+        rate = auto_plan.target(k, per_partition=False)
         return "widest", noisy, (
             f"the noise at this epsilon outweighs the column's nonzero values (about "
             f"{noisy:,} units' worth, against a noise rate of {rate:,.0f}): clamps chosen from "
@@ -1169,7 +1179,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
             else f"the row cap aimed at {factors[first]:.3g} times the noise's rate at the "
                  "clamp chosen (the clamp over the mean |value| of the pairs it would cut)")
     thin = thin_rule(auto_plan, plan, stats.nonzero(0, magnitude_cap(r)), source, rows_for,
-                     auto_plan.target(k, per_partition=False)) if columns else None
+                     k) if columns else None
     if auto.max_partitions:
         chosen["max_partitions"] = k
     if auto.max_rows_per_partition:

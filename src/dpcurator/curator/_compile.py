@@ -251,8 +251,6 @@ def _compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
                          rho=Fraction(0))
     charged = (*choices, *main.events)
     retry = _prove_retry(plan, auto, remaining, choices, charged, request, partial(
-        _compile_plain, plan, privacy_unit=privacy_unit, postprocess=postprocess,
-        source=source, total=total), partial(
         compile_query, privacy_unit=privacy_unit, postprocess=postprocess, source=source,
         total=total), source)
     return CompiledQuery(plan, whole, main.bounded, main.estimators, main.selection,
@@ -262,7 +260,7 @@ def _compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
 
 def _prove_retry(plan: Plan, first: AutoPlan, remaining: float, choices: list[DpEvent],
                  charged: tuple[DpEvent, ...], allowed: PrivacyRequest,
-                 placeholder: Callable[..., CompiledQuery], compile_with: Callable[..., Any],
+                 compile_with: Callable[..., Any],
                  source: RandomSource | None) -> tuple[AutoPlan, Candidates] | None:
     """The choice made again where the thin-data rule would use the widest clamps
     (``_auto_bounds.plan_retry``), its candidates proven to compile, before the charge;
@@ -287,11 +285,13 @@ def _prove_retry(plan: Plan, first: AutoPlan, remaining: float, choices: list[Dp
     retry, retry_choices = planned
     retry = replace(retry, total=first.total)
     try:
-        answer = placeholder(retry.request)  # its events: the same whatever the bounds
         candidates = prove_candidates(plan, retry, partial(compile_with,
                                                            request=retry.request), source)
     except (UserError, ValueError, OverflowError):  # as compile_query reports them
         return None
+    # the answer's events (stated guarantees) are the same whatever the bounds chosen: any
+    # proven candidate's
+    answer = next(iter(candidates.frontier.values()))
     path = ComposedEvent((*choices, *retry_choices, *answer.events))
     if not within_charge(ComposedEvent((*choices, *retry_choices)), retry.request, path,
                          ComposedEvent(charged), allowed):

@@ -23,7 +23,7 @@ import numpy as np
 
 from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 
-from ._auto_bounds import THIN, AutoPlan, thin_floor
+from ._auto_bounds import AutoPlan, thin_threshold
 from ._compile import CompiledQuery
 from ._estimators import Estimator
 from ._total import inner_unit_rows, inner_unit_sum
@@ -98,10 +98,10 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
 
 
 def _threshold(auto: AutoPlan, plan: Plan, rows_for: Any) -> float:
-    """The thin-data rule's threshold (``_auto_bounds.thin_rule``) at the smallest partition
-    cap the choice may pick (the rule's noise rate grows with the cap chosen)."""
+    """The thin-data rule's threshold (``_auto_bounds.thin_threshold``) at the smallest
+    partition cap the choice may pick (the rule's noise rate grows with the cap chosen)."""
     k = rows_for[0][0] if rows_for else (plan.max_partitions or 1)
-    return THIN * thin_floor(auto, plan, rows_for) + auto.target(k, per_partition=False) / 2.0
+    return thin_threshold(auto, plan, rows_for, k)
 
 
 def outer_below_inner(compiled: CompiledQuery) -> list[str]:
