@@ -190,8 +190,8 @@ def factor_draws(captured: dict[str, Any], draws: int = 8) -> list[Any]:
     auto_plan = captured["auto_plan"]
     if _auto_bounds.VALUES not in auto_plan.epsilons:
         return [None]
-    return [_auto_bounds.factors_from(_auto_bounds.value_histogram(
-        auto_plan, captured["stats"], SeededRandom(1000 + d))) for d in range(draws)]
+    return [_auto_bounds.value_factors(auto_plan, captured["stats"], SeededRandom(1000 + d))
+            for d in range(draws)]
 
 
 def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon: float,

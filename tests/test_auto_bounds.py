@@ -115,6 +115,26 @@ def test_every_statistic_moves_by_at_most_one_when_a_unit_is_added(seed: int) ->
     for cap in (1, 3, 64):
         moved = np.abs(np.array(after.mean_octaves(cap)) - np.array(before.mean_octaves(cap)))
         assert moved.sum() <= VALUES_SENSITIVITY
+    # a mean's histogram adds the other pairs (``light_octaves``): a pair counts in one half
+    # or the other, so the whole still moves by at most what the mechanism is told
+    for cap in (1, 3, 8):
+        moved = np.abs(mean_histogram(after, cap) - mean_histogram(before, cap))
+        assert moved.sum() <= VALUES_SENSITIVITY
+
+
+def mean_histogram(profile: Profile, cap: int) -> np.ndarray:
+    """A mean's histogram (``value_histogram`` with ``AutoPlan.means``): the pairs beyond
+    ``cap`` rows, then the others, by the octave of their mean |x|."""
+    return np.array(profile.mean_octaves(cap) + profile.light_octaves(cap))
+
+
+def broken_light_octaves(profile: Profile) -> list[float]:
+    """The twin: a mean's light pairs counted per pair, without the unit's 1 / P weight."""
+    per: dict[int, float] = {}
+    for (_, n, o), c in profile.pair_means.items():
+        if n <= 3:
+            per[o] = per.get(o, 0.0) + c
+    return [per.get(o, 0.0) for o in MEAN_OCTAVES]
 
 
 def broken_mean_octaves(profile: Profile) -> list[float]:
@@ -149,6 +169,14 @@ def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:
                       np.array(broken_raised(before)))) >= 900
     assert np.abs(np.array(broken_mean_octaves(after)) -
                   np.array(broken_mean_octaves(before))).sum() >= 30
+    # a unit of 30 light pairs (one row in each of 30 groups): the twin moves by 30, the
+    # real histogram by at most its sensitivity
+    light = pd.DataFrame({"u": 10_001, "g": [f"g{i}" for i in range(30)], "x": 1.0})
+    spread = profile_of(pd.concat([base, light], ignore_index=True))
+    assert np.abs(np.array(broken_light_octaves(spread)) -
+                  np.array(broken_light_octaves(before))).sum() >= 30
+    assert np.abs(mean_histogram(spread, 3) - mean_histogram(before, 3)).sum() <= \
+        VALUES_SENSITIVITY
     change = np.abs(all_statistics(after) - all_statistics(before))
     assert change.max() <= 1.0 + 2**-16  # exact sums, rounded down to 2^-16
 
@@ -321,7 +349,8 @@ def test_curator_defaults_builder_rho_and_private_keys() -> None:
     query = Query().group_by("g", keys=["g0", "g1", "g2", "g3"]).mean("x")
     release = curator.run(query, rho=0.5)
     chosen = release.bounds_chosen
-    assert chosen is not None and chosen["rho"] == pytest.approx(0.05 * ON_TOP)
+    # a mean's histogram (``value_factors``, 1/4) on top of the share too
+    assert chosen is not None and chosen["rho"] == pytest.approx(0.05 * (ON_TOP + 0.25 / 5.25))
     assert isinstance(release.privacy, dp.ZCDP)  # the events' rhos, exactly summed
     assert release.privacy.rho <= 0.5 and release.privacy.rho == pytest.approx(0.5)
     assert curator.spent.rho == pytest.approx(0.5)
@@ -1105,6 +1134,54 @@ def test_the_row_factors_are_the_clamp_over_the_mean_of_what_a_cap_cuts() -> Non
     assert factors_from(histogram)[MAGNITUDES.index(256.0)] == pytest.approx(
         2 * 256.0 / 2**3.5)
     assert factors_from(np.zeros(len(MEAN_OCTAVES))) is None  # the fixed factor instead
+
+
+def test_a_means_row_factors_weigh_the_gap_between_the_cut_pairs_and_the_rest() -> None:
+    """A mean's factors (``factors_from`` with ``means``): a row cut moves a mean by its
+    distance from the rest, so the factor is ``MEAN_HALF`` M over the gap between the cut
+    pairs' clamped mean and the other pairs'; where the two agree, at most
+    ``MEAN_RATIO_MOST`` times the sum's factor; None where either half is empty."""
+    from dpcurator.curator._auto_bounds import MAGNITUDES, MEAN_HALF, MEAN_RATIO_MOST
+
+    heavy, light = np.zeros(len(MEAN_OCTAVES)), np.zeros(len(MEAN_OCTAVES))
+    heavy[MEAN_OCTAVES.index(3)] = 30.0  # the cut pairs' means in (8, 16]: middle 2^3.5
+    light[MEAN_OCTAVES.index(1)] = 900.0  # the others' in (2, 4]: middle 2^1.5
+    at = MAGNITUDES.index(256.0)
+    factors = factors_from(np.concatenate([heavy, light]), means=True)
+    assert factors[at] == pytest.approx(MEAN_HALF * 256.0 / (2**3.5 - 2**1.5))
+    # where the heavy pairs look like the rest, the cap aims far lower, but not without end
+    same = factors_from(np.concatenate([heavy, heavy * 30]), means=True)
+    at = MAGNITUDES.index(64.0)
+    assert same[at] == pytest.approx(MEAN_HALF * MEAN_RATIO_MOST * 64.0 / 2**3.5)
+    assert factors_from(np.concatenate([heavy, 0 * light]), means=True) is None
+    assert factors_from(np.concatenate([0 * heavy, light]), means=True) is None
+
+
+def test_a_means_histogram_spends_its_charged_share_at_its_sensitivity(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mean's row cap is aimed by the same kind of histogram, with the light pairs beside
+    the cut ones (``value_histogram``): one Laplace release with the ``values`` epsilon and
+    the sensitivity the two halves keep together; the release costs exactly its request. An
+    AVG beside a COUNT draws none (every aggregate must be a mean)."""
+    drawn = spy_on_mechanism(monkeypatch, "Laplace")
+    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(6))
+    release = curator.sql("SELECT g, AVG(x) AS m FROM data GROUP BY g", epsilon=2.0,
+                          keys=["g0", "g1", "g2", "g3"])
+    assert len(drawn) == 1
+    epsilon, sensitivity = drawn[0]
+    assert sensitivity == VALUES_SENSITIVITY
+    chosen = release.bounds_chosen
+    # the histogram's weight 1/4 over the choices' 5.25 of the share, on top of it
+    assert chosen is not None and chosen["values_share"] == pytest.approx(0.1 * 0.25 / 5.25)
+    assert epsilon == pytest.approx(2.0 * chosen["values_share"], rel=1e-9)
+    assert epsilon <= 2.0 * 0.1 * 0.25 / 5.25 * (1 + 1e-12)
+    assert "row cap aimed at" in chosen["value_factors"]
+    assert release.privacy == dp.PureDP(2.0) and curator.spent.epsilon == pytest.approx(2.0)
+    drawn.clear()
+    curator.sql("SELECT g, COUNT(*) AS n, AVG(x) AS m FROM data GROUP BY g", epsilon=2.0,
+                keys=["g0", "g1", "g2", "g3"])
+    assert drawn == []
 
 
 def test_the_values_histogram_spends_its_charged_share_at_its_sensitivity(

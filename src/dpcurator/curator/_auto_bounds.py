@@ -76,8 +76,10 @@ below: a row a cap removes moves a mean by its distance from the mean, not by it
 mean's bias per row cut is a fraction of a sum's, while the noise per row kept is the same
 (its clamp keeps the sum's rate). The factor is set on the family (AVG's exact expected RMSE
 against the best fixed bounds, geometric mean over 52 shapes: 3.5x with 1, 2.5x with 4, 2.0x
-with 16 and 32; worst 9.7x with 16, 22x with 32); how much a cap moves a mean depends on how
-the heavy units' values differ from the rest, which no count here measures.
+with 16 and 32; worst 9.7x with 16, 22x with 32). How much a cap moves a mean depends on how
+the heavy units' values differ from the rest: where the row cap and the clamp are chosen, the
+row cap reads that from the histogram of "A sum's row cap" below, with the other pairs beside
+the cut ones (``_mean_factors``); the partition cap keeps the factor 16.
 
 The penalties. For each candidate c_j (in increasing order, steps of 2^(1/4) for rows and
 magnitudes, of 2 for partitions) with statistic stat_j (decreasing in j) and target t_j:
@@ -239,6 +241,15 @@ laws): median 1.42x -> 1.22x the best fixed bounds, geometric mean 1.54x -> 1.36
 1.40x, 27 and 44 (the exact histogram, no noise: 1.25x, 1.37x, 29); per k, f(M) did
 better than 0.75 f(M) (the ratio of the fixed factors, 1.5 / 2: median 1.24x, 28 shapes)
 and as well as 1.4 f(M).
+A query of means (``values_choice``) draws the same histogram with a second half: the pairs
+of at most ``VALUES_CAP`` rows by the same octaves, each weighing 1 / P
+(``Profile.light_octaves``). A pair counts in one half or the other, so one unit still adds
+at most 1 in all (L1). A row cut moves a mean by its distance from the rest, not by its
+value, so the factor is ``MEAN_HALF`` M / |m_h(M) - m_l(M)| (the two halves' means of
+min(m_o, M)), the gap at least m_h(M) / ``MEAN_RATIO_MOST`` (``_mean_factors``); where
+either half is empty, the fixed ``MEAN_CAP_FACTOR``. On the family (``--questions AVG``):
+median 1.59x -> 1.37x, geometric mean 1.93x -> 1.68x, within 1.25x 16 -> 21 of 56 shapes,
+P[>3x] <= 1% on 30 -> 32.
 
 The outer cap of a total interval (``choose_outer``; ``dpcurator.curator._total``) is one
 more choice, paid from the total interval's share, not the bounds': the units with more than
@@ -379,7 +390,8 @@ VALUES_MOST = 64.0
 #: 1.72x for the choices' 4.5% and 9% less epsilon, its histogram under the noise
 VALUES_WEIGHT = 0.25
 #: the histogram's L1 sensitivity told to the Laplace mechanism: 1, and the roundings of its
-#: 62 bins to multiples of 2^-16 (``Profile.mean_octaves``), below 2^-10 in all
+#: 62 bins (124 for a mean's) to multiples of 2^-16 (``Profile.mean_octaves``,
+#: ``light_octaves``), below 2^-9 in all
 VALUES_SENSITIVITY = 1.0 + 2.0**-8
 #: a total interval's outer cap (``choose_outer``): powers of two, where the profile's units'
 #: rows are exact, up to ``Plan``'s limit; the cap is twice the one chosen, and each octave
@@ -429,6 +441,17 @@ UNITS = "units"
 UNITS_ON_TOP = 0.75
 MAGNITUDE_ROWS = 4
 MEAN_CAP_FACTOR = 16.0
+#: A mean's row cap, aimed by the histogram (``_mean_factors``): MEAN_HALF M over the gap
+#: between the cut pairs' clamped mean and the others', the gap at least 1 / MEAN_RATIO_MOST
+#: of the cut pairs' mean. The gap is taken to the light pairs, not to the mean the cap keeps
+#: (which the histogram cannot give: it lies between the two, nearer the heavy pairs' where
+#: their rows dominate), so the factor is set on the family (``auto_bounds.py --family
+#: --questions AVG``, 56 shapes, against the fixed 16 x 2: median 1.59x, geometric mean 1.93x,
+#: 16 shapes within 1.25x, 30 with P[>3x] <= 1%): with 1/2 1.69x, 2.07x, 11, 26; with 1
+#: 1.47x, 1.83x, 18, 32; with 2 1.37x, 1.68x, 21, 32; with 4 1.69x, 1.90x, 15, 29 (caps too
+#: low: #45 1.14x at 1, 2.75x at 2, 6.30x at 4; too high at 1/2: #28 2.19x, #40 4.38x)
+MEAN_HALF = 2.0
+MEAN_RATIO_MOST = 32.0
 #: a mean's floor (``choose_floor``) is chosen among the magnitudes up to FLOOR_STEPS steps of
 #: 2^(1/4) below its clamp's magnitude M (down to M / 16: a lower floor narrows the clamp by
 #: under 7%), and 0
@@ -467,6 +490,7 @@ class AutoPlan:
     total: float | None = None  # what measures the total (``_total``), for the second compile
     share: float = 0.0  # the share of the whole budget the bounds spend (``plan_auto``)
     values_share: float = 0.0  # of which a sum's histogram's (``value_factors``)
+    means: bool = False  # the histogram is a mean's: the light pairs too (``value_histogram``)
 
     def floor(self, choice: str, candidates: int, beta: float = BETA, *,
               monotonic: bool = False) -> float:
@@ -517,13 +541,20 @@ def floor_columns(plan: Plan) -> tuple[str, ...]:
 
 
 def values_choice(plan: Plan) -> bool:
-    """Whether a sum's row cap is aimed per magnitude (``value_factors``): public, from the
-    plan alone. Every aggregate a SUM, the row cap and the first column's clamp chosen, the
-    bounds per partition (not ``bounding="unit"``)."""
+    """Whether a sum's or a mean's row cap is aimed per magnitude (``value_factors``):
+    public, from the plan alone. Every aggregate a SUM, or every one an AVG; the row cap and
+    the first column's clamp chosen, the bounds per partition (not ``bounding="unit"``)."""
     auto = plan.auto
     return (auto is not None and bool(auto.columns) and bool(auto.max_rows_per_partition)
             and plan.bounding != "unit" and bool(plan.aggregates)
-            and all(isinstance(agg, Sum) for agg in plan.aggregates))
+            and (all(isinstance(agg, Sum) for agg in plan.aggregates)
+                 or _means(plan)))
+
+
+def _means(plan: Plan) -> bool:
+    """Every aggregate a mean (AVG): its caps aim at ``MEAN_CAP_FACTOR`` times the targets,
+    or, with the histogram of ``value_factors``, at the mean's own factors."""
+    return bool(plan.aggregates) and all(isinstance(agg, Mean) for agg in plan.aggregates)
 
 
 def choice_names(auto: AutoBounds, floors: Sequence[str] = (), values: bool = False
@@ -627,7 +658,8 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     partitions = len(plan.keys) if plan.keys is not None and plan.group_by else 1
     values_share = share * remaining * WEIGHTS[VALUES] / sum(weights) if values else 0.0
     return AutoPlan(auto, epsilons, rest, partitions, noise, exponent, spent,
-                    outer or 0.0, share=share * remaining, values_share=values_share), events
+                    outer or 0.0, share=share * remaining, values_share=values_share,
+                    means=values and _means(plan)), events
 
 
 def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
@@ -760,7 +792,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     width = len(MAGNITUDES) if magnitude else 1
     cap = CAP * thin_floor(auto_plan, plan, rows_for)
     # a mean's caps cost it less bias per row they cut (``MEAN_CAP_FACTOR``)
-    means = all(isinstance(agg, Mean) for agg in plan.aggregates)
+    means = _means(plan)
     weigh = MEAN_CAP_FACTOR if means else 1.0
     pk = np.zeros(len(ks))
     if auto.max_partitions:
@@ -801,7 +833,8 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         rows_by_magnitude = None
         if auto.max_rows_per_partition and valued:  # (r, magnitude) penalties
             assert factors is not None
-            targets2 = weigh * rate * np.asarray(factors, dtype=np.float64) / (k if per_k else 1)
+            # a mean's factors hold its own weighing (``factors_from``)
+            targets2 = rate * np.asarray(factors, dtype=np.float64) / (k if per_k else 1)
             kept = np.asarray(stats.rows(rs, k) if per_k else row_stats[:len(rs)],
                               dtype=np.float64)
             # one series per distinct target (the factors are flat below and above the data)
@@ -1274,19 +1307,24 @@ def chosen_again(first: AutoPlan, retry: AutoPlan, before: dict[str, Any],
 def value_histogram(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
                     ) -> FloatArray:
     """The noisy histogram of ``value_factors``: the pairs beyond ``VALUES_CAP`` rows by the
-    octave of their mean |x| (``Profile.mean_octaves``, L1 sensitivity 1 under add/remove
-    one unit, ``VALUES_SENSITIVITY`` told), released by the Laplace mechanism (epsilon-DP:
-    Dwork, McSherry, Nissim and Smith 2006), its bins below ``VALUES_PRUNE`` / epsilon set
-    to 0 (post-processing)."""
+    octave of their mean |x| (``Profile.mean_octaves``), for a mean followed by the other
+    pairs by the same octaves (``Profile.light_octaves``; a pair in one half only), L1
+    sensitivity 1 under add/remove one unit (``VALUES_SENSITIVITY`` told), released by the
+    Laplace mechanism (epsilon-DP: Dwork, McSherry, Nissim and Smith 2006), its bins below
+    ``VALUES_PRUNE`` / epsilon set to 0 (post-processing)."""
     epsilon = auto_plan.epsilons[VALUES]
-    histogram = np.asarray(stats.mean_octaves(VALUES_CAP), dtype=np.float64)
+    parts = [stats.mean_octaves(VALUES_CAP)]
+    if auto_plan.means:  # and the other pairs, for a mean's reference (``factors_from``)
+        parts.append(stats.light_octaves(VALUES_CAP))
+    histogram = np.asarray([b for part in parts for b in part], dtype=np.float64)
     noisy = np.asarray(Laplace(epsilon=epsilon, sensitivity=VALUES_SENSITIVITY,
                                source=source).release(histogram), dtype=np.float64)
     return np.where(noisy >= VALUES_PRUNE / epsilon, noisy, 0.0)
 
 
-def factors_from(histogram: FloatArray) -> FloatArray | None:
-    """A sum's row cap's factor f(M) per magnitude M in ``MAGNITUDES`` from a (noisy)
+def factors_from(histogram: FloatArray, means: bool = False) -> FloatArray | None:
+    """A mean's factors from its two halves (``_mean_factors``) where ``means``; else a sum's
+    row cap's factor f(M) per magnitude M in ``MAGNITUDES`` from a (noisy)
     histogram over ``MEAN_OCTAVES``: M / mu(M), mu(M) the histogram's mean of min(m_o, M),
     m_o an octave's middle 2^(o + 1/2) (0 for the lowest: means at most 2^-20), within
     [``VALUES_LEAST``, ``VALUES_MOST``]; None where the histogram is empty (the row cap
@@ -1300,23 +1338,50 @@ def factors_from(histogram: FloatArray) -> FloatArray | None:
     median 1.42x -> 1.52x, ten shapes above 3x); the full statistic against a target
     raised by M / mu(M) keeps its growth (with the exact, not noisy, histogram: median
     1.25x, geometric mean 1.37x, 29 of 56 shapes within 1.25x, against 20)."""
+    if means:
+        return _mean_factors(histogram[:len(MEAN_OCTAVES)], histogram[len(MEAN_OCTAVES):])
     mass = float(histogram.sum())
     if not mass > 0.0:
         return None
+    kept = _clamped_means(histogram)
+    tops = np.asarray(MAGNITUDES, dtype=np.float64)
+    with np.errstate(over="ignore"):  # a tiny kept mean: an infinite factor, clipped below
+        factors = np.where(kept > 0.0, tops / np.maximum(kept, 1e-300), VALUES_MOST)
+    return np.asarray(np.clip(factors, VALUES_LEAST, VALUES_MOST), dtype=np.float64)
+
+
+def _clamped_means(histogram: FloatArray) -> FloatArray:
+    """Per magnitude M in ``MAGNITUDES``: the histogram's mean of min(m_o, M), m_o an
+    octave's middle 2^(o + 1/2) (0 for the lowest); the histogram is not empty."""
     middles = np.array([0.0 if o == MEAN_OCTAVES[0] else 2.0 ** (o + 0.5)
                         for o in MEAN_OCTAVES])
     tops = np.asarray(MAGNITUDES, dtype=np.float64)
     kept = (histogram[None, :] * np.minimum(middles[None, :], tops[:, None])).sum(axis=1)
-    with np.errstate(over="ignore"):  # a tiny kept mean: an infinite factor, clipped below
-        factors = np.where(kept > 0.0, tops * mass / np.maximum(kept, 1e-300), VALUES_MOST)
-    return np.asarray(np.clip(factors, VALUES_LEAST, VALUES_MOST), dtype=np.float64)
+    return np.asarray(kept / float(histogram.sum()), dtype=np.float64)
+
+
+def _mean_factors(heavy: FloatArray, light: FloatArray) -> FloatArray | None:
+    """A mean's row cap's factor per magnitude M: MEAN_HALF M / |m_h(M) - m_l(M)| (m_h the
+    mean of min(m_o, M) over the pairs a cap cuts, m_l over the pairs of at most
+    ``VALUES_CAP`` rows), at most ``MEAN_RATIO_MOST`` times the sum's M / m_h(M); None where
+    either part is empty."""
+    if not (float(heavy.sum()) > 0.0 and float(light.sum()) > 0.0):
+        return None
+    m_h, m_l = _clamped_means(heavy), _clamped_means(light)
+    tops = np.asarray(MAGNITUDES, dtype=np.float64)
+    gap = np.maximum(np.abs(m_h - m_l), m_h / MEAN_RATIO_MOST)
+    with np.errstate(over="ignore", divide="ignore"):
+        factors = np.where(gap > 0.0, MEAN_HALF * tops / np.maximum(gap, 1e-300),
+                           MEAN_CAP_FACTOR * ROW_FACTOR_VALUES)
+    return np.asarray(np.clip(factors, VALUES_LEAST, VALUES_MOST * MEAN_CAP_FACTOR),
+                      dtype=np.float64)
 
 
 def value_factors(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
                   ) -> FloatArray | None:
     """The row cap's factor per magnitude: ``factors_from`` of ``value_histogram`` (None
     where no bin passed)."""
-    return factors_from(value_histogram(auto_plan, stats, source))
+    return factors_from(value_histogram(auto_plan, stats, source), auto_plan.means)
 
 
 def choose_unit_rows(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None

@@ -142,6 +142,20 @@ class Profile:
                 per[o] = per.get(o, Fraction(0)) + Fraction(c, p) * part
         return [_down(per.get(o, Fraction(0))) for o in MEAN_OCTAVES]
 
+    def light_octaves(self, cap: int) -> list[float]:
+        """The pairs with at most ``cap`` rows (``cap`` at most 8, where rows are exact), each
+        weighing 1 / P, by the octave of their rows' mean |x| as in ``mean_octaves``. A pair
+        counts here or there, never in both, so the two together still add at most 1 per
+        unit (L1)."""
+        if cap > 8:
+            raise InternalError(f"light pairs are counted up to 8 rows, got {cap!r}; this is "
+                                "a bug")
+        per: dict[int, Fraction] = {}
+        for (p, n, o), c in self.pair_means.items():
+            if n <= cap:
+                per[o] = per.get(o, Fraction(0)) + Fraction(c, p)
+        return [_down(per.get(o, Fraction(0))) for o in MEAN_OCTAVES]
+
     def unit_rows(self, caps: Sequence[int]) -> list[float]:
         """Units with more than M rows in all, M on the grid ``UNIT_TOTALS`` (each pair
         weighs 1 / P; T is rounded up to that grid, so T > M exactly when the rounded T is;
