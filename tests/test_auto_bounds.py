@@ -1164,7 +1164,14 @@ def test_a_means_histogram_spends_its_charged_share_at_its_sensitivity(
     the sensitivity the two halves keep together; the release costs exactly its request. An
     AVG beside a COUNT draws none (every aggregate must be a mean)."""
     drawn = spy_on_mechanism(monkeypatch, "Laplace")
-    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+    rng = np.random.default_rng(8)
+    # 3,000 heavy units among 27,000 light ones: each histogram bin of the heavy pairs holds
+    # about 1,500, above the pruning's 8 / epsilon (840)
+    rows = np.where(np.arange(30_000) < 3_000, 20, 2)
+    user = np.repeat(np.arange(30_000), rows)
+    frame = pd.DataFrame({"u": user, "g": np.array(["g0", "g1", "g2", "g3"])[user % 4],
+                          "x": rng.uniform(1, 10, user.size) * np.where(user < 3_000, 3, 1)})
+    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(6))
     release = curator.sql("SELECT g, AVG(x) AS m FROM data GROUP BY g", epsilon=2.0,
                           keys=["g0", "g1", "g2", "g3"])
@@ -1176,7 +1183,7 @@ def test_a_means_histogram_spends_its_charged_share_at_its_sensitivity(
     assert chosen is not None and chosen["values_share"] == pytest.approx(0.1 * 0.25 / 5.25)
     assert epsilon == pytest.approx(2.0 * chosen["values_share"], rel=1e-9)
     assert epsilon <= 2.0 * 0.1 * 0.25 / 5.25 * (1 + 1e-12)
-    assert "row cap aimed at" in chosen["value_factors"]
+    assert "for a mean: the clamp over the gap" in chosen["value_factors"]
     assert release.privacy == dp.PureDP(2.0) and curator.spent.epsilon == pytest.approx(2.0)
     drawn.clear()
     curator.sql("SELECT g, COUNT(*) AS n, AVG(x) AS m FROM data GROUP BY g", epsilon=2.0,

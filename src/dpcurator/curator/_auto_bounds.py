@@ -1210,7 +1210,11 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
             "no octave of the pairs' means stood above the histogram's noise: the row cap "
             "aimed at its fixed factor of the noise's rate" if factors is None or first is None
             else f"the row cap aimed at {factors[first]:.3g} times the noise's rate at the "
-                 "clamp chosen (the clamp over the mean |value| of the pairs it would cut)")
+                 "clamp chosen (" + ("for a mean: the clamp over the gap between the mean "
+                                     "|value| of the pairs it would cut and the others')"
+                                     if auto_plan.means else
+                                     "the clamp over the mean |value| of the pairs it would "
+                                     "cut)"))
     thin = thin_rule(auto_plan, plan, stats.nonzero(0, magnitude_cap(r)), source, rows_for,
                      k) if columns else None
     if auto.max_partitions:
