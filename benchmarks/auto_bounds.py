@@ -45,6 +45,7 @@ Target (issue 14): auto RMSE <= 1.25x the best fixed RMSE, for each query.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -224,6 +225,14 @@ def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsil
     return math.sqrt(total / draws), picks
 
 
+@functools.cache
+def _legendre_nodes() -> tuple[np.ndarray, np.ndarray]:
+    """The 600-point Gauss-Legendre nodes and weights on [0, 1], computed once (an
+    eigenvalue problem of order 600: most of the family's time when made per law)."""
+    nodes, weights = np.polynomial.legendre.leggauss(600)
+    return (nodes + 1.0) / 2.0, weights / 2.0
+
+
 def permute_and_flip_probabilities(scores: np.ndarray, epsilon: float,
                                    sensitivity: float) -> np.ndarray:
     """The exact output law of permute-and-flip: with p_i = exp(epsilon (s_i - max) / (2
@@ -233,8 +242,7 @@ def permute_and_flip_probabilities(scores: np.ndarray, epsilon: float,
     (together far below the sums' rounding) are left out."""
     p = np.exp(epsilon * (scores - scores.max()) / (2.0 * sensitivity))
     kept = np.flatnonzero(p > 1e-14)
-    nodes, weights = np.polynomial.legendre.leggauss(600)
-    u, w = (nodes + 1.0) / 2.0, weights / 2.0
+    u, w = _legendre_nodes()
     pk = p[kept]
     log_all = np.log1p(-np.outer(pk, u)).sum(axis=0)
     out = np.zeros_like(p)

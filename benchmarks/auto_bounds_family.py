@@ -13,7 +13,9 @@ What is measured, per shape and question, against the true *unbounded* answers:
 
 - the best fixed bounds in hindsight: every power of two for ``max_partitions`` (and the
   number of groups), ``max_rows_per_partition`` (1 .. 1024) and the clamp's magnitude, the
-  clamp's signs those of the data; the whole budget spent on the answer (bounded intervals,
+  clamp's signs those of the data (for AVG also floors [f M, M] at or below every value,
+  ``FIXED_FLOORS``, and on data of both signs one end brought in, [-f M, M] and [-M, f M],
+  ``FIXED_ENDS``); the whole budget spent on the answer (bounded intervals,
   nothing chosen): its expected RMSE over the groups, exactly (the bounded answer's bias,
   computed with the curator's rescaling rules, and the noise's variance; for AVG the noise's
   effect through the ratio is averaged over ``--draws`` common draws);
@@ -21,9 +23,11 @@ What is measured, per shape and question, against the true *unbounded* answers:
   choice's inputs captured), the joint choice's scores are recomputed
   (``_auto_bounds.joint_scores``) and each candidate weighed by its permute-and-flip
   probability (``auto_bounds.permute_and_flip_probabilities``), the signs' likewise
-  (``sign_scores``); each candidate's error is its exact bias and the noise the release
-  actually calibrates (the release's own noise per unit of sensitivity, so everything the
-  default spends besides the answer, the choice and the total intervals, is counted);
+  (``sign_scores``), a mean's floor's and ends' likewise, where their gate opens
+  (``floor_scores``, ``end_scores``); each candidate's error is its exact bias and the
+  noise the release actually calibrates (the release's own noise per unit of sensitivity,
+  so everything the default spends besides the answer, the choice and the total intervals,
+  is counted);
 - the probability that one release's RMSE over the groups exceeds 3x the best fixed expected
   RMSE: per candidate over ``--draws`` draws of the noise, weighed by the choice's law;
 - the probability that the thin-data rule replaces the clamps by the widest
@@ -67,6 +71,9 @@ OFFSET_FROM = 52
 #: the fixed clamps' floors tried for AVG, as fractions of the magnitude: [f M, M], where
 #: f M is at or below every value
 FIXED_FLOORS = (0.0, 0.5, 0.75, 0.875)
+#: and for a mean of values of both signs, the fixed clamps' shorter end, as fractions of the
+#: magnitude: [-f M, M] and [-M, f M] (``_auto_bounds.end_scores`` chooses such clamps)
+FIXED_ENDS = (0.5, 0.25, 0.125)
 
 
 @dataclass(frozen=True)
@@ -193,9 +200,30 @@ class Pairs:
             return self.pairs_per_class * self.n.astype(float)
         cache = self.__dict__.setdefault("_sums", {})
         if (lo, hi) not in cache:
-            cache[(lo, hi)] = np.bincount(self.row_class, weights=np.clip(self.x, lo, hi),
-                                          minlength=self.group.size)
+            cache[(lo, hi)] = self._clipped(lo, hi)
         return cache[(lo, hi)]
+
+    def _clipped(self, lo: float, hi: float) -> np.ndarray:
+        """Per class, the sum of clip(x, lo, hi) from the rows sorted by (class, x) and their
+        prefix sums: lo times the rows below lo, the sum of those within, hi times those above
+        (a few searches per class, not a pass over every row: the means' many clamps)."""
+        if "_sorted" not in self.__dict__:
+            n = self.x.size
+            order = np.argsort(self.x, kind="stable")
+            rank = np.empty(n, dtype=np.int64)
+            rank[order] = np.arange(n)
+            keys = self.row_class.astype(np.int64) * n + rank
+            by = np.argsort(keys)
+            keys = keys[by]
+            prefix = np.concatenate([[0.0], np.cumsum(self.x[by])])
+            base = np.arange(self.group.size, dtype=np.int64) * n
+            self._sorted = (self.x[order], keys, prefix, base, np.searchsorted(keys, base),
+                            np.searchsorted(keys, base + n))
+        xs, keys, prefix, base, starts, ends = self._sorted
+        below = np.searchsorted(keys, base + np.searchsorted(xs, lo, side="left"))
+        above = np.searchsorted(keys, base + np.searchsorted(xs, hi, side="right"))
+        return np.asarray(lo * (below - starts) + (prefix[above] - prefix[below]) +
+                          hi * (ends - above), dtype=np.float64)
 
     def answers(self, sums: np.ndarray, k: int, rs: np.ndarray | None) -> np.ndarray:
         """Per (group, r): sum over classes of min(1, k / m) min(1, r / n) sums (no r: the
@@ -334,6 +362,9 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             clamps = [(a * m, b * m) for m in magnitudes for a, b in signs if a * m <= least]
         else:
             clamps = [(a * m, b * m) for m in magnitudes for a, b in signs]
+            if question == "AVG" and not positive:  # and one end brought in: [-f M, M]
+                clamps += [(a * m, b * m) for m in magnitudes for f in FIXED_ENDS
+                           for a, b in ((-f, 1.0), (-1.0, f))]
     else:
         clamps = [(None, None)]
     best, best_bounds = math.inf, ()
@@ -394,6 +425,8 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
         symmetric_at: dict[tuple[int, int], float] = {}
         # P[a mean's floor is drawn | one-sided clamps]
         gate_at: dict[tuple[int, int], float] = {}
+        # P[a two-sided mean's ends are drawn | two-sided clamps, not the rule's]
+        end_gate_at: dict[tuple[int, int], float] = {}
         if values:
             floor = _auto_bounds.thin_floor(ap, captured["plan"], rows_for)
             q = math.exp(-ap.epsilons[_auto_bounds.UNITS])
@@ -406,6 +439,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             # (``_auto_bounds.floor_gate``): given a one-sided clamp, with probability
             # gate_at[r], else the floor stays 0
             floor_f = _auto_bounds.floor_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
+            end_f = _auto_bounds.end_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
             for k, r in itertools.product(joint.ks, joint.rs):
                 count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r))
                 widest = _auto_bounds.thin_threshold(ap, captured["plan"], rows_for, k)
@@ -419,6 +453,8 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                 sided = 1.0 - below(_auto_bounds.ONE_SIDED * floor, count)
                 gate_at[k, r] = ((1.0 - below(max(_auto_bounds.ONE_SIDED * floor, floor_f),
                                               count)) / sided if sided > 0.0 else 0.0)
+                end_gate_at[k, r] = ((1.0 - below(max(_auto_bounds.ONE_SIDED * floor, end_f),
+                                                  count)) / sided if sided > 0.0 else 0.0)
         fallback = 0.0
         by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}
         for index in np.flatnonzero(probabilities > 1e-12):
@@ -446,9 +482,52 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             norm = sum(p for p, _ in kept)
             return [(p / norm, f) for p, f in kept]
 
+        def end_law(k: int, m: int, r: int) -> list[tuple[float, tuple[float, float]]]:
+            """(probability, clamp) of a mean's two-sided clamp's ends
+            (``_auto_bounds.end_scores``), which read the row cap through ``magnitude_cap``."""
+            return _end_law(k, m, _auto_bounds.magnitude_cap(r))
+
+        @functools.cache
+        def _end_law(k: int, m: int, r: int) -> list[tuple[float, tuple[float, float]]]:
+            scores, clamps, eps = _auto_bounds.end_scores(ap, captured["stats"], 0, "x", m,
+                                                          r, k)
+            law = _law(np.maximum(scores, -_auto_bounds.PENALTY_CAP), eps,
+                       _auto_bounds.SENSITIVITY)
+            kept = [(float(p), c) for p, c in zip(law, clamps, strict=True) if p > 1e-4]
+            norm = sum(p for p, _ in kept)
+            return [(p / norm, c) for p, c in kept]
+
         for (k, m), entries in by_km.items():
             r_list = [r for r, _ in entries]
+            two_sided = floored and m is not None
+            if two_sided:  # the ends of a two-sided clamp, drawn per row cap read
+                assert m is not None
+                top = float(_auto_bounds.MAGNITUDES[m])
+                ends = {r: end_law(k, m, r) if end_gate_at.get((k, r), 1.0) > 0.0 else []
+                        for r in r_list}
+                options = sorted({c for law in ends.values() for _, c in law} |
+                                 {(-top, top)})
+                for lo, hi in options:
+                    per_r = errors(k, r_list, lo, hi, scales)
+                    sign_p = next(p for p, ab in sign_law if ab == (-1.0, 1.0))
+                    for (r, p), per in zip(entries, per_r, strict=True):
+                        sym = symmetric_at.get((k, r), 0.0) / max(
+                            1.0 - thin_at.get((k, r), 0.0), 1e-300)
+                        gate = end_gate_at.get((k, r), 1.0)
+                        widest = (lo, hi) == (-top, top)
+                        pe = gate * dict((c, q) for q, c in ends[r]).get((lo, hi), 0.0) + \
+                            (1.0 - gate) * widest
+                        weight = p * ((1.0 - sym) * sign_p * pe + (sym if widest else 0.0))
+                        if weight <= 0.0:
+                            continue
+                        mse = float(per.mean())
+                        total += weight * mse
+                        mass += weight
+                        far += weight * float((per > threshold).mean())
+                        likeliest.append((round(weight, 4), k, r, round(lo, 3), round(hi, 3)))
             for sign_p, (a, b) in sign_law:
+                if two_sided and (a, b) == (-1.0, 1.0):
+                    continue
                 # a one-sided mean's clamp gets a floor, drawn per row cap read (r' <= 4)
                 one_sided = floored and a * b == 0.0
                 laws: dict[int, list[tuple[float, float]]] = {}

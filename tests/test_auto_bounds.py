@@ -86,7 +86,15 @@ def all_statistics(profile: Profile) -> np.ndarray:
                      profile.nonzero(0, 1), profile.nonzero(0, 4),
                      # what a mean's floor raises, on either side
                      *(v for r in (1, 4) for side in (1, -1)
-                       for v in profile.raised(0, r, side))])
+                       for v in profile.raised(0, r, side)),
+                     # what a two-sided mean's end cuts, on either side
+                     *(v for r in (1, 4) for side in (1, -1)
+                       for v in side_statistics(profile, r, side))])
+
+
+def side_statistics(profile: Profile, r: int, side: int) -> list[float]:
+    every, beyond = profile.side_magnitudes(0, r, side)
+    return [every, *beyond]
 
 
 def broken_rows(profile: Profile) -> list[float]:
@@ -158,6 +166,12 @@ def broken_raised(profile: Profile) -> list[float]:
             for q in (-80, 0, 40)]
 
 
+def broken_side(profile: Profile) -> list[float]:
+    """The twin: what a mean's end cuts counted per value, its unit's rows forgotten."""
+    return [float(sum(c for _, s, b, c in profile.values.get(0, []) if s > 0 and b >= q))
+            for q in (-80, -1, 40)]
+
+
 def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:
     base = random_frame(0)
     wide = pd.DataFrame({"u": 10_000, "g": [f"g{i % 30}" for i in range(900)], "x": 1.0})
@@ -167,6 +181,7 @@ def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:
                       np.array(broken_magnitudes(before, 4)))) >= 200
     assert max(np.abs(np.array(broken_raised(after)) -
                       np.array(broken_raised(before)))) >= 900
+    assert max(np.abs(np.array(broken_side(after)) - np.array(broken_side(before)))) >= 900
     assert np.abs(np.array(broken_mean_octaves(after)) -
                   np.array(broken_mean_octaves(before))).sum() >= 30
     # a unit of 30 light pairs (one row in each of 30 groups): the twin moves by 30, the
@@ -1023,6 +1038,104 @@ def test_the_floors_scores_move_by_at_most_one_when_a_unit_is_added(
     assert moved > 0.0
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_ends_scores_move_by_at_most_one_when_a_unit_is_added(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A two-sided mean's ends score -penalties over the widths M + L on each side, each a
+    statistic (what the end cuts) plus a constant, and [-M, M] the larger of its two
+    penalties: every score moves by at most 1 between the engine's profiles of neighbouring
+    data, at every row cap it reads and several magnitudes (the real scores)."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    captured = capture_choice_inputs(monkeypatch)
+    base = random_frame(seed)
+    curator = dp.Curator.from_pandas(base, privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(seed))
+    curator.sql("SELECT g, AVG(x) AS s FROM data GROUP BY g", epsilon=1,
+                keys=[f"g{i}" for i in range(8)], bounds="auto")
+    auto_plan = captured["auto_plan"]
+    wide = pd.DataFrame({"u": 10_001, "g": [f"g{i % 30}" for i in range(900)],
+                         "x": np.linspace(-1e4, 1e4, 900)})
+    profiles = [profile_of(frame) for frame in (
+        base, pd.concat([base, one_unit(seed, 10_000)], ignore_index=True),
+        pd.concat([base, wide], ignore_index=True))]
+    moved = 0.0
+    for m in (5, 20, 80, 100, 140, 200):
+        for r in (1, 2, 4):
+            for k in (1, 4):
+                scores = [auto_bounds.end_scores(auto_plan, p, 0, "x", m, r, k)[0]  # type: ignore[arg-type]
+                          for p in profiles]
+                size = 2 * (min(m, auto_bounds.FLOOR_STEPS) + 1) + 1
+                assert all(np.isfinite(s).all() and s.size == size for s in scores)
+                for neighbour in scores[1:]:
+                    change = float(np.abs(neighbour - scores[0]).max())
+                    assert change <= auto_bounds.SENSITIVITY
+                    moved = max(moved, change)
+    assert moved > 0.0
+
+
+def fifth_negative_frame(units: int = 20_000, low: float = -25.0) -> pd.DataFrame:
+    """One row per unit in 8 groups, values uniform on [``low``, 100]."""
+    rng = np.random.default_rng(17)
+    return pd.DataFrame({"u": np.arange(units), "g": [f"g{i}" for i in rng.integers(0, 8, units)],
+                         "x": rng.uniform(low, 100.0, units)})
+
+
+def test_a_two_sided_means_clamp_brings_in_the_end_its_values_do_not_reach(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mean's noise grows with its clamp's width. Values on [-25, 100] clamped to
+    [-128, 128] pay twice the width they need ([-32, 128] holds them all); clamped to
+    [0, 128] they lose the negative fifth. The ends' choice scores, at M = 128: the best
+    clamp is [-L, 128] with L between 25 and 45 (the first end beyond every negative value,
+    on steps of 2^(1/4)), and [-128, 128] scores at least 5 / epsilon below it (in
+    probability e^-2.5 or less, with every other far candidate less likely still); values on
+    [-100, 100] keep both ends beyond them. Deterministic: the scores, no draw."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    captured = capture_choice_inputs(monkeypatch)
+    keys = [f"g{i}" for i in range(8)]
+    frame = fifth_negative_frame()
+    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
+                                     source=SeededRandom(18), cache=False)
+    curator.sql("SELECT g, AVG(x) AS v FROM data GROUP BY g", epsilon=1.0, keys=keys)
+    auto_plan = captured["auto_plan"]
+    m = auto_bounds.MAGNITUDES.index(128.0)
+    scores, clamps, epsilon = auto_bounds.end_scores(auto_plan, profile_of(frame), 0, "x",  # type: ignore[arg-type]
+                                                     m, 1, 1)
+    lo, hi = clamps[int(np.argmax(scores))]
+    assert hi == 128.0 and -45.0 < lo <= -25.0
+    assert float(scores.max() - scores[-1]) >= 5.0 / epsilon and clamps[-1] == (-128.0, 128.0)
+    both = profile_of(fifth_negative_frame(low=-100.0))
+    scores, clamps, _ = auto_bounds.end_scores(auto_plan, both, 0, "x", m, 1, 1)  # type: ignore[arg-type]
+    lo, hi = clamps[int(np.argmax(scores))]
+    assert lo <= -100.0 and hi >= 100.0  # both ends beyond every value
+
+
+def test_a_two_sided_mean_is_released_with_the_end_brought_in() -> None:
+    """The release: AVG of values on [-25, 100] with no bounds given is clamped to [-L, M],
+    L well below M (the end's own choice, drawn with the floor's epsilon: the two exclude
+    each other, so the release costs exactly what it asks). At epsilon 4 the floor choice's
+    F is about 630, and the 20,000 values pass the ends' gate (``END_THIN`` F, about 6,300);
+    at epsilon 1 they would not, and the clamp would stay [-M, M]. Seeded: no flake."""
+    keys = [f"g{i}" for i in range(8)]
+    curator = dp.Curator.from_pandas(fifth_negative_frame(), privacy_unit="u",
+                                     budget=dp.PureDP(100), source=SeededRandom(19),
+                                     cache=False)
+    ends = []
+    for _ in range(5):
+        release = curator.sql("SELECT g, AVG(x) AS v FROM data GROUP BY g", epsilon=4.0,
+                              keys=keys)
+        assert release.privacy == dp.PureDP(4.0)
+        ends.append(release.chosen["bounds"]["x"])
+    assert curator.spent.epsilon == pytest.approx(20.0)
+    assert sum(1 for lo, hi in ends if -64.0 < lo <= -25.0 and hi >= 100.0) >= 4, ends
+    for _ in range(3):  # below the gate: the signs' clamp as it was
+        release = curator.sql("SELECT g, AVG(x) AS v FROM data GROUP BY g", epsilon=1.0,
+                              keys=keys)
+        lo, hi = release.chosen["bounds"]["x"]
+        assert lo == -hi, (lo, hi)
+
+
 def test_with_private_keys_the_row_caps_ramp_is_steeper(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """One row per unit: nothing lies beyond r = 1, and each octave above it costs the ramp.
@@ -1137,22 +1250,42 @@ def test_the_row_factors_are_the_clamp_over_the_mean_of_what_a_cap_cuts() -> Non
 
 
 def test_a_means_row_factors_weigh_the_gap_between_the_cut_pairs_and_the_rest() -> None:
-    """A mean's factors (``factors_from`` with ``means``): a row cut moves a mean by its
-    distance from the rest, so the factor is ``MEAN_HALF`` M over the gap between the cut
-    pairs' clamped mean and the other pairs'; where the two agree, at most
-    ``MEAN_RATIO_MOST`` times the sum's factor; None where either half is empty."""
-    from dpcurator.curator._auto_bounds import MAGNITUDES, MEAN_HALF, MEAN_RATIO_MOST
+    """A mean's factors (``factors_from`` with ``means``), per magnitude M and row cap r: a
+    row cut moves a mean by its distance from the mean of the rows kept, the gap between the
+    cut pairs' clamped mean and the other pairs' times the other pairs' share of the rows
+    kept, lambda(r) = ``MEAN_LIGHT_ROWS`` N_l / (``MEAN_LIGHT_ROWS`` N_l + r N_h), so the
+    factor is ``MEAN_HALF`` M / (gap lambda(r)); where the two agree, the gap is at least
+    1 / ``MEAN_RATIO_MOST`` of the cut pairs' mean; None where either half is empty."""
+    from dpcurator.curator._auto_bounds import (
+        MAGNITUDES,
+        MEAN_HALF,
+        MEAN_LIGHT_ROWS,
+        MEAN_RATIO_MOST,
+        ROW_CANDIDATES,
+    )
 
     heavy, light = np.zeros(len(MEAN_OCTAVES)), np.zeros(len(MEAN_OCTAVES))
     heavy[MEAN_OCTAVES.index(3)] = 30.0  # the cut pairs' means in (8, 16]: middle 2^3.5
     light[MEAN_OCTAVES.index(1)] = 900.0  # the others' in (2, 4]: middle 2^1.5
     at = MAGNITUDES.index(256.0)
     factors = factors_from(np.concatenate([heavy, light]), means=True)
-    assert factors[at] == pytest.approx(MEAN_HALF * 256.0 / (2**3.5 - 2**1.5))
+    assert factors is not None and factors.shape == (len(MAGNITUDES), len(ROW_CANDIDATES))
+
+    def share(r: int) -> float:  # the light pairs' share of the rows kept at the cap r
+        return MEAN_LIGHT_ROWS * 900.0 / (MEAN_LIGHT_ROWS * 900.0 + r * 30.0)
+
+    for r in (1, 16, 128):
+        assert factors[at, ROW_CANDIDATES.index(r)] == pytest.approx(
+            MEAN_HALF * 256.0 / (2**3.5 - 2**1.5) / share(r))
+    # the higher the cap, the more the cut pairs' rows set the mean: the cap aims lower
+    assert np.all(np.diff(factors[at]) >= 0.0) and factors[at, -1] > 10 * factors[at, 0]
     # where the heavy pairs look like the rest, the cap aims far lower, but not without end
     same = factors_from(np.concatenate([heavy, heavy * 30]), means=True)
+    assert same is not None
     at = MAGNITUDES.index(64.0)
-    assert same[at] == pytest.approx(MEAN_HALF * MEAN_RATIO_MOST * 64.0 / 2**3.5)
+    assert same[at, 0] == pytest.approx(
+        MEAN_HALF * MEAN_RATIO_MOST * 64.0 / 2**3.5 * (MEAN_LIGHT_ROWS * 900.0 + 30.0) /
+        (MEAN_LIGHT_ROWS * 900.0))
     assert factors_from(np.concatenate([heavy, 0 * light]), means=True) is None
     assert factors_from(np.concatenate([0 * heavy, light]), means=True) is None
 

@@ -71,15 +71,16 @@ it; P, n and T are rounded up by the engine, so the weights never exceed the exa
   magnitudes to the data's, and the clamp fell to zero (SUM 5.3x on one shape; 1.5x at 4);
 - negative and positive values, each weighing 1 / T (for the signs).
 
-A mean (every aggregate an AVG) aims its caps at ``MEAN_CAP_FACTOR`` (16) times the targets
-below: a row a cap removes moves a mean by its distance from the mean, not by its value, so a
-mean's bias per row cut is a fraction of a sum's, while the noise per row kept is the same
-(its clamp keeps the sum's rate). The factor is set on the family (AVG's exact expected RMSE
-against the best fixed bounds, geometric mean over 52 shapes: 3.5x with 1, 2.5x with 4, 2.0x
-with 16 and 32; worst 9.7x with 16, 22x with 32). How much a cap moves a mean depends on how
-the heavy units' values differ from the rest: where the row cap and the clamp are chosen, the
-row cap reads that from the histogram of "A sum's row cap" below, with the other pairs beside
-the cut ones (``_mean_factors``); the partition cap keeps the factor 16.
+A mean (every aggregate an AVG) aims its partition cap at ``MEAN_CAP_FACTOR`` (16) times the
+target below: a row a cap removes moves a mean by its distance from the mean, not by its
+value, so a mean's bias per row cut is a fraction of a sum's, while the noise per row kept is
+the same (its clamp keeps the sum's rate). The factor was set on the family (AVG's exact
+expected RMSE against the best fixed bounds, geometric mean over 52 shapes: 3.5x with 1, 2.5x
+with 4, 2.0x with 16 and 32; worst 9.7x with 16, 22x with 32). How much a cap moves a mean
+depends on how the heavy units' values differ from the rest: where the row cap and the clamp
+are chosen, the row cap reads that from the histogram of "A sum's row cap" below, with the
+other pairs beside the cut ones (``_mean_factors``); where that histogram is empty, the row
+cap aims at ``MEAN_ROW_FACTOR`` (8) times its fixed target.
 
 The penalties. For each candidate c_j (in increasing order, steps of 2^(1/4) for rows and
 magnitudes, of 2 for partitions) with statistic stat_j (decreasing in j) and target t_j:
@@ -131,7 +132,7 @@ ln(3 / beta) / epsilon with beta = ``BETA_BOUNDED`` (twice the width: twice the 
 mean); adding a unit lowers or keeps each of these scores, so the choice is monotonic
 (permute-and-flip with half the noise: Ding, Kifer, Wang and Zhang 2021). Weights in the
 budget: 1 per cap and 2 per magnitude (summed for the joint choice), 1 per column's signs,
-1/2 per mean's floor (below; taken from its column's signs, which keep 1/2) and 1 for
+1/2 per mean's floor or ends (below; taken from its column's signs, which keep 1/2) and 1 for
 the thin-data rule's count (1/4 of it from the share and 3/4 on top: "Thin data" below;
 and 1/4 for a sum's histogram, on top: "A sum's row cap" below). The signs weigh 1 so
 that, where the data is not thin (``thin_rule``: its count of values at least 1.25 F), a
@@ -245,11 +246,29 @@ A query of means (``values_choice``) draws the same histogram with a second half
 of at most ``VALUES_CAP`` rows by the same octaves, each weighing 1 / P
 (``Profile.light_octaves``). A pair counts in one half or the other, so one unit still adds
 at most 1 in all (L1). A row cut moves a mean by its distance from the rest, not by its
-value, so the factor is ``MEAN_HALF`` M / |m_h(M) - m_l(M)| (the two halves' means of
-min(m_o, M)), the gap at least m_h(M) / ``MEAN_RATIO_MOST`` (``_mean_factors``); where
-either half is empty, the fixed ``MEAN_CAP_FACTOR``. On the family (``--questions AVG``):
-median 1.59x -> 1.37x, geometric mean 1.93x -> 1.68x, within 1.25x 16 -> 21 of 56 shapes,
-P[>3x] <= 1% on 30 -> 32.
+value, and by the distance from the mean of the rows kept: the factor at the magnitude M
+and the row cap r is ``MEAN_HALF`` M / (|m_h(M) - m_l(M)| lambda(r)) (the two halves' means of
+min(m_o, M), lambda(r) the short pairs' share of the rows kept), the gap at least m_h(M) /
+``MEAN_RATIO_MOST`` (``_mean_factors``); where either half is empty, the fixed
+``MEAN_ROW_FACTOR``. On the family (``--questions AVG``), with the gap alone: median 1.59x ->
+1.37x, geometric mean 1.93x -> 1.68x, within 1.25x 16 -> 21 of 56 shapes, P[>3x] <= 1% on
+30 -> 32; with lambda(r) and the ends below, see ``MEAN_HALF``.
+
+A two-sided mean's ends (``end_scores``, ``choose_end``). A mean's noise grows with its
+clamp's width, and values mostly of one sign need the other end only as far as their own
+values reach: on the family's shapes with a fifth of the values negative, [-M, M] paid twice
+the width of [-M / 4, M] and [0, M] lost the negative fifth (#11 8.7x, #26 3.6x the best
+fixed bounds with such clamps). Where a column's every aggregate is a mean or a variance and
+its signs chose [-M, M], one more permute-and-flip, with the floor's epsilon (the floor is
+drawn only for one-sided clamps: the two exclude each other), chooses [-L, M], [-M, L] or
+[-M, M], L among 0 and the magnitudes up to 4 octaves below M. Each side is a chain of the
+penalties above over the widths M + L: the statistic the values of that side beyond L
+(``Profile.side_magnitudes``, each weighing 1 / max(T, r') as the magnitude's), the target the
+magnitude's, the ramp ``FLOOR_LAMBDA`` per octave of width; [-M, M], the top of both, scores
+the larger of its two penalties (a maximum of statistics plus constants: sensitivity 1). It
+is drawn only where the thin-data rule's noisy count reaches ``END_THIN`` (10) times the
+floor choice's F: the majority side's values weigh 1 / T each, and where heavy units hold
+them, a thin count could not tell the sides apart.
 
 The outer cap of a total interval (``choose_outer``; ``dpcurator.curator._total``) is one
 more choice, paid from the total interval's share, not the bounds': the units with more than
@@ -440,18 +459,33 @@ UNITS = "units"
 #: (the others 12.5% less epsilon) it was worse: median 1.25x, 30 shapes within 1.25x.
 UNITS_ON_TOP = 0.75
 MAGNITUDE_ROWS = 4
+#: A mean's partition cap aims at MEAN_CAP_FACTOR times a count's target (``joint_scores``)
 MEAN_CAP_FACTOR = 16.0
-#: A mean's row cap, aimed by the histogram (``_mean_factors``): MEAN_HALF M over the gap
-#: between the cut pairs' clamped mean and the others', the gap at least 1 / MEAN_RATIO_MOST
-#: of the cut pairs' mean. The gap is taken to the light pairs, not to the mean the cap keeps
-#: (which the histogram cannot give: it lies between the two, nearer the heavy pairs' where
-#: their rows dominate), so the factor is set on the family (``auto_bounds.py --family
-#: --questions AVG``, 56 shapes, against the fixed 16 x 2: median 1.59x, geometric mean 1.93x,
-#: 16 shapes within 1.25x, 30 with P[>3x] <= 1%): with 1/2 1.69x, 2.07x, 11, 26; with 1
-#: 1.47x, 1.83x, 18, 32; with 2 1.37x, 1.68x, 21, 32; with 4 1.69x, 1.90x, 15, 29 (caps too
-#: low: #45 1.14x at 1, 2.75x at 2, 6.30x at 4; too high at 1/2: #28 2.19x, #40 4.38x)
-MEAN_HALF = 2.0
+#: A mean's row cap where its histogram is empty aims at MEAN_ROW_FACTOR times the fixed
+#: factor: a fixed compromise, as nothing tells how far the cut rows lie from the rest. On the
+#: family's shapes where no bin passes (epsilon 0.3 and rho 0.05, 10 shapes; ``auto_bounds.py
+#: --family --questions AVG --only ...``), geometric mean 2.19x with 2, 1.93x with 4, 1.92x
+#: with 8, 2.18x with 16 (#0 1.75x, 1.31x, 1.44x, 4.49x; #54 4.28x, 1.90x, 1.40x, 1.25x)
+MEAN_ROW_FACTOR = 8.0
+#: A mean's row cap, aimed by the histogram (``_mean_factors``): MEAN_HALF M / (gap lambda(r)),
+#: the gap between the cut pairs' clamped mean and the others', at least 1 / MEAN_RATIO_MOST of
+#: the cut pairs' mean, lambda(r) the other pairs' share of the rows kept at the cap r, their
+#: rows taken as MEAN_LIGHT_ROWS per pair (1 to ``VALUES_CAP``) and the cut pairs' as r each.
+#: Amin et al.'s point with a clamp's half-width and the values' factor 2 is 1; on the family
+#: (``auto_bounds.py --family --questions AVG``, 56 shapes, with the ends below), against the
+#: gap alone with 2 (median 1.37x, geometric mean 1.64x, 22 shapes within 1.25x, 33 with
+#: P[>3x] <= 1%): with lambda and 1/2 1.32x, 1.62x, 22, 33; with 1 1.29x, 1.56x, 25, 36; with
+#: 2 1.41x, 1.60x, 20, 37 (#11 5.2x -> 2.6x at 1: its heavy pairs hold 93% of the rows, so a
+#: row they lose moves the mean by a fraction of the gap)
+MEAN_HALF = 1.0
 MEAN_RATIO_MOST = 32.0
+MEAN_LIGHT_ROWS = 2.0
+#: A two-sided mean's ends (``choose_end``) are drawn only where the thin-data rule's noisy
+#: count is at least END_THIN times the floor choice's F: at 4.9 F (the family's #26, its
+#: majority side's values mostly in heavy units, each weighing 1 / T) the wrong side's end came
+#: in with probability about 10% and the ratio went 3.6x -> 6.9x; the shapes that gained had
+#: 14 F to 380 F
+END_THIN = 10.0
 #: a mean's floor (``choose_floor``) is chosen among the magnitudes up to FLOOR_STEPS steps of
 #: 2^(1/4) below its clamp's magnitude M (down to M / 16: a lower floor narrows the clamp by
 #: under 7%), and 0
@@ -834,19 +868,22 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         if auto.max_rows_per_partition and valued:  # (r, magnitude) penalties
             assert factors is not None
             # a mean's factors hold its own weighing (``factors_from``)
-            targets2 = rate * np.asarray(factors, dtype=np.float64) / (k if per_k else 1)
+            aims = np.asarray(factors, dtype=np.float64)
+            aims = aims[:, :len(rs)] if aims.ndim == 2 else \
+                np.broadcast_to(aims[:, None], (width, len(rs)))
+            targets2 = rate * aims / (k if per_k else 1)
             kept = np.asarray(stats.rows(rs, k) if per_k else row_stats[:len(rs)],
                               dtype=np.float64)
             # one series per distinct target (the factors are flat below and above the data)
-            distinct, where = np.unique(targets2, return_inverse=True)
-            series = np.broadcast_to(kept, (len(distinct), len(rs)))
-            rows_by_magnitude = _penalties(series, rs, distinct[:, None], cap, epsilon,
-                                           ramp, *knee)[where].T
-            over = np.maximum(over, kept[:, None] - targets2[None, :])
+            distinct, where = np.unique(targets2, axis=0, return_inverse=True)
+            series = np.broadcast_to(kept, distinct.shape)
+            rows_by_magnitude = _penalties(series, rs, distinct, cap, epsilon,
+                                           ramp, *knee)[where.ravel()].T
+            over = np.maximum(over, kept[:, None] - targets2.T)
             targets_seen.append(float(targets2.max()))
         elif auto.max_rows_per_partition:
-            stat, target = (stats.rows(rs, k), weigh * factor * rate / k) if per_k else \
-                (row_stats[:len(rs)], weigh * factor * rate)
+            aim = (MEAN_ROW_FACTOR if means else 1.0) * factor * rate
+            stat, target = (stats.rows(rs, k), aim / k) if per_k else (row_stats[:len(rs)], aim)
             block = np.maximum(block, _penalties(stat, rs, [target] * len(rs), cap, epsilon,
                                                  ramp, *knee))
             over = np.maximum(over, (np.asarray(stat, dtype=np.float64) - target)[:, None])
@@ -1169,6 +1206,56 @@ def floor_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, m
     return -penalties, floors, epsilon
 
 
+def end_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, magnitude: int,
+               r: int, k: int) -> tuple[FloatArray, list[tuple[float, float]], float]:
+    """A mean's two-sided clamp's ends, M = ``MAGNITUDES[magnitude]``: (the scores, the
+    clamps scored, and the choice's epsilon), for ``choose_end``.
+
+    The candidates are [-L, M] and [-M, L] for L among 0 and the magnitudes up to
+    ``FLOOR_STEPS`` steps below M, and [-M, M]: one side's end brought in. Each side is a
+    chain of the penalties of the module docstring (``_penalties``) over the widths M + L,
+    increasing, ending at [-M, M]: the statistic the values of that side beyond L (what the
+    end cuts; ``Profile.side_magnitudes`` at the row cap ``magnitude_cap(r)``), the target
+    the magnitude's (G s k^a: a mean's noise grows with the width), the ramp ``FLOOR_LAMBDA``
+    per octave of width above the crossing. [-M, M], the top of both chains, scores the
+    larger of its two penalties. Each penalty is a statistic plus a constant, or a maximum of
+    such terms, so the scores' sensitivity is 1 (``SENSITIVITY``)."""
+    choice = f"floor:{column}"
+    steps = [j for j in range(magnitude - FLOOR_STEPS, magnitude) if j >= 0]
+    top = float(MAGNITUDES[magnitude])
+    ends = [0.0] + [float(MAGNITUDES[j]) for j in steps]
+    widths = [top + e for e in ends] + [2.0 * top]
+    cap = CAP * auto_plan.floor(choice, 2 * len(ends) + 1)
+    epsilon = auto_plan.epsilons[choice]
+    target = auto_plan.target(k, per_partition=False)
+    chains = []
+    for side in (-1, 1):
+        every, beyond = stats.side_magnitudes(index, magnitude_cap(r), side)
+        series = [every] + [beyond[j] for j in steps] + [0.0]  # the last is never read
+        chains.append(_penalties(series, widths, target, cap, epsilon, FLOOR_LAMBDA))
+    penalties = np.concatenate([chains[0][:-1], chains[1][:-1],
+                                [max(chains[0][-1], chains[1][-1])]])
+    clamps = [(-e, top) for e in ends] + [(-top, e) for e in ends] + [(-top, top)]
+    return -penalties, clamps, epsilon
+
+
+def choose_end(auto_plan: AutoPlan, stats: Profile, index: int, column: str, magnitude: int,
+               r: int, k: int, source: RandomSource | None) -> tuple[float, float]:
+    """A mean's two-sided clamp (``end_scores``): permute-and-flip, epsilon-DP under
+    add/remove one unit (McKenna and Sheldon 2020). A mean's noise grows with its clamp's
+    width, and values mostly of one sign (a fifth negative, say) need the other end only as
+    far as their own values reach."""
+    scores, clamps, epsilon = end_scores(auto_plan, stats, index, column, magnitude, r, k)
+    return clamps[_release(scores, epsilon, source)]
+
+
+def end_gate(auto_plan: AutoPlan, column: str) -> float:
+    """The thin-data rule's noisy count a two-sided mean's ends need before they are drawn
+    (``choose_bounds``): ``END_THIN`` times the floor choice's F, whose epsilon they use.
+    Public numbers only, as ``floor_gate``."""
+    return END_THIN * auto_plan.floor(f"floor:{column}", FLOOR_STEPS + 1)
+
+
 def floor_gate(auto_plan: AutoPlan, column: str) -> float:
     """The thin-data rule's noisy count a mean's floor needs before it is drawn
     (``choose_bounds``): ``FLOOR_THIN`` times the floor choice's own F. Public numbers only;
@@ -1206,15 +1293,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
         factors = value_factors(auto_plan, stats, source)
     k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for, factors)
     if VALUES in eps:
-        chosen["value_factors"] = (
-            "no octave of the pairs' means stood above the histogram's noise: the row cap "
-            "aimed at its fixed factor of the noise's rate" if factors is None or first is None
-            else f"the row cap aimed at {factors[first]:.3g} times the noise's rate at the "
-                 "clamp chosen (" + ("for a mean: the clamp over the gap between the mean "
-                                     "|value| of the pairs it would cut and the others')"
-                                     if auto_plan.means else
-                                     "the clamp over the mean |value| of the pairs it would "
-                                     "cut)"))
+        chosen["value_factors"] = _aimed_at(auto_plan, factors, first, r)
     thin = thin_rule(auto_plan, plan, stats.nonzero(0, magnitude_cap(r)), source, rows_for,
                      k) if columns else None
     if auto.max_partitions:
@@ -1252,6 +1331,11 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
             low = choose_floor(auto_plan, stats, index, column, chosen_index,
                                1 if lo == 0.0 else -1, r, k, source)
             lo, hi = (low, hi) if lo == 0.0 else (lo, -low)
+        elif f"floor:{column}" in eps and thin is not None and \
+                thin[1] is not None and thin[1] >= end_gate(auto_plan, column):
+            # a mean's two-sided clamp: one end brought in (the floor's epsilon: the two
+            # exclude each other)
+            lo, hi = choose_end(auto_plan, stats, index, column, chosen_index, r, k, source)
         bounds[column] = Bounds(lo, hi)
     if bounds:
         chosen["bounds"] = {c: (b.lo, b.hi) for c, b in bounds.items()}
@@ -1365,10 +1449,21 @@ def _clamped_means(histogram: FloatArray) -> FloatArray:
 
 
 def _mean_factors(heavy: FloatArray, light: FloatArray) -> FloatArray | None:
-    """A mean's row cap's factor per magnitude M: MEAN_HALF M / |m_h(M) - m_l(M)| (m_h the
-    mean of min(m_o, M) over the pairs a cap cuts, m_l over the pairs of at most
-    ``VALUES_CAP`` rows), at most ``MEAN_RATIO_MOST`` times the sum's M / m_h(M); None where
-    either part is empty."""
+    """A mean's row cap's factor per magnitude M (rows) and row cap r in ``ROW_CANDIDATES``
+    (columns): MEAN_HALF M / (|m_h(M) - m_l(M)| lambda(r)), m_h the mean of min(m_o, M) over
+    the pairs a cap cuts, m_l over the pairs of at most ``VALUES_CAP`` rows, the gap at
+    least m_h(M) / ``MEAN_RATIO_MOST``, within [``VALUES_LEAST``, ``VALUES_MOST`` x
+    ``MEAN_CAP_FACTOR``]; None where either part is empty.
+
+    Why lambda. A row the cap r cuts moves the mean by its distance from the mean of the
+    rows kept, which lies between m_l and m_h: at the light pairs' share lambda(r) of the
+    rows kept, the distance is the gap times lambda(r). The histogram counts pairs, not rows
+    (N_l and N_h, its two halves' totals, each pair weighing 1 / P): the light pairs' rows
+    are taken as ``MEAN_LIGHT_ROWS`` each and the cut pairs' as r each, so lambda(r) =
+    MEAN_LIGHT_ROWS N_l / (MEAN_LIGHT_ROWS N_l + r N_h). Where the heavy units hold most of
+    the rows (the family's #11: 93%), a cap that trims them moves the mean little, and the
+    gap alone aimed the cap far too high (r 431 where 32 is best: 5.2x the best fixed
+    bounds; 2.6x with lambda)."""
     if not (float(heavy.sum()) > 0.0 and float(light.sum()) > 0.0):
         return None
     m_h, m_l = _clamped_means(heavy), _clamped_means(light)
@@ -1376,9 +1471,28 @@ def _mean_factors(heavy: FloatArray, light: FloatArray) -> FloatArray | None:
     gap = np.maximum(np.abs(m_h - m_l), m_h / MEAN_RATIO_MOST)
     with np.errstate(over="ignore", divide="ignore"):
         factors = np.where(gap > 0.0, MEAN_HALF * tops / np.maximum(gap, 1e-300),
-                           MEAN_CAP_FACTOR * ROW_FACTOR_VALUES)
-    return np.asarray(np.clip(factors, VALUES_LEAST, VALUES_MOST * MEAN_CAP_FACTOR),
-                      dtype=np.float64)
+                           MEAN_ROW_FACTOR * ROW_FACTOR_VALUES)
+    light_rows = MEAN_LIGHT_ROWS * float(light.sum())
+    rs = np.asarray(ROW_CANDIDATES, dtype=np.float64)
+    share = light_rows / (light_rows + rs * float(heavy.sum()))
+    return np.asarray(np.clip(factors[:, None] / share[None, :], VALUES_LEAST,
+                              VALUES_MOST * MEAN_CAP_FACTOR), dtype=np.float64)
+
+
+def _aimed_at(auto_plan: AutoPlan, factors: FloatArray | None, magnitude: int | None,
+              r: int) -> str:
+    """What the release says of how the row cap was aimed (``value_factors``): the factor at
+    the magnitude index and row cap chosen (a sum's factors are per magnitude, a mean's per
+    magnitude and row cap), or that the histogram was empty."""
+    if factors is None or magnitude is None:
+        return ("no octave of the pairs' means stood above the histogram's noise: the row cap "
+                "aimed at its fixed factor of the noise's rate")
+    aim = float(factors[magnitude] if factors.ndim == 1 else
+                factors[magnitude, ROW_CANDIDATES.index(r)])
+    why = ("for a mean: the clamp over the gap between the mean |value| of the pairs it would "
+           "cut and the others', times the others' share of the rows kept" if auto_plan.means
+           else "the clamp over the mean |value| of the pairs it would cut")
+    return f"the row cap aimed at {aim:.3g} times the noise's rate at the clamp chosen ({why})"
 
 
 def value_factors(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None

@@ -219,6 +219,26 @@ class Profile:
             below += same.get(q, 0)
         return series
 
+    def side_magnitudes(self, column: int, r: int, side: int) -> tuple[float, list[float]]:
+        """What one end of a two-sided clamp cuts: (every value of the ``side``'s sign, then
+        per q in ``PROFILE_STEPS`` those above 2^(q/4) in magnitude), each weighing
+        1 / max(T, r) as in ``magnitudes``. Each is a count of values, each value counted
+        once, so a unit adds at most T / max(T, r) <= 1 to each; exact, then as ``_down``."""
+        per: dict[tuple[int, int], int] = {}  # (T, bucket) -> values on the side
+        for t, s, b, c in self.values.get(column, []):
+            if (s < 0 if side < 0 else s > 0):
+                per[(t, b)] = per.get((t, b), 0) + c
+        d = math.lcm(1, *(max(t, r) for t, _ in per))
+        per_bucket: dict[int, int] = {}
+        for (t, b), c in per.items():
+            per_bucket[b] = per_bucket.get(b, 0) + c * (d // max(t, r))
+        beyond, series = 0, []
+        for q in reversed(PROFILE_STEPS):  # exact suffix sums, each then as ``_down``
+            beyond += per_bucket.get(q, 0)
+            series.append(min(beyond * GRID // d, STAT_CAP * GRID) / GRID)
+        every = sum(per_bucket.values())
+        return min(every * GRID // d, STAT_CAP * GRID) / GRID, series[::-1]
+
     def signs(self, column: int) -> tuple[float, float]:
         """(negative, positive) values above 2^-20 in magnitude (each weighs 1 / T)."""
         values = self.values.get(column, [])
