@@ -462,9 +462,19 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             p = float(probabilities[index])
             fallback += p * thin_at.get((k, r), 0.0)
             by_km.setdefault((k, m), []).append((r, p * (1.0 - thin_at.get((k, r), 0.0))))
-        total = mass = far = 0.0
+        sums = {"total": 0.0, "mass": 0.0, "far": 0.0}
         likeliest: list[tuple[float, ...]] = []
         threshold = 9.0 * best
+
+        def add(weight: float, per: np.ndarray, k: int, r: int, lo: float | None,
+                hi: float | None) -> None:
+            """One candidate's weight in the law, with its squared errors over the draws."""
+            if weight <= 0.0:
+                return
+            sums["total"] += weight * float(per.mean())
+            sums["mass"] += weight
+            sums["far"] += weight * float((per > threshold).mean())
+            likeliest.append((round(weight, 4), k, r, round(lo or 0.0, 3), round(hi or 0.0, 3)))
         floored = question == "AVG" and "floor:x" in ap.epsilons
 
         def floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
@@ -517,14 +527,8 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                         widest = (lo, hi) == (-top, top)
                         pe = gate * dict((c, q) for q, c in ends[r]).get((lo, hi), 0.0) + \
                             (1.0 - gate) * widest
-                        weight = p * ((1.0 - sym) * sign_p * pe + (sym if widest else 0.0))
-                        if weight <= 0.0:
-                            continue
-                        mse = float(per.mean())
-                        total += weight * mse
-                        mass += weight
-                        far += weight * float((per > threshold).mean())
-                        likeliest.append((round(weight, 4), k, r, round(lo, 3), round(hi, 3)))
+                        add(p * ((1.0 - sym) * sign_p * pe + (sym if widest else 0.0)), per,
+                            k, r, lo, hi)
             for sign_p, (a, b) in sign_law:
                 if two_sided and (a, b) == (-1.0, 1.0):
                     continue
@@ -557,17 +561,9 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                         gate = gate_at.get((k, r), 1.0)
                         pf = (gate * dict((f, q) for q, f in laws[r]).get(low, 0.0)
                               + (1.0 - gate) * (low == 0.0)) if one_sided else 1.0
-                        weight = p * ((1.0 - sym) * sign_p * pf +
-                                      (sym if (a, b) == (-1.0, 1.0) else 0.0))
-                        if weight <= 0.0:
-                            continue
-                        mse = float(per.mean())
-                        total += weight * mse
-                        mass += weight
-                        far += weight * float((per > threshold).mean())
-                        likeliest.append((round(weight, 4), k, r, round(lo or 0.0, 3),
-                                          round(hi or 0.0, 3)))
-        return total, mass, far, likeliest, fallback
+                        add(p * ((1.0 - sym) * sign_p * pf +
+                                 (sym if (a, b) == (-1.0, 1.0) else 0.0)), per, k, r, lo, hi)
+        return sums["total"], sums["mass"], sums["far"], likeliest, fallback
 
     # each path's noise per unit of sensitivity, from the release's (noise ~ 1 / epsilon,
     # or 1 / sqrt(rho)): the release took the retry's path where it says so

@@ -171,7 +171,11 @@ def openapi_spec() -> dict[str, Any]:
             "analysts": {"ann": {"token_sha256": "0" * 64,
                                  "budgets": {"sample": {"epsilon": 1.0}}}},
         }, base=base)
-        spec: dict[str, Any] = create_app(config).openapi()
+        app = create_app(config)
+        try:
+            spec: dict[str, Any] = app.openapi()
+        finally:  # its ledger's verifier would outlive the folder (a warning a minute)
+            app.state.service.close()
     return spec
 
 

@@ -1001,15 +1001,11 @@ def test_a_floor_is_not_chosen_from_too_few_values() -> None:
         assert release.chosen["bounds"]["x"][0] == 0.0
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_the_floors_scores_move_by_at_most_one_when_a_unit_is_added(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A mean's floor scores -penalties over the widths M - L, each a statistic (what the
-    floor raises) plus a constant: every score moves by at most 1 between the engine's
-    profiles of neighbouring data, on either side, at every row cap it reads and several
-    magnitudes (the real scores, not only the statistics)."""
-    import dpcurator.curator._auto_bounds as auto_bounds
-
+def mean_plan_and_neighbours(seed: int, monkeypatch: pytest.MonkeyPatch
+                             ) -> tuple[Any, list[Profile]]:
+    """A mean's choice plan (with a floor's epsilon) from one release on a random frame, and
+    the engine's profiles of that frame, of it with one more unit, and of it with a unit of
+    900 rows spanning -1e4 to 1e4 in 30 groups."""
     captured = capture_choice_inputs(monkeypatch)
     base = random_frame(seed)
     curator = dp.Curator.from_pandas(base, privacy_unit="u", budget=dp.PureDP(10),
@@ -1023,6 +1019,19 @@ def test_the_floors_scores_move_by_at_most_one_when_a_unit_is_added(
     profiles = [profile_of(frame) for frame in (
         base, pd.concat([base, one_unit(seed, 10_000)], ignore_index=True),
         pd.concat([base, wide], ignore_index=True))]
+    return auto_plan, profiles
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_floors_scores_move_by_at_most_one_when_a_unit_is_added(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mean's floor scores -penalties over the widths M - L, each a statistic (what the
+    floor raises) plus a constant: every score moves by at most 1 between the engine's
+    profiles of neighbouring data, on either side, at every row cap it reads and several
+    magnitudes (the real scores, not only the statistics)."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    auto_plan, profiles = mean_plan_and_neighbours(seed, monkeypatch)
     moved = 0.0
     for m in (20, 80, 100, 140, 200):
         for side in (1, -1):
@@ -1047,18 +1056,7 @@ def test_the_ends_scores_move_by_at_most_one_when_a_unit_is_added(
     data, at every row cap it reads and several magnitudes (the real scores)."""
     import dpcurator.curator._auto_bounds as auto_bounds
 
-    captured = capture_choice_inputs(monkeypatch)
-    base = random_frame(seed)
-    curator = dp.Curator.from_pandas(base, privacy_unit="u", budget=dp.PureDP(10),
-                                     source=SeededRandom(seed))
-    curator.sql("SELECT g, AVG(x) AS s FROM data GROUP BY g", epsilon=1,
-                keys=[f"g{i}" for i in range(8)], bounds="auto")
-    auto_plan = captured["auto_plan"]
-    wide = pd.DataFrame({"u": 10_001, "g": [f"g{i % 30}" for i in range(900)],
-                         "x": np.linspace(-1e4, 1e4, 900)})
-    profiles = [profile_of(frame) for frame in (
-        base, pd.concat([base, one_unit(seed, 10_000)], ignore_index=True),
-        pd.concat([base, wide], ignore_index=True))]
+    auto_plan, profiles = mean_plan_and_neighbours(seed, monkeypatch)
     moved = 0.0
     for m in (5, 20, 80, 100, 140, 200):
         for r in (1, 2, 4):

@@ -66,6 +66,21 @@ def _beyond_buckets(weights: Iterable[tuple[int, Fraction]]) -> list[float]:
     return out[::-1]
 
 
+def _on_grid(count: int, d: int) -> float:
+    """count / d, capped at ``STAT_CAP`` and rounded down to the ``GRID``, exactly."""
+    return min(count * GRID // d, STAT_CAP * GRID) / GRID
+
+
+def _suffix_series(per_bucket: dict[int, int], d: int) -> list[float]:
+    """Per q in ``PROFILE_STEPS``, the weight in buckets >= q, from integer weights over the
+    common denominator ``d`` (exact suffix sums, each then on the grid)."""
+    beyond, series = 0, []
+    for q in reversed(PROFILE_STEPS):
+        beyond += per_bucket.get(q, 0)
+        series.append(_on_grid(beyond, d))
+    return series[::-1]
+
+
 class Profile:
     """The statistics of the module docstring, from a profile's rows (``BoundedQuery.profile``):
     each moves by at most 1 when one unit is added or removed."""
@@ -187,11 +202,7 @@ class Profile:
             per_bucket: dict[int, int] = {}
             for (t, b), c in per.items():
                 per_bucket[b] = per_bucket.get(b, 0) + c * (d // max(t, r))
-            beyond, series = 0, []
-            for q in reversed(PROFILE_STEPS):  # exact suffix sums, each then as ``_down``
-                beyond += per_bucket.get(q, 0)
-                series.append(min(beyond * GRID // d, STAT_CAP * GRID) / GRID)
-            out[r] = series[::-1]
+            out[r] = _suffix_series(per_bucket, d)
         return out
 
     def raised(self, column: int, r: int, side: int) -> list[float]:
@@ -215,7 +226,7 @@ class Profile:
                 other += weight
         below, series = other + sum(w for b, w in same.items() if b < PROFILE_STEPS[0]), []
         for q in PROFILE_STEPS:  # exact prefix sums: buckets below q (|x| <= 2^(q/4))
-            series.append(min(below * GRID // d, STAT_CAP * GRID) / GRID)
+            series.append(_on_grid(below, d))
             below += same.get(q, 0)
         return series
 
@@ -232,12 +243,7 @@ class Profile:
         per_bucket: dict[int, int] = {}
         for (t, b), c in per.items():
             per_bucket[b] = per_bucket.get(b, 0) + c * (d // max(t, r))
-        beyond, series = 0, []
-        for q in reversed(PROFILE_STEPS):  # exact suffix sums, each then as ``_down``
-            beyond += per_bucket.get(q, 0)
-            series.append(min(beyond * GRID // d, STAT_CAP * GRID) / GRID)
-        every = sum(per_bucket.values())
-        return min(every * GRID // d, STAT_CAP * GRID) / GRID, series[::-1]
+        return _on_grid(sum(per_bucket.values()), d), _suffix_series(per_bucket, d)
 
     def signs(self, column: int) -> tuple[float, float]:
         """(negative, positive) values above 2^-20 in magnitude (each weighs 1 / T)."""
