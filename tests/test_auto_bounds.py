@@ -1134,6 +1134,52 @@ def test_a_two_sided_mean_is_released_with_the_end_brought_in() -> None:
         assert lo == -hi, (lo, hi)
 
 
+def test_a_two_sided_means_ends_are_drawn_with_the_floors_charged_epsilon(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ends' permute-and-flip is drawn with the epsilon the release charges for the
+    floor (1/2 of the weights 4 + 1/2 + 1/2 + 1/4 of the 10% share) and the scores'
+    sensitivity, not as a monotonic choice (its scores can move either way), and the floor,
+    which shares that epsilon, is not drawn beside it. A draw with more epsilon than
+    charged would pass the accounting tests; this one fails. Seeded: no flake."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    drawn: list[tuple[float, float, bool]] = []
+    real = auto_bounds.PermuteAndFlip
+
+    def spy(*, epsilon: float, sensitivity: float = 1, monotonic: bool = False,
+            **kwargs: Any) -> Any:
+        drawn.append((epsilon, sensitivity, monotonic))
+        return real(epsilon=epsilon, sensitivity=sensitivity, monotonic=monotonic, **kwargs)
+
+    monkeypatch.setattr(auto_bounds, "PermuteAndFlip", spy)
+    scored: list[float] = []
+    real_ends = auto_bounds.end_scores
+
+    def spy_ends(*args: Any, **kwargs: Any) -> Any:
+        out = real_ends(*args, **kwargs)
+        scored.append(out[2])
+        return out
+
+    def no_floor(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a two-sided clamp drew a floor too")
+
+    monkeypatch.setattr(auto_bounds, "end_scores", spy_ends)
+    monkeypatch.setattr(auto_bounds, "floor_scores", no_floor)
+    curator = dp.Curator.from_pandas(fifth_negative_frame(), privacy_unit="u",
+                                     budget=dp.PureDP(10), source=SeededRandom(19),
+                                     cache=False)
+    release = curator.sql("SELECT g, AVG(x) AS v FROM data GROUP BY g", epsilon=4.0,
+                          keys=[f"g{i}" for i in range(8)])
+    lo, hi = release.chosen["bounds"]["x"]
+    assert lo != -hi  # the end was brought in
+    charged = 0.4 * 0.5 / 5.25
+    assert scored == [pytest.approx(charged, rel=1e-9)]
+    ends = [d for d in drawn if d[0] == pytest.approx(charged, rel=1e-9) and not d[2]]
+    assert len(ends) == 1 and ends[0][1] == auto_bounds.SENSITIVITY
+    assert ends[0][0] <= charged
+    assert release.privacy == dp.PureDP(4.0) and curator.spent.epsilon == pytest.approx(4.0)
+
+
 def test_with_private_keys_the_row_caps_ramp_is_steeper(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """One row per unit: nothing lies beyond r = 1, and each octave above it costs the ramp.
