@@ -46,7 +46,7 @@ def profile_of(df: pd.DataFrame, columns: tuple[str, ...] = ("x",), *,
                          max_partitions=1, max_rows_per_partition=1, rows_mode="rescale",
                          partitions_mode="rescale" if group else "none", measures=(),
                          profile=columns, profile_sums=columns,
-                         profile_means=means and bool(columns))
+                         profile_means=means and bool(columns), profile_totals=True)
     result = DuckDBEngine.from_frame(df).compute_exact_aggregates(query, 0)
     assert result.profile is not None
     return Profile(result.profile)
@@ -1507,3 +1507,10 @@ def test_the_widest_clamps_say_what_would_let_the_data_be_chosen_from() -> None:
     assert 1.0 <= hi <= 64.0 and lo in (0.0, -hi), (lo, hi)
     thin_warnings = [w for w in chosen.warnings if w.startswith("thin data")]
     assert thin_warnings and all("bounds_share" in w for w in thin_warnings)
+    # the caps are chosen by the same joint choice: their tail is as unseen as the values'
+    assert all("caps and clamps" in w and "rows and values" in w for w in thin_warnings)
+    given = curator.sql(sql, epsilon=1.0, keys=list("abcdef"), bounds_share=0.5,
+                        max_partitions=1, max_rows_per_partition=1)
+    given_warnings = [w for w in given.warnings if w.startswith("thin data")]
+    assert given_warnings and all("the clamps chosen" in w and "rows" not in w
+                                  for w in given_warnings)

@@ -199,3 +199,82 @@ def test_no_clamp_below_every_value_where_the_noise_outweighs_them() -> None:
             widest += 1
             assert any("widest" in w for w in release.warnings)
     assert widest >= 4
+
+
+# -- the retry's path audited end to end ------------------------------------------------------
+
+class _ExactCount:
+    """The broken twin's thin-data count: released as it is, with no noise."""
+
+    def __init__(self, epsilon: float, source: object = None) -> None:
+        del epsilon, source
+
+    def release(self, count: int) -> int:
+        return count
+
+
+AUDIT_SQL = "SELECT SUM(x) AS s FROM data"
+AUDIT_EPSILON = 0.3
+
+
+def _one_row_each(nonzero: int, zeros: int = 200) -> pd.DataFrame:
+    """One row per unit: ``nonzero`` of them 5.0, the rest 0. With both caps given (1 and
+    1), the thin-data count is exactly the nonzero units."""
+    x = np.r_[np.full(nonzero, 5.0), np.zeros(zeros)]
+    return pd.DataFrame({"u": np.arange(x.size), "x": x})
+
+
+def _chosen_again(curator: dp.Curator) -> str:
+    release = curator.sql(AUDIT_SQL, epsilon=AUDIT_EPSILON, max_partitions=1,
+                          max_rows_per_partition=1)
+    assert release.bounds_chosen is not None
+    return "again" if "first_choice" in release.bounds_chosen else "first"
+
+
+def _threshold(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The least nonzero count whose exact (noiseless) count makes no retry: found with the
+    twin's count by bisection (the retry is monotonic in the count)."""
+    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
+    low, high = 1, 20_000  # again at low, first at high
+    while high - low > 1:
+        middle = (low + high) // 2
+        curator = dp.Curator.from_pandas(_one_row_each(middle), privacy_unit="u",
+                                         budget=dp.PureDP(1e9), cache=False)
+        if _chosen_again(curator) == "again":
+            low = middle
+        else:
+            high = middle
+    monkeypatch.undo()
+    return high
+
+
+def _audit_retry(nonzero: int, draws: int) -> Any:
+    """The auditor on whether the release was chosen again, D with ``nonzero`` units and its
+    neighbour with one of them removed, every release through ``Curator.sql``."""
+    from dpcurator.audit import audit_epsilon
+
+    def sampler(units: int, seed: int) -> Any:
+        curator = dp.Curator.from_pandas(_one_row_each(units), privacy_unit="u",
+                                         budget=dp.PureDP(1e9), source=SeededRandom(seed),
+                                         cache=False)
+        return lambda k: np.array([_chosen_again(curator) for _ in range(k)], dtype=object)
+
+    return audit_epsilon(sampler(nonzero, 1), sampler(nonzero - 1, 2), n=draws, events="set")
+
+
+@pytest.mark.audit
+def test_the_retry_decision_passes_the_audit_and_a_noiseless_count_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end through ``Curator.sql``: at the retry's threshold (its count exactly there,
+    one row per unit, found by bisection), the neighbour without one nonzero unit is chosen
+    again about as often (the count is discrete Laplace with the ``units`` choice's epsilon,
+    so their odds differ by e^0.005 or so) and the audit of the whole query's epsilon 0.3
+    holds. The broken twin releases the count without noise: D never retries and its
+    neighbour always does, and the audit proves epsilon above 0.3 (at 40 test draws each,
+    p1 >= 0.64 and p2 <= 0.36: about 0.6). Each audit is wrong w.p. at most 1e-7, so a
+    correct implementation fails below 1e-6; 320 releases, about a minute."""
+    threshold = _threshold(monkeypatch)
+    assert 500 < threshold < 10_000, threshold  # epsilon 0.3's F, about 2,000
+    assert not _audit_retry(threshold, 80).exceeds(AUDIT_EPSILON)
+    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
+    assert _audit_retry(threshold, 80).exceeds(AUDIT_EPSILON)

@@ -518,10 +518,12 @@ def test_row_level_private_keys_count_each_row_as_a_unit(make: Make) -> None:
 
 
 @pytest.mark.parametrize("shape", ["private keys", "public keys", "one partition",
-                                   "row level", "float keys"])
+                                   "row level", "float keys", "no totals"])
 def test_the_contribution_profile_is_identical_on_every_engine(make: Make, shape: str) -> None:
     """The counts that ``bounds="auto"`` chooses bounds from: identical everywhere, over
-    NaN, infinities, 1e300 and subnormal values (their magnitude buckets included)."""
+    NaN, infinities, 1e300 and subnormal values (their magnitude buckets included); "no
+    totals" without the units' rows in all (``profile_totals``, as a query with no cap on
+    them asks)."""
     df = contract_frame(4)
     unit: str | None = None if shape == "row level" else "tuid"
     keys: tuple[GroupKey, ...] = () if shape == "one partition" else (
@@ -530,7 +532,8 @@ def test_the_contribution_profile_is_identical_on_every_engine(make: Make, shape
     mode = "none" if unit is None else "rescale"
     q = BoundedQuery(unit, keys, None, public, 1, 1, mode,  # type: ignore[arg-type]
                      mode if keys else "none", (), profile=("v", "w"),  # type: ignore[arg-type]
-                     profile_sums=("w", "v") if unit is not None else (), profile_means=True)
+                     profile_sums=("w", "v") if unit is not None else (), profile_means=True,
+                     profile_totals=shape != "no totals")
 
     def rows(engine: Engine) -> list[tuple[Any, ...]]:
         profile = engine.compute_exact_aggregates(q, 0).profile
@@ -540,6 +543,8 @@ def test_the_contribution_profile_is_identical_on_every_engine(make: Make, shape
     got, expected = rows(make(df)), rows(duckdb_engine(df))
     assert got == expected
     assert sum(c for part, *_, c in got if part == 0) > 0
+    # the units' rows in all only where asked for, and then on every pair
+    assert all((r[4] is None) == (shape == "no totals") for r in got if r[0] == 0)
     if unit is not None:  # the units' sums of |w| and |v|, every pair once
         for part in (-1, -2):
             assert sum(c for p, *_, c in got if p == part) == \
@@ -752,7 +757,8 @@ def flag_cases() -> list[FlagCase]:
         histograms=(HistogramSpec("hv", "v", -50.0, 150.0, 64),)), None))
     cases.append(("profile", contract_frame(4), BoundedQuery(
         "tuid", (KEYS["text"],), None, None, 1, 1, "rescale", "rescale", (),
-        profile=("v", "w"), profile_sums=("w", "v"), profile_means=True), None))
+        profile=("v", "w"), profile_sums=("w", "v"), profile_means=True,
+        profile_totals=True), None))
     return cases
 
 

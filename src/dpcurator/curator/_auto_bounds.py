@@ -1125,7 +1125,8 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     does not have). The rule then replaces every chosen clamp by the widest, [-2^40, 2^40]
     (post-processing of the choices and the count), so that the answer's interval is as
     wide as its uncertainty, and the release says so. Below ``THIN_WARN`` times F the clamp
-    is kept with a warning: the choice cannot locate a tail of fewer than about F units;
+    is kept with a warning: the choice cannot locate a tail of fewer than about F units (of
+    values, and of rows where the caps are chosen with them);
     below ``ONE_SIDED`` times F it is made symmetric, [-M, M], whatever the signs' choice
     (``"symmetric"``): the count's noise (scale about 0.1 F; about 0.4 F when it weighed
     1/4, ``UNITS_ON_TOP``) lets thin data through the first threshold now and then, and
@@ -1160,10 +1161,13 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
             "were used and the answer is as uncertain as its interval says: give bounds, or "
             "raise epsilon")
     if noisy < THIN_WARN * floor:
+        # the caps are chosen by the same joint choice, with the same floor
+        rows = auto_plan.auto.max_rows_per_partition or auto_plan.auto.max_partitions
+        what, cut = ("caps and clamps", "rows and values") if rows else ("clamps", "values")
         return "symmetric" if noisy < ONE_SIDED * floor else "chosen", noisy, (
             f"thin data for this epsilon (about {max(noisy, 0):,} units' worth of nonzero "
-            f"values): the clamps chosen from the data cannot locate a tail of fewer than "
-            f"about {floor:,.0f} units; values beyond them are cut unseen (give bounds to be "
+            f"values): the {what} chosen from the data cannot locate a tail of fewer than "
+            f"about {floor:,.0f} units; {cut} beyond them are cut unseen (give bounds to be "
             "sure; a larger bounds_share locates smaller tails)")
     return "chosen", noisy, None
 

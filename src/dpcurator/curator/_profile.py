@@ -92,7 +92,9 @@ class Profile:
         # where the first column is profiled, the pairs by (P, n, octave of the pair's mean |x|)
         self.pair_means = _counts3((int(r[1]), int(r[2]), int(r[3]), int(r[5]))
                                    for r in rows if r[0] == 0 and r[3] is not None)
-        self.unit_totals = [(int(r[1]), int(r[4]), int(r[5])) for r in rows if r[0] == 0]
+        # the units' rows in all, where profiled (``BoundedQuery.profile_totals``)
+        self.unit_totals = [(int(r[1]), int(r[4]), int(r[5])) for r in rows
+                            if r[0] == 0 and r[4] is not None]
         # per column of the sums: (partitions of the unit P, bucket of its sum of |x|, pairs)
         self.sums: dict[int, list[tuple[int, int, int]]] = {}
         for r in rows:
@@ -175,6 +177,8 @@ class Profile:
         """Units with more than M rows in all, M on the grid ``UNIT_TOTALS`` (each pair
         weighs 1 / P; T is rounded up to that grid, so T > M exactly when the rounded T is;
         every power of two is on it)."""
+        if self.pairs and not self.unit_totals:
+            raise InternalError("the units' rows in all were not profiled; this is a bug")
         return [_down(sum((Fraction(c, p) for (p, t), c in self._by_total.items() if t > cap),
                           Fraction(0))) for cap in caps]
 

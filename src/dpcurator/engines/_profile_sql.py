@@ -39,10 +39,11 @@ def profile_statement(ctx: Context) -> exp.Query:
     """The shape of the units' contributions (``BoundedQuery.profile``), as counts only.
 
     Part 0 counts the (unit, partition) pairs by (``__pb``: the unit's number of
-    partitions, ``__nb``: the pair's number of rows, ``__b``: the unit's number of rows,
-    and ``__s``: with ``profile_means``, the octave of the mean of the first column's |x| over
-    the pair's rows, the largest o in ``MEAN_OCTAVES`` with sum |x| > rows 2^o, NULL
-    counted as 0, or the first less one; else NULL);
+    partitions, ``__nb``: the pair's number of rows, ``__b``: with ``profile_totals``, the
+    unit's number of rows on ``UNIT_TOTALS``, else NULL, and ``__s``: with
+    ``profile_means``, the octave of the mean of the first column's |x| over the pair's
+    rows, the largest o in ``MEAN_OCTAVES`` with sum |x| > rows 2^o, NULL counted as 0, or
+    the first less one; else NULL);
     part -1 - c by (``__pb``, ``__b``: the bucket of the unit's sum of |x| of column c of
     ``profile_sums``; NULL and NaN left out, +-inf in the top bucket).
     Part 1 + c counts column c's non-missing values by (``__pb``: the unit's number of
@@ -55,7 +56,9 @@ def profile_statement(ctx: Context) -> exp.Query:
     rows_view = "shaped"  # one row per value, with its unit's rows (__tb)
     first = q.profile[0] if q.profile and q.profile_means else None
     if q.unit is None:  # each row its own unit: one partition, one row
-        ones = [alias(num(1), name) for name in ("__pb", "__nb", "__tb", "__tt")]
+        ones = [alias(num(1), name) for name in ("__pb", "__nb", "__tb")]
+        if q.profile_totals:
+            ones.append(alias(num(1), "__tt"))
         if first is not None:  # the pair's mean is its one value
             ones.append(alias(_bucket(ctx, exp.Abs(this=col(ctx.x(first))), MEAN_OCTAVES[1],
                                       MEAN_OCTAVES[-1], steps=1), "__mb"))
@@ -68,10 +71,11 @@ def profile_statement(ctx: Context) -> exp.Query:
         rows_view = "units"  # values counted per unit, joined to its row count below
     null = cast(exp.Null(), "BIGINT")
     mean: exp.Expr = null if first is None else col("__mb")
+    totals: exp.Expr = col("__tt") if q.profile_totals else null.copy()
     branches: list[exp.Query] = [select(
         [alias(num(0), "__part"), col("__pb"), col("__nb"), alias(mean, "__s"),
-         alias(col("__tt"), "__b"), alias(exp.Count(this=exp.Star()), "__c")], "shaped",
-        group=[col("__pb"), col("__nb"), col("__tt"),
+         alias(totals, "__b"), alias(exp.Count(this=exp.Star()), "__c")], "shaped",
+        group=[col("__pb"), col("__nb"), *([col("__tt")] if q.profile_totals else []),
                *([] if first is None else [col("__mb")])],
         comment="pairs by (partitions of the unit, rows of the pair, rows of the unit, "
                 "mean |value|)")]
@@ -140,11 +144,17 @@ def _profile_grouped(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
         comment="one row per unit: its partitions, rows and sums of |value|")))
     ctes.append(("shaped", exp.Select(expressions=[
         alias(up(col("__p")), "__pb"), alias(up(col("__n")), "__nb"),
-        alias(up(col("__t")), "__tb"), alias(up_total(col("__t")), "__tt"),
+        alias(up(col("__t")), "__tb"), *_unit_total(ctx),
         *(col(f"__us{c}") for c in range(len(q.profile_sums))),
         *_mean_bucket(ctx)]).from_(
         "pairs", copy=False).join("units", using=["__u"], copy=False)))
     return ctes
+
+
+def _unit_total(ctx: Context) -> list[exp.Expr]:
+    """The unit's rows in all on ``UNIT_TOTALS`` (``__tt``), with ``profile_totals`` only:
+    about 9 comparisons a pair, and more groups in the profile's part 0."""
+    return [alias(up_total(col("__t")), "__tt")] if ctx.q.profile_totals else []
 
 
 def _mean_bucket(ctx: Context) -> list[exp.Expr]:
@@ -182,8 +192,7 @@ def _profile_windows(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
                     "counted", comment="and its unit's number of partitions")
     valued = select([star(), alias(up(col("__p")), "__pb"),
                      alias(up(col("__n")), "__nb"),
-                     alias(up(col("__t")), "__tb"),
-                     alias(up_total(col("__t")), "__tt")], "spread")
+                     alias(up(col("__t")), "__tb"), *_unit_total(ctx)], "spread")
     shaped = select([star(), *_mean_bucket(ctx)], "valued",
                     where=exp.EQ(this=col("__i"), expression=num(1)))
     return [("counted", counted), ("spread", spread), ("valued", valued),

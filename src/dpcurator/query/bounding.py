@@ -216,8 +216,9 @@ class BoundedQuery:
     contributions, from which contribution bounds are chosen under DP
     (``dpcurator.curator._auto_bounds``): pairs counted by (the unit's number of partitions,
     the pair's number of rows), and, for each named column, its non-missing values counted by
-    (the same two numbers, sign, power-of-two bucket of the magnitude); the pairs also by the
-    unit's number of rows in all (for a total interval's outer cap). The numbers are rounded
+    (the same two numbers, sign, power-of-two bucket of the magnitude); with
+    ``profile_totals``, the pairs also by the unit's number of rows in all (for the outer cap
+    of a total interval or ``bounding="unit"``'s cap on a unit's rows). The numbers are rounded
     up to a power of two above 8. For each column of ``profile_sums``, the pairs are also
     counted by (the unit's partitions, the bucket of the unit's sum of |value|), for the outer
     cap of a total SUM. ``profile_means``: the pairs also by the octave of their rows' mean
@@ -239,12 +240,15 @@ class BoundedQuery:
     profile: tuple[str, ...] | None = None
     profile_sums: tuple[str, ...] = ()
     profile_means: bool = False
+    profile_totals: bool = False
 
     def __post_init__(self) -> None:
         if self.profile is not None and (self.measures or self.histograms):
             raise InternalError("a profile query has no measures; this is a bug")
         if self.profile_sums and (self.profile is None or self.unit is None):
             raise InternalError("units' sums are profiled with a unit only; this is a bug")
+        if self.profile_totals and self.profile is None:
+            raise InternalError("the units' totals are profiled with a profile; this is a bug")
         if self.profile_means and not self.profile:
             raise InternalError("the pairs' means need a profiled column; this is a bug")
         if self.unit is None and (self.rows_mode != "none" or self.partitions_mode != "none"):
