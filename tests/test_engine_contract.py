@@ -18,16 +18,27 @@ import re
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from sqlglot import exp
 
 import dpcurator as dp
 import test_joins as joins
-from dpcurator.engines import DuckDBEngine, Engine, ExactAggregates
+from dpcurator.engines import (
+    MEAN_OCTAVES,
+    PROFILE_STEPS,
+    DuckDBEngine,
+    Engine,
+    ExactAggregates,
+)
+from dpcurator.engines._profile_sql import UNIT_TOTALS as TOTALS_GRID
+from dpcurator.engines._profile_sql import _bucket, up_total
 from dpcurator.engines._sql import PLAN_FLAGS, compile_bounding
+from dpcurator.engines._trees import case, col, num
 from dpcurator.engines.spark import SparkDialect
 from dpcurator.errors import UserError
 from dpcurator.query import GroupKey, PublicKeys
@@ -549,6 +560,113 @@ def test_the_contribution_profile_is_identical_on_every_engine(make: Make, shape
         for part in (-1, -2):
             assert sum(c for p, *_, c in got if p == part) == \
                 sum(c for p, *_, c in got if p == 0)
+
+
+def profile_edges() -> list[float]:
+    """Every magnitude step 2^(q/4) of the profile, the doubles just above and below it and
+    its negative, and the values beyond the steps: 0, a subnormal, 1e300 and +-inf."""
+    out = [0.0, 5e-324, 1e300, math.inf, -math.inf]
+    for q in PROFILE_STEPS:
+        step = 2.0 ** (q / 4)
+        out += [step, math.nextafter(step, math.inf), math.nextafter(step, 0.0), -step]
+    return out
+
+
+def test_every_magnitude_step_buckets_a_value_as_defined(make: Make) -> None:
+    """The profile's buckets are computed from a logarithm and decided by two comparisons
+    (``_profile_sql._bucket``): on every engine a value at a step, one double above it and
+    one below land where the definition puts them (the largest q with |x| > 2^(q/4), the
+    literal 2.0 ** (q / 4); the first step less one below them all), and so does a pair's
+    mean (its octave: the largest o with sum |x| > rows 2^o), for 1 and 2 rows and NULLs."""
+    values = profile_edges()
+    rows = [(u, v) for u, v in enumerate(values)]
+    rows += [(len(values) + u, v) for u, v in enumerate(values)]  # two rows each: sum 2 v
+    rows += [(len(values) + u, v) for u, v in enumerate(values)]
+    rows += [(3 * len(values), None), (3 * len(values), None)]
+    df = pd.DataFrame({"tuid": [u for u, _ in rows],
+                       "v": pd.array([v for _, v in rows], dtype="Float64")})
+    q = BoundedQuery("tuid", (), None, None, 1, 1, "rescale", "none", (), profile=("v",),
+                     profile_means=True)
+    profile = make(df).compute_exact_aggregates(q, 0).profile
+    assert profile is not None
+
+    def step(x: float) -> int:
+        return max((q for q in PROFILE_STEPS if abs(x) > 2.0 ** (q / 4)),
+                   default=PROFILE_STEPS[0] - 1)
+
+    def octave(x: float) -> int:
+        return max((o for o in MEAN_OCTAVES[1:] if abs(x) > 2.0**o), default=MEAN_OCTAVES[0])
+
+    got: dict[tuple[Any, ...], int] = {}
+    for part, tb, nb, s, b, c in profile:
+        key = (tb, s, b) if part == 1 else (nb, s) if part == 0 else None
+        if key is not None:
+            got[(part, *key)] = got.get((part, *key), 0) + int(c)
+    expected: dict[tuple[Any, ...], int] = {}
+    for n in (1, 2):
+        for x in values:  # each unit's rows are all x: T = n, the pair's mean |x|
+            for key in ((1, n, -1 if x < 0 else 1, step(x)), (0, n, octave(x))):
+                expected[key] = expected.get(key, 0) + (n if key[0] == 1 else 1)
+    expected[(0, 2, MEAN_OCTAVES[0])] = expected.get((0, 2, MEAN_OCTAVES[0]), 0) + 1  # NULLs
+    assert got == expected
+
+
+def test_the_profiles_grids_are_computed_exactly_on_every_engine(make: Make) -> None:
+    """The profile's three grids, each a logarithm's estimate decided by comparisons
+    (``_profile_sql``), against their definitions over every edge: a count of rows rounded
+    up to ``UNIT_TOTALS`` (each grid value, one below and one above, up to 2^41 + 1), a
+    magnitude's step (``profile_edges``, NULL and NaN), and a mean's octave (sums of 1 to 3
+    rows at each octave's edges), run as SQL on the engine's own table."""
+    fine = [t for t in TOTALS_GRID if t > 16]
+    counts = sorted({*range(1, 17), *(t + d for t in fine for d in (-1, 0, 1)), 2**42})
+    values = [*profile_edges(), math.nan, None]
+    sums = [(n * x, n) for n in (1, 2, 3) for o in MEAN_OCTAVES[1:] for x in
+            (2.0**o, math.nextafter(2.0**o, 0.0), math.nextafter(2.0**o, math.inf))]
+    sums += [(0.0, 1), (None, 2), (math.inf, 3), (1e300, 1)]
+    size = max(len(counts), len(values), len(sums))
+    df = pd.DataFrame({
+        "n": [counts[i % len(counts)] for i in range(size)],
+        "x": [math.nan if v is None else v for v in (values[i % len(values)]
+                                                     for i in range(size))],
+        "xnull": [int(values[i % len(values)] is None) for i in range(size)],
+        "s": [math.nan if v is None else v for v, _ in (sums[i % len(sums)]
+                                                        for i in range(size))],
+        "snull": [int(sums[i % len(sums)][0] is None) for i in range(size)],
+        "m": [sums[i % len(sums)][1] for i in range(size)]})
+    engine = make(df)
+    ctx: Any = SimpleNamespace(d=engine.dialect)
+    steps, octaves = PROFILE_STEPS, MEAN_OCTAVES[1:]
+    x, s = (case((exp.EQ(this=col(f"{c}null"), expression=num(1)), exp.Null()), default=col(c))
+            for c in ("x", "s"))  # NULL where marked (a float column keeps NaN apart)
+    columns = {"a": up_total(ctx, col("n")),
+               "b": _bucket(ctx, exp.Abs(this=x), steps[0], steps[-1]),
+               "c": _bucket(ctx, s, octaves[0], octaves[-1], per=col("m"), steps=1)}
+    rendered = ", ".join(f"{engine.dialect.render(e)} AS {name}" for name, e in columns.items())
+    got = engine._fetch(  # type: ignore[attr-defined]
+        f"SELECT n, CASE WHEN xnull = 1 THEN NULL ELSE x END, CASE WHEN snull = 1 THEN NULL "
+        f"ELSE s END, m, {rendered} FROM {engine._relation}")  # type: ignore[attr-defined]
+    assert len(got) == size
+
+    def total(n: int) -> int:
+        return n if n <= 16 else min((t for t in TOTALS_GRID if t >= n), default=2**42)
+
+    def step(x: float | None) -> int:
+        if x is None:
+            return steps[0] - 1
+        if math.isnan(x):
+            return steps[-1]
+        return max((q for q in steps if abs(x) > 2.0 ** (q / 4)), default=steps[0] - 1)
+
+    def octave(s: float | None, m: int) -> int:
+        if s is None:
+            return octaves[0] - 1
+        return max((o for o in octaves if s > m * 2.0**o), default=octaves[0] - 1)
+
+    for n, x, s, m, a, b, c in got:
+        x = None if x is None else float(x)
+        assert (int(a), int(b), int(c)) == (total(int(n)), step(x),
+                                            octave(None if s is None else float(s), int(m))), \
+            (n, x, s, m)
 
 
 # -- the outer-capped count of total intervals (dpcurator.curator._total) ----------------------
