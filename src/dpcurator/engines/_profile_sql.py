@@ -172,7 +172,8 @@ def _profile_grouped(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
 
 def _unit_total(ctx: Context) -> list[exp.Expr]:
     """The unit's rows in all on ``UNIT_TOTALS`` (``__tt``), with ``profile_totals`` only:
-    about 9 comparisons a pair, and more groups in the profile's part 0."""
+    a logarithm and up to four comparisons a pair (``up_total``), and more groups in the
+    profile's part 0."""
     return [alias(up_total(ctx, col("__t")), "__tt")] if ctx.q.profile_totals else []
 
 
