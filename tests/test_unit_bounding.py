@@ -326,3 +326,36 @@ def test_the_statistics_the_caps_are_chosen_from_move_by_at_most_one(rows: int) 
         moved = [b - a for a, b in zip(old, new, strict=True)]
         assert all(0 <= m <= 1 + 2**-16 for m in moved)
         assert max(moved) > 0.5  # the unit is seen: the test can fail
+
+
+def test_thin_data_gets_the_widest_caps_on_each_units_sum_and_says_so() -> None:
+    """300 units of about ten negative values each, 8 public keys, epsilon 1, no bounds (a
+    bug hunt): the choice of the cap on each unit's sum cannot see 300 units (its floor F is
+    about 600), its lowest caps scored as well as the data's, and every release chose caps
+    near 5e-6 and answered about zero with a tight interval, saying nothing. Now the
+    thin-data rule's noisy count of units with a nonzero sum (its noise scale about 1.5)
+    falls below the threshold (about 850) in every release, the widest caps are used, and
+    the release says so. Seeded, so each release is fixed; a correct rule would need the
+    count's noise to exceed 550 to pass."""
+    from dpcurator.noise import SeededRandom
+    from dpcurator.query.plan import MAX_UNIT_SUM
+
+    rng = np.random.default_rng(7)
+    unit = np.repeat(np.arange(300), rng.integers(1, 20, 300))
+    df = pd.DataFrame({"user": unit, "g": rng.choice(list("abcdefgh"), unit.size),
+                       "x": -rng.lognormal(2.0, 1.0, unit.size)})
+    cur = dp.Curator.from_pandas(df, privacy_unit="user", budget=dp.PureDP(1e6),
+                                 source=SeededRandom(3), cache=False)
+    sql = "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g"
+    for _ in range(4):
+        release = cur.sql(sql, epsilon=1.0, keys=list("abcdefgh"), bounding="unit")
+        chosen = release.bounds_chosen
+        assert chosen["max_unit_sums"] == {"x": MAX_UNIT_SUM} and chosen["rule"] == "widest"
+        assert any("too few units" in w and "max_unit_rows" in w for w in release.warnings)
+        low, high = release.interval("s")
+        assert np.all(high - low > 1e9)  # as uncertain as it is
+    # with bounds given nothing is counted and nothing said
+    given = cur.sql(sql, epsilon=1.0, keys=list("abcdefgh"), bounding="unit",
+                    max_unit_rows=20, max_unit_sums={"x": 500.0})
+    assert given.bounds_chosen is None or "rule" not in given.bounds_chosen
+    assert not any("too few units" in w for w in given.warnings)

@@ -23,7 +23,7 @@ import numpy as np
 
 from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 
-from ._auto_bounds import AutoPlan, thin_threshold
+from ._auto_bounds import UNITS, AutoPlan, thin_threshold, unit_thin_threshold
 from ._compile import CompiledQuery
 from ._estimators import Estimator
 from ._total import inner_unit_rows, inner_unit_sum
@@ -74,6 +74,15 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
     public numbers only (epsilon, the candidates)."""
     auto = compiled.auto
     assert auto is not None
+    if UNITS in auto.epsilons and compiled.plan.bounding == "unit":
+        threshold = unit_thin_threshold(auto)[0]
+        if threshold < THIN_STATED:
+            return []
+        return [f"At this epsilon the caps on each unit's sum of "
+                f"{', '.join(auto.auto.unit_sums)} are chosen from the data only if about "
+                f"{threshold:,.0f} units or more have a nonzero sum (a noisy count); below that "
+                f"the widest caps ({MAX_UNIT_SUM:.3g}) are used and the answer is as uncertain "
+                "as its interval says. Give max_unit_sums to avoid it."]
     if not auto.auto.columns or auto.auto.choices == 0:
         return []
     rows_for = compiled.candidates.rows_for if compiled.candidates is not None else None
