@@ -14,7 +14,7 @@ import pytest
 
 import dpcurator as dp
 from dpcurator.curator import Curator, Release
-from dpcurator.errors import BudgetExceededError
+from dpcurator.errors import BudgetExceededError, UserError
 from dpcurator.noise import SeededRandom
 from dpcurator.query import Query, bins
 
@@ -233,3 +233,34 @@ def test_a_quantile_costs_its_share_and_its_tree_pays_for_every_partition() -> N
     assert tree["sigma"] == pytest.approx(3 * np.sqrt(22) / np.sqrt(0.5), rel=1e-3)
     gaussian = curator().sql(sql, epsilon=1.0, delta=1e-6, noise="gaussian", keys=keys)
     assert gaussian.privacy == dp.ApproxDP(1.0, 1e-6)
+
+
+def test_a_key_of_an_integer_group_key_must_be_a_whole_number() -> None:
+    """keys=[0, 2.5] for an integer key: the engines' casts rounded 2.5 to 2 and released
+    partition 2's count labelled 2.5 (a bug hunt). A key that is not a whole number names no
+    partition, and is refused before anything is charged; whole numbers in any form pass."""
+    df = pd.DataFrame({"uid": range(9), "h": [0, 1, 1, 2, 2, 2, 3, 3, 3]})
+    c = dp.Curator.from_pandas(df, privacy_unit="uid", budget=dp.PureDP(10.0),
+                               source=SeededRandom(1), cache=False)
+    sql = "SELECT h, COUNT(*) AS n FROM data GROUP BY h"
+    for keys in ([0, 2.5], ["1.7"], [0.4]):
+        with pytest.raises(UserError, match="not a whole number"):
+            c.sql(sql, epsilon=1.0, keys=keys)
+    assert c.remaining.epsilon == 10.0
+    assert len(c.sql(sql, epsilon=1.0, keys=[0, 2.0, 3.0, np.int64(1)]).keys) == 4
+    assert len(c.sql(sql, epsilon=1.0, keys=["3", " 1"]).keys) == 2
+
+
+def test_private_key_intervals_at_a_huge_epsilon_do_not_fail() -> None:
+    """Private keys at epsilon 1,000: the noise is so narrow that the shortest interval holds
+    all of its mass, and the conditional interval took log(0) (a bug hunt: the release was
+    charged, then to_pandas(intervals=True) raised)."""
+    df = pd.DataFrame({"uid": range(300), "g": ["a", "b", "c"] * 100})
+    c = dp.Curator.from_pandas(df, privacy_unit="uid", budget=dp.ApproxDP(1e4, 1e-3),
+                               source=SeededRandom(1), cache=False)
+    release = c.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=1000, delta=1e-6,
+                    max_partitions=1, max_rows_per_partition=1)
+    low, high = release.interval("n")
+    assert np.all(low <= release.values["n"]) and np.all(release.values["n"] <= high)
+    assert np.all(low <= 100.0) and np.all(high >= 100.0)
+    assert list(release.to_pandas(intervals=True).columns) == ["g", "n", "n_low", "n_high"]

@@ -259,9 +259,40 @@ def substring(t: Total, node: exp.Expr, call: Positions | None = None) -> exp.Ex
     length. ``call`` writes it where the engine's own substring means otherwise."""
     s, start, length = node.this, node.args.get("start"), node.args.get("length")
     out = node if call is None or start is None else call(s, start, length)
-    if isinstance(length, exp.Expr):
-        return when(exp.GTE(this=length.copy(), expression=num(0)), out)
-    return out
+    # positions beyond +-(2^31 - 1) raise on the engines (DuckDB past 2^32, PostgreSQL past
+    # its int4): NULL there, as for a negative length (a bug hunt: a start chosen by a CASE
+    # on the data raised after the charge, one bit about the rows)
+    guards = _reach_guards(((start, -SUBSTRING_REACH), (length, 0)))
+    return when(exp.and_(*guards, copy=False), out) if guards else out
+
+
+#: the largest |position| and length ``substring``, ``left`` and ``right`` take (beyond: NULL)
+SUBSTRING_REACH = 2**31 - 1
+
+
+def _reach_guards(args: Sequence[tuple[exp.Expr | None, int]]) -> list[exp.Expr]:
+    """``arg BETWEEN least AND SUBSTRING_REACH`` for each argument that is not a literal
+    within that range."""
+    guards: list[exp.Expr] = []
+    for arg, least in args:
+        if not isinstance(arg, exp.Expression):
+            continue
+        ok, value = ex.literal_value(arg)
+        if ok and isinstance(value, int) and not isinstance(value, bool) and \
+                least <= value <= SUBSTRING_REACH:
+            continue  # a literal within reach: nothing to guard
+        guards.append(exp.Between(this=arg.copy(), low=num(least), high=num(SUBSTRING_REACH)))
+    return guards
+
+
+def within_reach(handler: Handler) -> Handler:
+    """``left(s, n)`` and ``right(s, n)``: NULL for |n| beyond ``SUBSTRING_REACH`` (DuckDB's
+    left raises past 2^32), then ``handler``."""
+    def rule(t: Total, node: exp.Expr) -> exp.Expr:
+        guards = _reach_guards(((node.expression, -SUBSTRING_REACH),))
+        out = handler(t, node)
+        return when(exp.and_(*guards, copy=False), out) if guards else out
+    return rule
 
 
 def literal_pattern(t: Total, node: exp.Expr) -> exp.Expr:
@@ -294,6 +325,7 @@ PASS: tuple[type[exp.Expr], ...] = (
 # and every engine's table overrides them.
 RULES: dict[type[exp.Expr], Handler] = {
     **dict.fromkeys(PASS, keep),
+    exp.Left: within_reach(keep), exp.Right: within_reach(keep),
     exp.Add: keep, exp.Sub: keep, exp.Mul: keep, exp.Neg: keep, exp.Abs: keep,
     exp.Cast: _try_cast,
     exp.Div: _divide,

@@ -145,7 +145,7 @@ RULES: _total.Rules = {
     exp.Week: _week, exp.DayOfWeek: _day_of_week,
     exp.Cast: _total.cast_by_type_name("string", _to_integer),  # Spark reads '1.5' as 1
     exp.Substring: functools.partial(_total.substring, call=_substring),
-    exp.Left: _ends, exp.Right: _ends,
+    exp.Left: _total.within_reach(_ends), exp.Right: _total.within_reach(_ends),
 }
 
 

@@ -188,6 +188,11 @@ class CountIntervals:
         if self.threshold is None:
             return x - hi_z, x + lo_z
         g_up = g_up * (1 + _SLACK)
+        if not g_up > 0.0:
+            # the noise is so narrow (epsilon in the thousands) that the shortest interval
+            # holds all of its mass: split alpha evenly instead (any split of alpha between
+            # the two rejections keeps the coverage; math.log(0) raised here)
+            g_up = alpha / 2.0
         g_low = max(alpha - g_up, 0.0)
         if g_low <= 0.0:  # cannot happen for alpha < 1/2; be safe: no lower rejection
             g_low = 0.0

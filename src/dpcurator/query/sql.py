@@ -7,8 +7,9 @@ Accepted (the DP-safe subset)::
     [WHERE <row predicate>]
     [GROUP BY <columns, CASE bins, width_bucket(...)>]
 
-Aggregates: COUNT(*), COUNT(DISTINCT <privacy unit>), SUM(col), AVG(col), VARIANCE / VAR_POP /
-VAR_SAMP(col), STDDEV / STDDEV_POP / STDDEV_SAMP(col), MEDIAN(col), QUANTILE_CONT(col, q) /
+Aggregates: COUNT(*), COUNT(DISTINCT <privacy unit>), SUM(col), AVG(col), VARIANCE / VAR_POP
+(col), STDDEV / STDDEV_POP(col) (the population's: VAR_SAMP and STDDEV_SAMP are refused),
+MEDIAN(col), QUANTILE_CONT(col, q) /
 QUANTILE(col, q) / PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY col). Row predicates and group
 keys use the scalar subset of ``expressions``.
 
@@ -268,11 +269,26 @@ def too_deep_error() -> UnsupportedQueryError:
                                  "chains of operators); write it more simply")
 
 
+def _refuse_sample_variance(select: exp.Expr, sql: str) -> None:
+    """VAR_SAMP and STDDEV_SAMP are refused: the curator releases the population variance,
+    and sqlglot reads VAR_SAMP as VARIANCE (which means the population's here, as
+    documented), so the name written is read from the text."""
+    for node in select.find_all(exp.Variance, exp.StddevSamp):
+        start, end = node.meta.get("start"), node.meta.get("end")
+        written = sql[start:end + 1].upper() if isinstance(start, int) and \
+            isinstance(end, int) else ""
+        if isinstance(node, exp.StddevSamp) or written in ("VAR_SAMP", "VARIANCE_SAMP"):
+            raise _unsupported(f"{written or node.sql_name()} (the sample variance) is not "
+                               "released: the curator releases the population variance "
+                               "(VAR_POP, VARIANCE, STDDEV_POP, STDDEV)")
+
+
 def _parse_sql(sql: str, table: str, privacy_unit: str | None,
                bounds: Mapping[str, Any] | None, keys: Any, max_partitions: int | None,
                max_rows_per_partition: int | None, bounding: BoundingMode | None,
                schema: Schema | None = None) -> Plan:
     select = _parse(sql)
+    _refuse_sample_variance(select, sql)
     source = None
     if schema is not None:
         _check_clauses(select, joins=True)
@@ -330,6 +346,9 @@ def _parse_sql(sql: str, table: str, privacy_unit: str | None,
         name = alias or (node.name if isinstance(node, exp.Column) else None)
         if name is None:
             raise QueryError(f"give the group key {node.sql(dialect=ex.DIALECT)} a name with AS")
+        if text in key_names:  # one output column per key: the release keys it by name
+            raise QueryError(f"the group key {node.sql(dialect=ex.DIALECT)} is selected "
+                             f"twice (as {key_names[text]!r} and {name!r}): select it once")
         key_names[text] = name
     group_keys: list[GroupKey] = []
     for node, text in zip(group_nodes, group_texts, strict=True):
