@@ -741,3 +741,63 @@ def test_fuzzed_joins_are_refused_cleanly_or_keep_each_row_within_one_unit() -> 
     check()
     assert accepted > 10 and refused > 10
     assert cur.spent.epsilon == 0.0
+
+
+# -- names: internal names never meet the data's ------------------------------------------------
+
+SHOP_UNITS = {"customer": "c_custkey", "orders": "o_custkey -> customer.c_custkey"}
+
+
+def test_a_data_column_named_as_the_unit_column_never_replaces_the_unit() -> None:
+    """A column of the data named ``__unit`` (the joined rows' own unit column) is read
+    under a name of its own: the caps still bound each customer (10 customers with three
+    orders each, one row each: 10), not each order (30), and it can be summed."""
+    from dpcurator.query.joins import UNIT_COLUMN
+
+    data = {"customer": pd.DataFrame({"c_custkey": np.arange(1, 11)}),
+            "orders": pd.DataFrame({"o_custkey": 1 + np.arange(30) % 10,
+                                    UNIT_COLUMN: np.arange(1000, 1030)})}
+    cur = dp.Curator(data, privacy_unit=SHOP_UNITS, budget=dp.PureDP(1e10), cache=False)
+    one = {"max_partitions": 1, "max_rows_per_partition": 1}
+    for where in ("", f'WHERE "{UNIT_COLUMN}" >= 0', f'WHERE orders."{UNIT_COLUMN}" >= 0'):
+        assert exact(cur, f"SELECT COUNT(*) AS n FROM orders {where}", **one) == {(): (10,)}
+    source = cur.parse(f'SELECT COUNT(*) AS n FROM orders WHERE "{UNIT_COLUMN}" >= 0').source
+    assert [flat for flat, _, _ in source.columns] == [f"orders.{UNIT_COLUMN}"]
+    summed = cur.sql(f'SELECT SUM("{UNIT_COLUMN}") AS s FROM orders', epsilon=1e9,
+                     max_partitions=1, max_rows_per_partition=3,
+                     bounds={UNIT_COLUMN: (0, 2000)})  # noise of scale 6e-6
+    assert summed.to_pandas().s[0] == pytest.approx(data["orders"][UNIT_COLUMN].sum(), abs=1)
+
+
+def test_a_column_whose_name_holds_a_dot_is_that_column() -> None:
+    """``"orders.amount"``, quoted whole, names the column of that very name where a table
+    has one (a flattened export's), not ``amount`` of ``orders``; and where another table
+    has ``amount`` too, the two columns keep distinct names in the joined rows."""
+    data = {"customer": pd.DataFrame({"c_custkey": np.arange(1, 11), "amount": 7.0}),
+            "orders": pd.DataFrame({"o_custkey": 1 + np.arange(30) % 10, "amount": 1.0,
+                                    "orders.amount": 50.0})}
+    cur = dp.Curator(data, privacy_unit=SHOP_UNITS, budget=dp.PureDP(1e12), cache=False)
+    caps = {"epsilon": 1e9, "max_partitions": 1, "max_rows_per_partition": 100,
+            "bounds": {"amount": (0, 100), "orders.amount": (0, 100)}}
+    for sql in ['SELECT SUM("orders.amount") AS s FROM orders',
+                'SELECT SUM(orders."orders.amount") AS s FROM orders',
+                'SELECT SUM(o."orders.amount") AS s FROM orders o JOIN customer c '
+                'ON o.o_custkey = c.c_custkey']:
+        assert cur.sql(sql, **caps).to_pandas().s[0] == pytest.approx(1500, abs=1), sql
+    both = ('SELECT SUM("orders.amount") AS s, SUM(orders.amount) AS t FROM orders '
+            'JOIN customer ON o_custkey = c_custkey')
+    answer = cur.sql(both, **caps).to_pandas()
+    assert (answer.s[0], answer.t[0]) == pytest.approx((1500, 30), abs=1)
+    # the last guard: two columns never share a name in the joined rows (here an alias
+    # holding a dot against a column holding one), refused before any charge
+    data["customer"]["b.c"] = data["customer"]["c"] = 1.0
+    data["orders"]["c"] = 2.0
+    odd = dp.Curator(data, privacy_unit=SHOP_UNITS, budget=dp.PureDP(10), cache=False)
+    with pytest.raises(QueryError, match=r"same name \('a\.b\.c'\)"):
+        odd.sql('SELECT COUNT(*) AS n FROM customer AS a JOIN orders AS "a.b" ON '
+                '"a.b".o_custkey = a.c_custkey WHERE a."b.c" > 0 AND "a.b".c > 0', epsilon=1)
+    assert odd.spent.epsilon == 0
+    # the builder's "alias.column" still reads the alias's column where none is so named
+    built = cur.query().from_("orders o").sum("o.amount", (0, 100), "s").bound_contributions(
+        max_partitions=1, max_rows_per_partition=100)
+    assert cur.run(built, epsilon=1e9).to_pandas().s[0] == pytest.approx(30, abs=1)

@@ -127,11 +127,15 @@ class _Columns:
         self.schema = schema
         self.aliases = aliases  # alias -> table
         self.used: dict[tuple[str, str], None] = {}
+        self.names: dict[str, tuple[str, str]] = {}  # flat name, folded -> (alias, column)
 
     def resolve(self, node: exp.Column, what: str) -> tuple[str, str]:
         if node.args.get("db") or node.args.get("catalog"):
             raise _unsupported(f"name the column {node.sql()} as table.column or column")
-        if not node.table and "." in node.name:  # a builder's "alias.column", quoted whole
+        if not node.table and "." in node.name and not any(
+                self.schema.table(t).has(node.name) for t in self.aliases.values()):
+            # a builder's "alias.column", quoted whole; a column of that very name (a
+            # flattened export's "orders.amount") is that column, as in SQL
             table, _, name = node.name.partition(".")
             node = exp.column(name, table)
         if node.table:
@@ -164,11 +168,24 @@ class _Columns:
 
     def flat(self, alias: str, column: str) -> str:
         """The column's name in the joined rows: its own where no other table of the query
-        has a column of that name, else ``alias.column``."""
-        self.used[(alias, column)] = None
+        has a column of that name, else ``alias.column``. A name starting with ``__`` (the
+        curator's own, as ``UNIT_COLUMN``) or holding a dot is always qualified, so that
+        a bare name is never an internal one nor another column's ``alias.column``; and no
+        two columns ever share a flat name (DuckDB would bind the first: a data column
+        read as the unit would cap each row as a person)."""
         clash = [a for a, t in self.aliases.items()
                  if a != alias and self.schema.table(t).has(column)]
-        return f"{alias}.{column}" if clash else column
+        qualified = clash or column.startswith("__") or "." in column
+        name = f"{alias}.{column}" if qualified else column
+        owner = self.names.setdefault(name.lower(), (alias, column))
+        if owner != (alias, column) or name.startswith("__"):
+            # aliases starting with "__" are refused (_table_of): only an alias holding a
+            # dot ("a.b" with column "c" against "a" with "b.c") can get here
+            raise QueryError(f"the column {owner[1]!r} of {owner[0]!r} and the column "
+                             f"{column!r} of {alias!r} would have the same name ({name!r}) "
+                             "in the joined rows: give the tables aliases without dots")
+        self.used[(alias, column)] = None
+        return name
 
 
 def _equalities(on: exp.Expression, columns: _Columns, joined: str, before: list[str]
@@ -416,7 +433,8 @@ def flatten_plan(plan: Any, schema: Schema) -> Any:
     items: list[exp.Expression] = []
     columns = [a.column for a in plan.aggregates if getattr(a, "column", None) is not None]
     for i, column in enumerate(columns):
-        items.append(exp.Alias(this=exp.column(*reversed(column.split(".", 1))),
+        # the name whole: a column of that very name, else "alias.column" (_Columns.resolve)
+        items.append(exp.Alias(this=exp.column(exp.to_identifier(column, quoted=True)),
                                alias=exp.to_identifier(f"c{i}")))
     for i, key in enumerate(plan.group_by):
         items.append(exp.Alias(this=ex.tree_of(key.expression),
