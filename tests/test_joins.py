@@ -769,6 +769,29 @@ def test_a_data_column_named_as_the_unit_column_never_replaces_the_unit() -> Non
     assert summed.to_pandas().s[0] == pytest.approx(data["orders"][UNIT_COLUMN].sum(), abs=1)
 
 
+@pytest.mark.parametrize(("source", "joined"), [
+    ("lineitem AS __path2", None),
+    ("lineitem AS __path1", None),
+    ("lineitem l", ("orders __x", "l.l_orderkey = __x.o_orderkey")),
+])
+def test_an_alias_starting_with_two_underscores_is_refused_before_any_charge(
+        source: str, joined: tuple[str, str] | None) -> None:
+    """The compiler names the tables it joins along a path ``__path1``, ...: an alias of the
+    query starting with ``__`` could take one's place (and its unit), so it is refused, in
+    DP SQL and in the builder."""
+    cur = schema_curator(tables(), budget=dp.PureDP(1))
+    sql = f"SELECT COUNT(*) AS n FROM {source}"
+    built = cur.query().from_(source)
+    if joined is not None:
+        sql += f" JOIN {joined[0]} ON {joined[1]}"
+        built = built.join(joined[0], on=joined[1])
+    with pytest.raises(QueryError, match=r"starts with '__'.*another alias"):
+        cur.sql(sql, epsilon=0.5)
+    with pytest.raises(QueryError, match=r"starts with '__'.*another alias"):
+        cur.run(built.count("n"), epsilon=0.5)
+    assert cur.spent.epsilon == 0.0 and not cur.ledger
+
+
 def test_a_column_whose_name_holds_a_dot_is_that_column() -> None:
     """``"orders.amount"``, quoted whole, names the column of that very name where a table
     has one (a flattened export's), not ``amount`` of ``orders``; and where another table

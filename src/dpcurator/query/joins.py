@@ -99,7 +99,15 @@ def _table_of(node: exp.Expression, schema: Schema) -> tuple[str, str]:
     if node.args.get("db") or node.args.get("catalog"):
         raise _unsupported(f"name the table {node.name!r} without a database or schema")
     spec = schema.table(node.name)  # QueryError naming the tables
-    return (node.alias or spec.name), spec.name
+    alias = node.alias or spec.name
+    if alias.startswith("__"):  # the compiler's own aliases (__path1, ...) start so
+        raise QueryError(f"the alias {alias!r} starts with '__', which the curator reserves "
+                         f"for its own names: give the table {spec.name!r} another alias "
+                         f"(FROM {spec.name} AS t)" if node.alias else
+                         f"the table {spec.name!r} starts with '__', which the curator "
+                         f"reserves for its own names: give it an alias (FROM {spec.name} "
+                         "AS t)")
+    return alias, spec.name
 
 
 def _join_kind(join: exp.Join) -> str:
