@@ -824,3 +824,20 @@ def test_a_column_whose_name_holds_a_dot_is_that_column() -> None:
     built = cur.query().from_("orders o").sum("o.amount", (0, 100), "s").bound_contributions(
         max_partitions=1, max_rows_per_partition=100)
     assert cur.run(built, epsilon=1e9).to_pandas().s[0] == pytest.approx(30, abs=1)
+
+
+def test_the_builder_counts_over_a_schema_without_columns_or_groups() -> None:
+    """A builder's plan with COUNT(*) (or the units' count) only, with or without WHERE,
+    reads no column: it is answered as DP SQL answers the same query."""
+    cur = schema_curator(tables(), budget=dp.PureDP(100))
+    caps = {"max_partitions": 1, "max_rows_per_partition": 5}
+    for built, sql in [
+            (cur.query().from_("orders").count("n"), "SELECT COUNT(*) AS n FROM orders"),
+            (cur.query().from_("orders").count_units("n"),
+             "SELECT COUNT(DISTINCT o_custkey) AS n FROM orders"),
+            (cur.query().from_("orders o").where("o.o_orderpriority = '2-HIGH'").count("n"),
+             "SELECT COUNT(*) AS n FROM orders o WHERE o.o_orderpriority = '2-HIGH'")]:
+        built = built.bound_contributions(**caps)
+        assert cur.resolve(built, epsilon=1.0).plan == \
+            cur.resolve(cur.parse(sql, **caps), epsilon=1.0).plan
+        assert cur.run(built, epsilon=1.0).to_pandas().n.size == 1

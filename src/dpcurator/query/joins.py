@@ -459,8 +459,10 @@ def flatten_plan(plan: Any, schema: Schema) -> Any:
                       a.__dataclass_fields__[f].init}, "column": renamed[a.column],
                    "name": a.name})
         if getattr(a, "column", None) is not None else a for a in plan.aggregates)
+    # the keys' items follow the columns' (none, and no placeholder, without keys)
+    keyed = flat_items[len(columns):len(columns) + len(plan.group_by)]
     group = tuple(type(k)(k.name, ex.Sql(item.this), k.labels)
-                  for k, item in zip(plan.group_by, flat_items[len(columns):], strict=True))
+                  for k, item in zip(plan.group_by, keyed, strict=True))
     where = flat.args.get("where")
     return plan.replace(aggregates=aggregates, group_by=group,
                         where=ex.Sql(where.this) if where is not None else None,
