@@ -25,9 +25,14 @@ is proved for (``dpcurator.query.bounding``).
 
 A private table whose path to its unit is not in the query (``FROM lineitem`` alone) is joined
 along the declared path by the compiler (inner joins, so rows with a broken path drop out, as
-the schema says), and the unit of each output row is read from a table holding it in its own
-column. ``flatten`` returns the source (``JoinSource``) and the query rewritten over its flat
-column names, which the single-table front end then parses as before.
+the schema says). A LEFT JOINed table's path is joined inside it, before its LEFT JOIN: only
+its own rows with a broken path drop out, and the kept side's unmatched rows stay. It is then
+a table of whole units' rows (removing u removes exactly its rows that reach u), so the
+argument above holds for it unchanged. The unit of each output row is read from a table
+holding it in its own column and not LEFT JOINed: every output row holds one of its rows,
+and every private row it holds is of that row's unit (the equalities above), an unmatched
+kept row's included. ``flatten`` returns the source (``JoinSource``) and the query rewritten
+over its flat column names, which the single-table front end then parses as before.
 """
 
 from __future__ import annotations
@@ -53,12 +58,24 @@ V = TypeVar("V")
 @dataclass(frozen=True, slots=True)
 class JoinedTable:
     """One table of a join: its alias, how it joins (``from``, ``inner`` or ``left``) and the
-    equalities ``((left alias, column), (right alias, column))`` it joins on."""
+    equalities ``((left alias, column), (right alias, column))`` it joins on. ``path``: the
+    tables a LEFT JOINed table is inner-joined with, before its LEFT JOIN, to keep only its
+    rows that reach their unit (the engine reads it as a subquery under ``alias``)."""
 
     alias: str
     table: str
     kind: str
     on: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = ()
+    path: tuple[JoinedTable, ...] = ()
+
+    def describe(self) -> str:
+        name = self.table if self.alias == self.table else f"{self.table} AS {self.alias}"
+        if self.path:
+            name = f"({' '.join([name, *(p.describe() for p in self.path)])}) AS {self.alias}"
+        if self.kind == "from":
+            return name
+        on = " AND ".join(f"{a}.{c} = {b}.{d}" for (a, c), (b, d) in self.on)
+        return f"{'LEFT JOIN' if self.kind == 'left' else 'JOIN'} {name} ON {on}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +90,7 @@ class JoinSource:
     neighbouring: str = ""  # the relation the guarantee holds under, in words
 
     def describe(self) -> str:
-        parts = []
-        for t in self.tables:
-            name = t.table if t.alias == t.table else f"{t.table} AS {t.alias}"
-            if t.kind == "from":
-                parts.append(name)
-                continue
-            on = " AND ".join(f"{a}.{c} = {b}.{d}" for (a, c), (b, d) in t.on)
-            parts.append(f"{'LEFT JOIN' if t.kind == 'left' else 'JOIN'} {name} ON {on}")
-        return " ".join(parts)
+        return " ".join(t.describe() for t in self.tables)
 
 
 def _unsupported(message: str) -> UnsupportedQueryError:
@@ -318,6 +327,11 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
     """Join each private table whose path to its unit is not in the query along that path
     (inner joins: a broken path drops the row), and say where the unit is read.
 
+    A LEFT JOINed table's path is joined inside it (``JoinedTable.path``): its rows that
+    reach no unit are dropped *before* its LEFT JOIN, so the kept side's unmatched rows stay
+    (NULL-extended, as the query says) where inner joins after it would drop them. The unit
+    is read from a table that is not LEFT JOINed, whose row every output row holds.
+
     A table's path is in the query when the table holds its unit itself, or when its path
     column is equated with a column of a table whose own path is in the query, standing for
     the same key (for the unit itself, of the same unit table), and that table's row cannot
@@ -325,10 +339,11 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
     aliases = {t.alias: t.table for t in tables}
     kind_of = {t.alias: t.kind for t in tables}
     out = list(tables)
+    completed: set[str] = set()  # LEFT JOINed tables whose path is joined inside them
 
     def covered(alias: str, seen: frozenset[str]) -> bool:
         spec = schema.table(aliases[alias])
-        if spec.unit is not None:
+        if spec.unit is not None or alias in completed:
             return True
         link = spec.link
         assert link is not None
@@ -357,15 +372,21 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
     for alias in sorted(private, key=lambda a: len(schema.path(aliases[a]))):
         if covered(alias, frozenset()):
             continue
-        current = alias
+        current, path = alias, []
         for link in schema.path(aliases[alias]):
             extra += 1
             target = f"__path{extra}"
             aliases[target] = link.target
             kind_of[target] = "inner"
-            out.append(JoinedTable(target, link.target, "inner",
-                                   (((current, link.column), (target, link.target_column)),)))
+            path.append(JoinedTable(target, link.target, "inner",
+                                    (((current, link.column), (target, link.target_column)),)))
             current = target
+        if kind_of[alias] == "left":  # inside it: its unmatched kept rows stay
+            at = next(i for i, t in enumerate(out) if t.alias == alias)
+            out[at] = replace(out[at], path=tuple(path))
+            completed.add(alias)
+        else:
+            out += path
     roots = [t for t in out if schema.table(t.table).private and
              schema.table(t.table).unit is not None and t.kind != "left"]
     if not roots:  # every private table is LEFT JOINed to a public one: refused before
