@@ -904,3 +904,35 @@ def test_a_left_join_keeps_the_kept_sides_unmatched_rows_when_the_path_is_comple
     assert exact(cur, f"SELECT COUNT(*) AS n {rows}", max_partitions=1,
                  max_rows_per_partition=1) == {(): (people,)}
     assert "JOIN customer AS __path1" in cur.parse(sql).source.describe()
+
+
+def test_counting_the_units_of_a_left_joined_table_is_refused_with_the_query_that_counts_them(
+        ) -> None:
+    """COUNT(DISTINCT o.o_custkey) over ``customer LEFT JOIN orders`` would count the units
+    of the customers without orders too (their rows carry their unit, NULL o_custkey): it is
+    refused before any charge, and the query it suggests counts the customers with orders."""
+    data = tables()
+    cur = schema_curator(data, budget=dp.PureDP(1))
+    for sql in ["SELECT COUNT(DISTINCT o.o_custkey) AS u FROM customer c LEFT JOIN orders o "
+                "ON o.o_custkey = c.c_custkey",
+                "SELECT c_mktsegment, COUNT(DISTINCT o_custkey) AS u FROM customer LEFT JOIN "
+                "orders ON o_custkey = c_custkey WHERE c_acctbal > 0 GROUP BY c_mktsegment"]:
+        with pytest.raises(UnsupportedQueryError, match="LEFT JOINed") as caught:
+            cur.sql(sql, epsilon=0.5)
+        assert "__" not in str(caught.value) and "IS NOT NULL" in str(caught.value)
+    assert cur.spent.epsilon == 0.0 and not cur.ledger
+    with pytest.raises(UnsupportedQueryError) as caught:
+        cur.parse("SELECT COUNT(DISTINCT o.o_custkey) AS u FROM customer c LEFT JOIN orders o "
+                  "ON o.o_custkey = c.c_custkey")
+    assert "COUNT(DISTINCT c.c_custkey) with WHERE o.o_custkey IS NOT NULL" in str(caught.value)
+    suggested = ("SELECT COUNT(DISTINCT c.c_custkey) AS u FROM customer c LEFT JOIN orders o "
+                 "ON o.o_custkey = c.c_custkey WHERE o.o_custkey IS NOT NULL")
+    buyers = data["customer"].c_custkey.isin(data["orders"].o_custkey).sum()
+    assert exact(cur, suggested, max_partitions=1, max_rows_per_partition=1000) == \
+        {(): (buyers,)}
+    assert buyers < len(data["customer"])
+    # where the table is not LEFT JOINed, the count of its unit column counts the units
+    inner = exact(cur, "SELECT COUNT(DISTINCT o.o_custkey) AS u FROM customer c JOIN orders "
+                       "o ON o.o_custkey = c.c_custkey", max_partitions=1,
+                  max_rows_per_partition=1000)
+    assert inner == {(): (buyers,)}

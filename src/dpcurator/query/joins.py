@@ -315,7 +315,7 @@ def flatten(select: exp.Select, schema: Schema) -> tuple[exp.Select, JoinSource]
         raise _unsupported("the query reads no private table: public tables hold no one's "
                            "data, so query them directly")
     tables, unit = _complete_paths(schema, tables, private)
-    rewritten = _rewrite(select, columns)
+    rewritten = _rewrite(select, columns, {t.alias for t in tables if t.kind == "left"})
     read = tuple(sorted((columns.flat(a, c), a, c) for a, c in columns.used))
     relation = ("add or remove one privacy unit with every row that reaches it, in every "
                 f"table, through the declared paths ({schema.describe()})")
@@ -397,10 +397,11 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
     return out, (anchor.alias, spec.unit)
 
 
-def _rewrite(select: exp.Select, columns: _Columns) -> exp.Select:
+def _rewrite(select: exp.Select, columns: _Columns, left: set[str]) -> exp.Select:
     """The query over the flat columns: FROM the joined rows, each column by its flat name
     (a bare column item keeps its own name as its alias); COUNT(DISTINCT c) of a column
-    holding the unit counts the unit."""
+    holding the unit counts the unit, unless c's table is LEFT JOINed (``left``): its
+    unmatched rows hold NULL there, yet carry a unit, so that is refused."""
     out = select.copy()
     out.set("joins", None)
     out.set("from_", exp.From(this=exp.to_table("__joined")))
@@ -411,6 +412,8 @@ def _rewrite(select: exp.Select, columns: _Columns) -> exp.Select:
             if len(cols) == 1 and isinstance(cols[0], exp.Column):
                 alias, column = columns.resolve(cols[0], "COUNT(DISTINCT ...)")
                 table = columns.aliases[alias]
+                if columns.schema.key_of(table, column) == UNIT and alias in left:
+                    raise _unsupported(_null_extended(columns, alias, column, left))
                 if columns.schema.key_of(table, column) == UNIT:
                     unit = exp.column(UNIT_COLUMN)
                     unit.meta["dp_unit"] = True
@@ -439,6 +442,20 @@ def _rewrite(select: exp.Select, columns: _Columns) -> exp.Select:
         else:
             out.set(part, value.transform(fix, copy=False))
     return out
+
+
+def _null_extended(columns: _Columns, alias: str, column: str, left: set[str]) -> str:
+    """The refusal of COUNT(DISTINCT alias.column) where ``alias`` is LEFT JOINed, with the
+    query counting the same units (a unit column of a table that is not)."""
+    kept = [f"{a}.{c}" for a, t in columns.aliases.items() if a not in left and
+            not a.startswith("__") for c, key in columns.schema.keyed_columns(t) if key == UNIT]
+    count = f"COUNT(DISTINCT {kept[0]})" if kept else \
+        "COUNT(DISTINCT ...) of a unit column of a table that is not LEFT JOINed"
+    return (f"COUNT(DISTINCT {alias}.{column}) is refused: {alias} is LEFT JOINed, so its "
+            "unmatched rows hold NULL there but still belong to a unit, and the count of "
+            f"units would count them. Count the units with a match as {count} with WHERE "
+            f"{alias}.{column} IS NOT NULL (in a query of its own if other aggregates need "
+            "the unmatched rows)")
 
 
 def flatten_plan(plan: Any, schema: Schema) -> Any:
