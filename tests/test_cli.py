@@ -120,3 +120,10 @@ def test_account_bad_input_names_the_parameter() -> None:
         result = runner.invoke(app, args)
         assert result.exit_code == 2, result.output
         assert word in result.output and "Traceback" not in result.output
+
+
+def test_query_help_shows_percentages_as_written() -> None:
+    """Typer's help strings are not %-formatted: "10%%" would be shown as written."""
+    result = runner.invoke(app, ["query", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "10%" in result.output and "%%" not in result.output

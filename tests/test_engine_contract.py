@@ -1283,6 +1283,9 @@ OTHERS = [
     "SELECT c.c_mktsegment, COUNT(*) AS n FROM customer c LEFT JOIN orders o ON "
     "o.o_custkey = c.c_custkey WHERE o.o_orderkey IS NULL GROUP BY c.c_mktsegment",
     "SELECT COUNT(DISTINCT o_custkey) AS u, SUM(o_totalprice) AS s FROM orders",
+    # a LEFT JOINed table whose path is joined inside it (a subquery under its alias)
+    "SELECT COUNT(*) AS n, SUM(o_totalprice) AS s FROM lineitem l LEFT JOIN orders o "
+    "ON l.l_orderkey = o.o_orderkey",
     # a self-join on the unit: the same column twice, named alias.column in the joined rows
     "SELECT o1.o_orderpriority, SUM(o2.o_totalprice) AS s FROM orders o1 JOIN orders o2 "
     "ON o1.o_custkey = o2.o_custkey WHERE o2.o_totalprice > o1.o_totalprice "

@@ -741,3 +741,198 @@ def test_fuzzed_joins_are_refused_cleanly_or_keep_each_row_within_one_unit() -> 
     check()
     assert accepted > 10 and refused > 10
     assert cur.spent.epsilon == 0.0
+
+
+# -- names: internal names never meet the data's ------------------------------------------------
+
+SHOP_UNITS = {"customer": "c_custkey", "orders": "o_custkey -> customer.c_custkey"}
+
+
+def test_a_data_column_named_as_the_unit_column_never_replaces_the_unit() -> None:
+    """A column of the data named ``__unit`` (the joined rows' own unit column) is read
+    under a name of its own: the caps still bound each customer (10 customers with three
+    orders each, one row each: 10), not each order (30), and it can be summed."""
+    from dpcurator.query.joins import UNIT_COLUMN
+
+    data = {"customer": pd.DataFrame({"c_custkey": np.arange(1, 11)}),
+            "orders": pd.DataFrame({"o_custkey": 1 + np.arange(30) % 10,
+                                    UNIT_COLUMN: np.arange(1000, 1030)})}
+    cur = dp.Curator(data, privacy_unit=SHOP_UNITS, budget=dp.PureDP(1e10), cache=False)
+    one = {"max_partitions": 1, "max_rows_per_partition": 1}
+    for where in ("", f'WHERE "{UNIT_COLUMN}" >= 0', f'WHERE orders."{UNIT_COLUMN}" >= 0'):
+        assert exact(cur, f"SELECT COUNT(*) AS n FROM orders {where}", **one) == {(): (10,)}
+    source = cur.parse(f'SELECT COUNT(*) AS n FROM orders WHERE "{UNIT_COLUMN}" >= 0').source
+    assert [flat for flat, _, _ in source.columns] == [f"orders.{UNIT_COLUMN}"]
+    summed = cur.sql(f'SELECT SUM("{UNIT_COLUMN}") AS s FROM orders', epsilon=1e9,
+                     max_partitions=1, max_rows_per_partition=3,
+                     bounds={UNIT_COLUMN: (0, 2000)})  # noise of scale 6e-6
+    assert summed.to_pandas().s[0] == pytest.approx(data["orders"][UNIT_COLUMN].sum(), abs=1)
+
+
+@pytest.mark.parametrize(("source", "joined"), [
+    ("lineitem AS __path2", None),
+    ("lineitem AS __path1", None),
+    ("lineitem l", ("orders __x", "l.l_orderkey = __x.o_orderkey")),
+])
+def test_an_alias_starting_with_two_underscores_is_refused_before_any_charge(
+        source: str, joined: tuple[str, str] | None) -> None:
+    """The compiler names the tables it joins along a path ``__path1``, ...: an alias of the
+    query starting with ``__`` could take one's place (and its unit), so it is refused, in
+    DP SQL and in the builder."""
+    cur = schema_curator(tables(), budget=dp.PureDP(1))
+    sql = f"SELECT COUNT(*) AS n FROM {source}"
+    built = cur.query().from_(source)
+    if joined is not None:
+        sql += f" JOIN {joined[0]} ON {joined[1]}"
+        built = built.join(joined[0], on=joined[1])
+    with pytest.raises(QueryError, match=r"starts with '__'.*another alias"):
+        cur.sql(sql, epsilon=0.5)
+    with pytest.raises(QueryError, match=r"starts with '__'.*another alias"):
+        cur.run(built.count("n"), epsilon=0.5)
+    assert cur.spent.epsilon == 0.0 and not cur.ledger
+
+
+def test_a_column_whose_name_holds_a_dot_is_that_column() -> None:
+    """``"orders.amount"``, quoted whole, names the column of that very name where a table
+    has one (a flattened export's), not ``amount`` of ``orders``; and where another table
+    has ``amount`` too, the two columns keep distinct names in the joined rows."""
+    data = {"customer": pd.DataFrame({"c_custkey": np.arange(1, 11), "amount": 7.0}),
+            "orders": pd.DataFrame({"o_custkey": 1 + np.arange(30) % 10, "amount": 1.0,
+                                    "orders.amount": 50.0})}
+    cur = dp.Curator(data, privacy_unit=SHOP_UNITS, budget=dp.PureDP(1e12), cache=False)
+    caps = {"epsilon": 1e9, "max_partitions": 1, "max_rows_per_partition": 100,
+            "bounds": {"amount": (0, 100), "orders.amount": (0, 100)}}
+    for sql in ['SELECT SUM("orders.amount") AS s FROM orders',
+                'SELECT SUM(orders."orders.amount") AS s FROM orders',
+                'SELECT SUM(o."orders.amount") AS s FROM orders o JOIN customer c '
+                'ON o.o_custkey = c.c_custkey']:
+        assert cur.sql(sql, **caps).to_pandas().s[0] == pytest.approx(1500, abs=1), sql
+    both = ('SELECT SUM("orders.amount") AS s, SUM(orders.amount) AS t FROM orders '
+            'JOIN customer ON o_custkey = c_custkey')
+    answer = cur.sql(both, **caps).to_pandas()
+    assert (answer.s[0], answer.t[0]) == pytest.approx((1500, 30), abs=1)
+    # the last guard: two columns never share a name in the joined rows (here an alias
+    # holding a dot against a column holding one), refused before any charge
+    data["customer"]["b.c"] = data["customer"]["c"] = 1.0
+    data["orders"]["c"] = 2.0
+    odd = dp.Curator(data, privacy_unit=SHOP_UNITS, budget=dp.PureDP(10), cache=False)
+    with pytest.raises(QueryError, match=r"same name \('a\.b\.c'\)"):
+        odd.sql('SELECT COUNT(*) AS n FROM customer AS a JOIN orders AS "a.b" ON '
+                '"a.b".o_custkey = a.c_custkey WHERE a."b.c" > 0 AND "a.b".c > 0', epsilon=1)
+    assert odd.spent.epsilon == 0
+    # the builder's "alias.column" still reads the alias's column where none is so named
+    built = cur.query().from_("orders o").sum("o.amount", (0, 100), "s").bound_contributions(
+        max_partitions=1, max_rows_per_partition=100)
+    assert cur.run(built, epsilon=1e9).to_pandas().s[0] == pytest.approx(30, abs=1)
+
+
+def test_the_builder_counts_over_a_schema_without_columns_or_groups() -> None:
+    """A builder's plan with COUNT(*) (or the units' count) only, with or without WHERE,
+    reads no column: it is answered as DP SQL answers the same query."""
+    cur = schema_curator(tables(), budget=dp.PureDP(100))
+    caps = {"max_partitions": 1, "max_rows_per_partition": 5}
+    for built, sql in [
+            (cur.query().from_("orders").count("n"), "SELECT COUNT(*) AS n FROM orders"),
+            (cur.query().from_("orders").count_units("n"),
+             "SELECT COUNT(DISTINCT o_custkey) AS n FROM orders"),
+            (cur.query().from_("orders o").where("o.o_orderpriority = '2-HIGH'").count("n"),
+             "SELECT COUNT(*) AS n FROM orders o WHERE o.o_orderpriority = '2-HIGH'")]:
+        built = built.bound_contributions(**caps)
+        assert cur.resolve(built, epsilon=1.0).plan == \
+            cur.resolve(cur.parse(sql, **caps), epsilon=1.0).plan
+        assert cur.run(built, epsilon=1.0).to_pandas().n.size == 1
+
+
+# -- LEFT JOINs whose path the compiler completes ------------------------------------------------
+
+
+def _visits() -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """Two tables holding the unit (customer, visits) and orders reaching it through
+    customer; customer 10 is missing, so its order's path is broken."""
+    data = {"customer": pd.DataFrame({"c_custkey": np.arange(1, 10)}),
+            "visits": pd.DataFrame({"v_custkey": np.tile(np.arange(1, 11), 2),
+                                    "v_len": np.arange(20) % 4 + 1.0}),
+            "accounts": pd.DataFrame({"a_custkey": np.arange(1, 10)}),
+            "payments": pd.DataFrame({"p_custkey": np.tile(np.arange(1, 10), 2),
+                                      "p_amt": 5.0}),
+            "orders": pd.DataFrame({"o_orderkey": np.arange(100, 105),
+                                    "o_custkey": [1, 1, 2, 3, 10],
+                                    "amount": [10.0, 20, 30, 40, 50]})}
+    units = {"customer": "c_custkey", "visits": "v_custkey",
+             "accounts": "a_custkey -> customer.c_custkey",
+             "payments": "p_custkey -> accounts.a_custkey",
+             "orders": "o_custkey -> customer.c_custkey"}
+    return data, units
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) AS n, SUM(o.amount) AS s FROM visits v LEFT JOIN orders o "
+    "ON v.v_custkey = o.o_custkey",
+    "SELECT COUNT(*) AS n, SUM(v_len) AS s FROM visits v LEFT JOIN orders o "
+    "ON v.v_custkey = o.o_custkey WHERE o.o_orderkey IS NULL",
+    "SELECT COUNT(*) AS n, SUM(p_amt) AS s FROM payments p LEFT JOIN orders o "
+    "ON p.p_custkey = o.o_custkey",
+])
+def test_a_left_join_keeps_the_kept_sides_unmatched_rows_when_the_path_is_completed(
+        sql: str) -> None:
+    """``visits LEFT JOIN orders``: orders' path to customer is joined inside it, before
+    the LEFT JOIN (not after it as inner joins, which dropped every unmatched visit), so
+    the answer is the plain LEFT JOIN's over the orders that reach a customer (order 104's
+    customer is missing: dropped, its visits unmatched). Each unmatched row carries its kept
+    row's unit: one row per customer gives one per visiting customer (10), and paying (9)."""
+    import duckdb
+
+    data, units = _visits()
+    with pytest.warns(UserWarning, match="orders: 1 row"):  # the broken order
+        cur = dp.Curator(data, privacy_unit=units, budget=dp.PureDP(1e12), cache=False)
+    con = duckdb.connect()
+    for name, frame in data.items():
+        con.register(name, frame)
+    con.execute("CREATE TABLE reaching AS SELECT * FROM orders WHERE o_custkey IN "
+                "(SELECT c_custkey FROM customer)")
+    plain = sql.replace("orders o", "reaching o")
+    n, s = con.execute(plain).fetchone()
+    answer = cur.sql(sql, epsilon=1e9, max_partitions=1, max_rows_per_partition=100,
+                     bounds={"amount": (0, 100), "v_len": (0, 10), "p_amt": (0, 10)}
+                     ).to_pandas()
+    assert (answer.n[0], answer.s[0]) == pytest.approx((n, s), abs=0.01)
+    assert n > 8  # the inner joins' answer: the unmatched rows are there
+    rows = sql[sql.index(" FROM "):]
+    kept = "p.p_custkey" if "payments" in sql else "v.v_custkey"
+    (people,) = con.execute(f"SELECT COUNT(DISTINCT {kept}) {plain[plain.index(' FROM '):]}"
+                            ).fetchone()
+    assert exact(cur, f"SELECT COUNT(*) AS n {rows}", max_partitions=1,
+                 max_rows_per_partition=1) == {(): (people,)}
+    assert "JOIN customer AS __path1" in cur.parse(sql).source.describe()
+
+
+def test_counting_the_units_of_a_left_joined_table_is_refused_with_the_query_that_counts_them(
+        ) -> None:
+    """COUNT(DISTINCT o.o_custkey) over ``customer LEFT JOIN orders`` would count the units
+    of the customers without orders too (their rows carry their unit, NULL o_custkey): it is
+    refused before any charge, and the query it suggests counts the customers with orders."""
+    data = tables()
+    cur = schema_curator(data, budget=dp.PureDP(1))
+    for sql in ["SELECT COUNT(DISTINCT o.o_custkey) AS u FROM customer c LEFT JOIN orders o "
+                "ON o.o_custkey = c.c_custkey",
+                "SELECT c_mktsegment, COUNT(DISTINCT o_custkey) AS u FROM customer LEFT JOIN "
+                "orders ON o_custkey = c_custkey WHERE c_acctbal > 0 GROUP BY c_mktsegment"]:
+        with pytest.raises(UnsupportedQueryError, match="LEFT JOINed") as caught:
+            cur.sql(sql, epsilon=0.5)
+        assert "__" not in str(caught.value) and "IS NOT NULL" in str(caught.value)
+    assert cur.spent.epsilon == 0.0 and not cur.ledger
+    with pytest.raises(UnsupportedQueryError) as caught:
+        cur.parse("SELECT COUNT(DISTINCT o.o_custkey) AS u FROM customer c LEFT JOIN orders o "
+                  "ON o.o_custkey = c.c_custkey")
+    assert "COUNT(DISTINCT c.c_custkey) with WHERE o.o_custkey IS NOT NULL" in str(caught.value)
+    suggested = ("SELECT COUNT(DISTINCT c.c_custkey) AS u FROM customer c LEFT JOIN orders o "
+                 "ON o.o_custkey = c.c_custkey WHERE o.o_custkey IS NOT NULL")
+    buyers = data["customer"].c_custkey.isin(data["orders"].o_custkey).sum()
+    assert exact(cur, suggested, max_partitions=1, max_rows_per_partition=1000) == \
+        {(): (buyers,)}
+    assert buyers < len(data["customer"])
+    # where the table is not LEFT JOINed, the count of its unit column counts the units
+    inner = exact(cur, "SELECT COUNT(DISTINCT o.o_custkey) AS u FROM customer c JOIN orders "
+                       "o ON o.o_custkey = c.c_custkey", max_partitions=1,
+                  max_rows_per_partition=1000)
+    assert inner == {(): (buyers,)}

@@ -330,7 +330,7 @@ def query(
     delta: float = typer.Option(0.0, "--delta", help="Delta (needed for private keys)."),
     bounds: list[str] | None = typer.Option(
         None, "--bounds", help="Clamping bounds COLUMN=LO:HI (repeatable); a column given "
-                               "none has its bounds chosen from the data under DP with 10%% "
+                               "none has its bounds chosen from the data under DP with 10% "
                                "of --epsilon, as have the caps below."),
     max_partitions: str | None = typer.Option(
         None, "--max-partitions", help="Partitions one unit may contribute to (default: "
@@ -354,7 +354,7 @@ def query(
                                       "from the data under DP)."),
     interval_kind: str | None = typer.Option(
         None, "--intervals", help="What the intervals of COUNT(*) and SUM cover: 'total' "
-                                  "(the answer without the caps and the clamping, for 10%% of "
+                                  "(the answer without the caps and the clamping, for 10% of "
                                   "--epsilon) or 'bounded' (the default)."),
     total_share: float | None = typer.Option(
         None, "--total-share", help="The share of --epsilon the total intervals spend, in "

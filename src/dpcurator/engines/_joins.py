@@ -9,6 +9,9 @@ joined rows, inside the engine, after the join. The join is one subquery:
     SELECT a.x AS "x", b.y AS "b.y", ..., c.unit AS "__unit"
     FROM customer AS c JOIN orders AS o ON o.o_custkey = c.c_custkey ...
 
+(a LEFT JOINed table whose path the compiler joins is a subquery of its rows that reach
+their unit: ``LEFT JOIN (SELECT o.* FROM orders AS o JOIN customer AS __path1 ON ...) AS o``).
+
 ``check_links`` is the data owner's check of the declared paths, when the curator is made:
 every path's target column unique (else a row could reach two units: refused), and the rows
 whose path is broken (their key has no match up the path) counted, never shown.
@@ -24,7 +27,7 @@ from sqlglot import exp
 
 from dpcurator.engines._engine import SqlEngine
 from dpcurator.errors import UserError
-from dpcurator.query.joins import UNIT_COLUMN, JoinSource
+from dpcurator.query.joins import UNIT_COLUMN, JoinedTable, JoinSource
 from dpcurator.query.schema import Schema
 
 __all__ = ["LinkReport", "TableSet", "join_relation"]
@@ -49,23 +52,29 @@ def join_relation(source: JoinSource, engine: SqlEngine,
                   relations: Mapping[str, str]) -> str:
     """The joined rows of ``source`` as a parenthesised, aliased subquery in ``engine``'s
     dialect (``relations``: each table's relation text)."""
-    order = list(dict.fromkeys(t.table for t in source.tables))
+    order = list(dict.fromkeys(t.table for s in source.tables for t in (s, *s.path)))
     items: list[exp.Expr] = [_named(_column(a, c), flat) for flat, a, c in source.columns]
     items.append(_named(_column(*source.unit), UNIT_COLUMN))
-    first = source.tables[0]
-    select = exp.Select(expressions=items).from_(
-        exp.Table(this=exp.to_identifier(_placeholder(order.index(first.table))),
-                  alias=exp.TableAlias(this=exp.to_identifier(first.alias, quoted=True))),
-        copy=False)
-    joins = []
-    for t in source.tables[1:]:
+
+    def read(t: JoinedTable) -> exp.Table:
+        return exp.Table(this=exp.to_identifier(_placeholder(order.index(t.table))),
+                         alias=exp.TableAlias(this=exp.to_identifier(t.alias, quoted=True)))
+
+    def join(t: JoinedTable) -> exp.Join:
         on = exp.and_(*(exp.EQ(this=_column(*left), expression=_column(*right))
                         for left, right in t.on), copy=False)
-        joins.append(exp.Join(
-            this=exp.Table(this=exp.to_identifier(_placeholder(order.index(t.table))),
-                           alias=exp.TableAlias(this=exp.to_identifier(t.alias, quoted=True))),
-            on=on, side="LEFT" if t.kind == "left" else None))
-    select.set("joins", joins)
+        rows: exp.Expr = read(t)
+        if t.path:  # its rows that reach their unit, as a subquery under its alias
+            star = exp.Column(this=exp.Star(), table=exp.to_identifier(t.alias, quoted=True))
+            inner = exp.Select(expressions=[star]).from_(read(t), copy=False)
+            inner.set("joins", [join(p) for p in t.path])
+            rows = exp.Subquery(this=inner, alias=exp.TableAlias(
+                this=exp.to_identifier(t.alias, quoted=True)))
+        return exp.Join(this=rows, on=on, side="LEFT" if t.kind == "left" else None)
+
+    first = source.tables[0]
+    select = exp.Select(expressions=items).from_(read(first), copy=False)
+    select.set("joins", [join(t) for t in source.tables[1:]])
     text = engine.dialect.render(select)
     for i, table in enumerate(order):
         text = text.replace(_placeholder(i), relations[table])

@@ -25,9 +25,14 @@ is proved for (``dpcurator.query.bounding``).
 
 A private table whose path to its unit is not in the query (``FROM lineitem`` alone) is joined
 along the declared path by the compiler (inner joins, so rows with a broken path drop out, as
-the schema says), and the unit of each output row is read from a table holding it in its own
-column. ``flatten`` returns the source (``JoinSource``) and the query rewritten over its flat
-column names, which the single-table front end then parses as before.
+the schema says). A LEFT JOINed table's path is joined inside it, before its LEFT JOIN: only
+its own rows with a broken path drop out, and the kept side's unmatched rows stay. It is then
+a table of whole units' rows (removing u removes exactly its rows that reach u), so the
+argument above holds for it unchanged. The unit of each output row is read from a table
+holding it in its own column and not LEFT JOINed: every output row holds one of its rows,
+and every private row it holds is of that row's unit (the equalities above), an unmatched
+kept row's included. ``flatten`` returns the source (``JoinSource``) and the query rewritten
+over its flat column names, which the single-table front end then parses as before.
 """
 
 from __future__ import annotations
@@ -53,12 +58,24 @@ V = TypeVar("V")
 @dataclass(frozen=True, slots=True)
 class JoinedTable:
     """One table of a join: its alias, how it joins (``from``, ``inner`` or ``left``) and the
-    equalities ``((left alias, column), (right alias, column))`` it joins on."""
+    equalities ``((left alias, column), (right alias, column))`` it joins on. ``path``: the
+    tables a LEFT JOINed table is inner-joined with, before its LEFT JOIN, to keep only its
+    rows that reach their unit (the engine reads it as a subquery under ``alias``)."""
 
     alias: str
     table: str
     kind: str
     on: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = ()
+    path: tuple[JoinedTable, ...] = ()
+
+    def describe(self) -> str:
+        name = self.table if self.alias == self.table else f"{self.table} AS {self.alias}"
+        if self.path:
+            name = f"({' '.join([name, *(p.describe() for p in self.path)])}) AS {self.alias}"
+        if self.kind == "from":
+            return name
+        on = " AND ".join(f"{a}.{c} = {b}.{d}" for (a, c), (b, d) in self.on)
+        return f"{'LEFT JOIN' if self.kind == 'left' else 'JOIN'} {name} ON {on}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +90,7 @@ class JoinSource:
     neighbouring: str = ""  # the relation the guarantee holds under, in words
 
     def describe(self) -> str:
-        parts = []
-        for t in self.tables:
-            name = t.table if t.alias == t.table else f"{t.table} AS {t.alias}"
-            if t.kind == "from":
-                parts.append(name)
-                continue
-            on = " AND ".join(f"{a}.{c} = {b}.{d}" for (a, c), (b, d) in t.on)
-            parts.append(f"{'LEFT JOIN' if t.kind == 'left' else 'JOIN'} {name} ON {on}")
-        return " ".join(parts)
+        return " ".join(t.describe() for t in self.tables)
 
 
 def _unsupported(message: str) -> UnsupportedQueryError:
@@ -99,7 +108,15 @@ def _table_of(node: exp.Expression, schema: Schema) -> tuple[str, str]:
     if node.args.get("db") or node.args.get("catalog"):
         raise _unsupported(f"name the table {node.name!r} without a database or schema")
     spec = schema.table(node.name)  # QueryError naming the tables
-    return (node.alias or spec.name), spec.name
+    alias = node.alias or spec.name
+    if alias.startswith("__"):  # the compiler's own aliases (__path1, ...) start so
+        raise QueryError(f"the alias {alias!r} starts with '__', which the curator reserves "
+                         f"for its own names: give the table {spec.name!r} another alias "
+                         f"(FROM {spec.name} AS t)" if node.alias else
+                         f"the table {spec.name!r} starts with '__', which the curator "
+                         f"reserves for its own names: give it an alias (FROM {spec.name} "
+                         "AS t)")
+    return alias, spec.name
 
 
 def _join_kind(join: exp.Join) -> str:
@@ -127,11 +144,15 @@ class _Columns:
         self.schema = schema
         self.aliases = aliases  # alias -> table
         self.used: dict[tuple[str, str], None] = {}
+        self.names: dict[str, tuple[str, str]] = {}  # flat name, folded -> (alias, column)
 
     def resolve(self, node: exp.Column, what: str) -> tuple[str, str]:
         if node.args.get("db") or node.args.get("catalog"):
             raise _unsupported(f"name the column {node.sql()} as table.column or column")
-        if not node.table and "." in node.name:  # a builder's "alias.column", quoted whole
+        if not node.table and "." in node.name and not any(
+                self.schema.table(t).has(node.name) for t in self.aliases.values()):
+            # a builder's "alias.column", quoted whole; a column of that very name (a
+            # flattened export's "orders.amount") is that column, as in SQL
             table, _, name = node.name.partition(".")
             node = exp.column(name, table)
         if node.table:
@@ -164,11 +185,24 @@ class _Columns:
 
     def flat(self, alias: str, column: str) -> str:
         """The column's name in the joined rows: its own where no other table of the query
-        has a column of that name, else ``alias.column``."""
-        self.used[(alias, column)] = None
+        has a column of that name, else ``alias.column``. A name starting with ``__`` (the
+        curator's own, as ``UNIT_COLUMN``) or holding a dot is always qualified, so that
+        a bare name is never an internal one nor another column's ``alias.column``; and no
+        two columns ever share a flat name (DuckDB would bind the first: a data column
+        read as the unit would cap each row as a person)."""
         clash = [a for a, t in self.aliases.items()
                  if a != alias and self.schema.table(t).has(column)]
-        return f"{alias}.{column}" if clash else column
+        qualified = clash or column.startswith("__") or "." in column
+        name = f"{alias}.{column}" if qualified else column
+        owner = self.names.setdefault(name.lower(), (alias, column))
+        if owner != (alias, column) or name.startswith("__"):
+            # aliases starting with "__" are refused (_table_of): only an alias holding a
+            # dot ("a.b" with column "c" against "a" with "b.c") can get here
+            raise QueryError(f"the column {owner[1]!r} of {owner[0]!r} and the column "
+                             f"{column!r} of {alias!r} would have the same name ({name!r}) "
+                             "in the joined rows: give the tables aliases without dots")
+        self.used[(alias, column)] = None
+        return name
 
 
 def _equalities(on: exp.Expression, columns: _Columns, joined: str, before: list[str]
@@ -281,7 +315,7 @@ def flatten(select: exp.Select, schema: Schema) -> tuple[exp.Select, JoinSource]
         raise _unsupported("the query reads no private table: public tables hold no one's "
                            "data, so query them directly")
     tables, unit = _complete_paths(schema, tables, private)
-    rewritten = _rewrite(select, columns)
+    rewritten = _rewrite(select, columns, {t.alias for t in tables if t.kind == "left"})
     read = tuple(sorted((columns.flat(a, c), a, c) for a, c in columns.used))
     relation = ("add or remove one privacy unit with every row that reaches it, in every "
                 f"table, through the declared paths ({schema.describe()})")
@@ -293,6 +327,11 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
     """Join each private table whose path to its unit is not in the query along that path
     (inner joins: a broken path drops the row), and say where the unit is read.
 
+    A LEFT JOINed table's path is joined inside it (``JoinedTable.path``): its rows that
+    reach no unit are dropped *before* its LEFT JOIN, so the kept side's unmatched rows stay
+    (NULL-extended, as the query says) where inner joins after it would drop them. The unit
+    is read from a table that is not LEFT JOINed, whose row every output row holds.
+
     A table's path is in the query when the table holds its unit itself, or when its path
     column is equated with a column of a table whose own path is in the query, standing for
     the same key (for the unit itself, of the same unit table), and that table's row cannot
@@ -300,10 +339,11 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
     aliases = {t.alias: t.table for t in tables}
     kind_of = {t.alias: t.kind for t in tables}
     out = list(tables)
+    completed: set[str] = set()  # LEFT JOINed tables whose path is joined inside them
 
     def covered(alias: str, seen: frozenset[str]) -> bool:
         spec = schema.table(aliases[alias])
-        if spec.unit is not None:
+        if spec.unit is not None or alias in completed:
             return True
         link = spec.link
         assert link is not None
@@ -332,15 +372,21 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
     for alias in sorted(private, key=lambda a: len(schema.path(aliases[a]))):
         if covered(alias, frozenset()):
             continue
-        current = alias
+        current, path = alias, []
         for link in schema.path(aliases[alias]):
             extra += 1
             target = f"__path{extra}"
             aliases[target] = link.target
             kind_of[target] = "inner"
-            out.append(JoinedTable(target, link.target, "inner",
-                                   (((current, link.column), (target, link.target_column)),)))
+            path.append(JoinedTable(target, link.target, "inner",
+                                    (((current, link.column), (target, link.target_column)),)))
             current = target
+        if kind_of[alias] == "left":  # inside it: its unmatched kept rows stay
+            at = next(i for i, t in enumerate(out) if t.alias == alias)
+            out[at] = replace(out[at], path=tuple(path))
+            completed.add(alias)
+        else:
+            out += path
     roots = [t for t in out if schema.table(t.table).private and
              schema.table(t.table).unit is not None and t.kind != "left"]
     if not roots:  # every private table is LEFT JOINed to a public one: refused before
@@ -351,10 +397,11 @@ def _complete_paths(schema: Schema, tables: list[JoinedTable], private: list[str
     return out, (anchor.alias, spec.unit)
 
 
-def _rewrite(select: exp.Select, columns: _Columns) -> exp.Select:
+def _rewrite(select: exp.Select, columns: _Columns, left: set[str]) -> exp.Select:
     """The query over the flat columns: FROM the joined rows, each column by its flat name
     (a bare column item keeps its own name as its alias); COUNT(DISTINCT c) of a column
-    holding the unit counts the unit."""
+    holding the unit counts the unit, unless c's table is LEFT JOINed (``left``): its
+    unmatched rows hold NULL there, yet carry a unit, so that is refused."""
     out = select.copy()
     out.set("joins", None)
     out.set("from_", exp.From(this=exp.to_table("__joined")))
@@ -365,6 +412,8 @@ def _rewrite(select: exp.Select, columns: _Columns) -> exp.Select:
             if len(cols) == 1 and isinstance(cols[0], exp.Column):
                 alias, column = columns.resolve(cols[0], "COUNT(DISTINCT ...)")
                 table = columns.aliases[alias]
+                if columns.schema.key_of(table, column) == UNIT and alias in left:
+                    raise _unsupported(_null_extended(columns, alias, column, left))
                 if columns.schema.key_of(table, column) == UNIT:
                     unit = exp.column(UNIT_COLUMN)
                     unit.meta["dp_unit"] = True
@@ -395,6 +444,20 @@ def _rewrite(select: exp.Select, columns: _Columns) -> exp.Select:
     return out
 
 
+def _null_extended(columns: _Columns, alias: str, column: str, left: set[str]) -> str:
+    """The refusal of COUNT(DISTINCT alias.column) where ``alias`` is LEFT JOINed, with the
+    query counting the same units (a unit column of a table that is not)."""
+    kept = [f"{a}.{c}" for a, t in columns.aliases.items() if a not in left and
+            not a.startswith("__") for c, key in columns.schema.keyed_columns(t) if key == UNIT]
+    count = f"COUNT(DISTINCT {kept[0]})" if kept else \
+        "COUNT(DISTINCT ...) of a unit column of a table that is not LEFT JOINed"
+    return (f"COUNT(DISTINCT {alias}.{column}) is refused: {alias} is LEFT JOINed, so its "
+            "unmatched rows hold NULL there but still belong to a unit, and the count of "
+            f"units would count them. Count the units with a match as {count} with WHERE "
+            f"{alias}.{column} IS NOT NULL (in a query of its own if other aggregates need "
+            "the unmatched rows)")
+
+
 def flatten_plan(plan: Any, schema: Schema) -> Any:
     """A builder's plan over a schema (``Plan.tables``, its FROM clause) as DP SQL's: the
     join checked by the same rules, every column (aggregates', group keys', WHERE's) named
@@ -416,7 +479,8 @@ def flatten_plan(plan: Any, schema: Schema) -> Any:
     items: list[exp.Expression] = []
     columns = [a.column for a in plan.aggregates if getattr(a, "column", None) is not None]
     for i, column in enumerate(columns):
-        items.append(exp.Alias(this=exp.column(*reversed(column.split(".", 1))),
+        # the name whole: a column of that very name, else "alias.column" (_Columns.resolve)
+        items.append(exp.Alias(this=exp.column(exp.to_identifier(column, quoted=True)),
                                alias=exp.to_identifier(f"c{i}")))
     for i, key in enumerate(plan.group_by):
         items.append(exp.Alias(this=ex.tree_of(key.expression),
@@ -433,8 +497,10 @@ def flatten_plan(plan: Any, schema: Schema) -> Any:
                       a.__dataclass_fields__[f].init}, "column": renamed[a.column],
                    "name": a.name})
         if getattr(a, "column", None) is not None else a for a in plan.aggregates)
+    # the keys' items follow the columns' (none, and no placeholder, without keys)
+    keyed = flat_items[len(columns):len(columns) + len(plan.group_by)]
     group = tuple(type(k)(k.name, ex.Sql(item.this), k.labels)
-                  for k, item in zip(plan.group_by, flat_items[len(columns):], strict=True))
+                  for k, item in zip(plan.group_by, keyed, strict=True))
     where = flat.args.get("where")
     return plan.replace(aggregates=aggregates, group_by=group,
                         where=ex.Sql(where.this) if where is not None else None,
