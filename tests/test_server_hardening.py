@@ -369,6 +369,23 @@ def test_a_token_file_is_owner_only_and_never_overwritten(tmp_path: Path) -> Non
     assert target.read_text().strip() == token
 
 
+def test_a_token_name_with_a_dot_is_one_toml_key_and_a_bad_name_writes_nothing(
+        tmp_path: Path) -> None:
+    """``serve token alice.smith`` wrote ``[analysts.alice.smith]``, a nested table the
+    configuration then refused, and ``bob smith`` invalid TOML, exiting 0 with the token file
+    written (a bug hunt). A dotted name is now a quoted key, and a name the configuration
+    refuses is refused before any file is written."""
+    import tomllib
+
+    made = CliRunner().invoke(cli, ["serve", "token", "alice.smith"])
+    assert made.exit_code == 0, made.output
+    lines = made.stdout[made.stdout.index("[analysts"):]
+    assert list(tomllib.loads(lines)["analysts"]) == ["alice.smith"]
+    target = tmp_path / "bob.token"
+    bad = CliRunner().invoke(cli, ["serve", "token", "bob smith", "--token-file", str(target)])
+    assert bad.exit_code != 0 and "letters, digits" in bad.output and not target.exists()
+
+
 def test_the_access_log_is_configurable(tmp_path: Path) -> None:
     import logging
 

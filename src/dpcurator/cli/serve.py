@@ -141,9 +141,9 @@ def _access_handler(target: str) -> logging.Handler | None:
 
 @serve_app.command()
 def token(
-    name: str = typer.Argument(..., help="The analyst's name, as in [analysts.NAME] (or the "
-                                         "owner's, with --owner)."),
-    owner: bool = typer.Option(False, "--owner", help="A data owner's token ([owners.NAME]: "
+    name: str = typer.Argument(..., help="The analyst's name, as in \\[analysts.NAME] (or "
+                                         "the owner's, with --owner)."),
+    owner: bool = typer.Option(False, "--owner", help="A data owner's token (\\[owners.NAME]: "
                                                      "the dashboard's owner's view) instead "
                                                      "of an analyst's."),
     token_file: Path | None = typer.Option(
@@ -156,7 +156,11 @@ def token(
     fresh = "dpc_" + secrets.token_urlsafe(32)
     digest = hashlib.sha256(fresh.encode()).hexdigest()
     role = "owner" if owner else "analyst"
-    lines = f'[{role}s.{name}]\ntoken_sha256 = "{digest}"'
+    from dpcurator.server._config import config_key
+
+    with user_errors(as_json):  # before anything is written: a name the config refuses
+        key = config_key(name, f"the {role}'s name")
+    lines = f'[{role}s.{key}]\ntoken_sha256 = "{digest}"'
     if token_file is not None:
         with user_errors(as_json):
             try:

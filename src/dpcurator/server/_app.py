@@ -106,8 +106,7 @@ class QueryRequest(BaseModel):
         None, max_length=100_000, description="public partitions for the GROUP BY keys")
     intervals: Literal["bounded", "total"] | None = Field(
         None, description="what the intervals of COUNT(*) and SUM cover: the answer "
-                          "after the caps, or the total without them (default: total where "
-                          "the caps are chosen from the data)")
+                          "after the caps (the default), or the total without them")
     total_share: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False,
                                       description="the share of the query's budget the total "
                                                   "intervals spend (default 0.1)")
