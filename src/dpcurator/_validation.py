@@ -11,11 +11,25 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from numbers import Integral, Real
 
 from dpcurator.errors import UserError, UserTypeError
 
-__all__ = ["integer", "nonnegative", "positive", "real", "unit_interval"]
+__all__ = ["CONFIG_NAME", "config_key", "integer", "nonnegative", "positive", "real",
+           "unit_interval"]
+
+#: a dataset's, analyst's or owner's name in the service's configuration
+CONFIG_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def config_key(name: str, what: str) -> str:
+    """``name`` as a TOML key of the configuration's tables (quoted where it holds a dot, so
+    ``[analysts."alice.smith"]`` is one analyst, not a nested table); a UserError where the
+    configuration would refuse the name."""
+    if not CONFIG_NAME.match(name):
+        raise UserError(f"{what} {name!r}: use 1 to 64 letters, digits, '_', '-' or '.'")
+    return f'"{name}"' if "." in name else name
 
 
 def real(name: str, value: object, *, wrong_type: type[Exception] = UserTypeError) -> float:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from dpcurator._validation import config_key
 from dpcurator.cli._common import emit, fail, user_errors
 from dpcurator.cli._workers import serve_workers
 from dpcurator.errors import UserError
@@ -156,8 +157,6 @@ def token(
     fresh = "dpc_" + secrets.token_urlsafe(32)
     digest = hashlib.sha256(fresh.encode()).hexdigest()
     role = "owner" if owner else "analyst"
-    from dpcurator.server._config import config_key
-
     with user_errors(as_json):  # before anything is written: a name the config refuses
         key = config_key(name, f"the {role}'s name")
     lines = f'[{role}s.{key}]\ntoken_sha256 = "{digest}"'

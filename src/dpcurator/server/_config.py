@@ -52,22 +52,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpcurator._validation import CONFIG_NAME
 from dpcurator.accounting.guarantees import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import ConfigError
 
 __all__ = ["AnalystConfig", "ConfigError", "DatasetConfig", "Limits", "OwnerConfig",
            "ServiceConfig", "load_config"]
 
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-def config_key(name: str, what: str) -> str:
-    """``name`` as a TOML key of the configuration's tables (quoted where it holds a dot, so
-    ``[analysts."alice.smith"]`` is one analyst, not a nested table); a ConfigError where
-    the configuration would refuse the name."""
-    if not _NAME.match(name):
-        raise ConfigError(f"{what} {name!r}: use 1 to 64 letters, digits, '_', '-' or '.'")
-    return f'"{name}"' if "." in name else name
+_NAME = CONFIG_NAME
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 Total = PureDP | ApproxDP | ZCDP
 
