@@ -101,6 +101,11 @@ class Dialect:
         raise (a failing operation gives NULL)."""
         raise NotImplementedError
 
+    def condition(self, text: str) -> exp.Expr:
+        """A WHERE filter made total (``total``), as a BOOLEAN where the engine would convert
+        it unasked."""
+        return self.total(text)
+
     def group_key(self, text: str) -> exp.Expr:
         """A group key's expression: a plain column as it is (it cannot raise)."""
         node = ex.tree_of(text)  # the plan's tree: parsed once, where the query entered

@@ -421,6 +421,7 @@ def _date_part(t: Total, node: exp.Expr) -> exp.Expr:
 
 
 def _extract(t: Total, node: exp.Expr) -> exp.Expr:
+    _total.literal_part(t, node)
     part = node.this.name.upper()
     if part not in ("YEAR", "MONTH", "DAY", "DOW", "DOY", "QUARTER", "WEEK", "HOUR",
                     "MINUTE"):
@@ -429,6 +430,7 @@ def _extract(t: Total, node: exp.Expr) -> exp.Expr:
 
 
 def _truncate(t: Total, node: exp.Expr) -> exp.Expr:
+    _total.literal_part(t, node)
     a, unit = node.this, node.args.get("unit")
     if kind(t.type_name(a)) not in ("date", "timestamp"):
         raise UserError("date_trunc needs a date or timestamp on PostgreSQL")

@@ -149,7 +149,7 @@ def rows(ctx: Context) -> tuple[list[tuple[str, exp.Query]], str]:
     if q.unit is not None:
         conditions.append(exp.Not(this=exp.Is(this=user_col(q.unit), expression=exp.Null())))
     if q.where is not None:
-        conditions.append(exp.Coalesce(this=ctx.d.total(q.where),
+        conditions.append(exp.Coalesce(this=ctx.d.condition(q.where),
                                        expressions=[exp.false()]))
     where = exp.and_(*conditions, copy=False) if conditions else None
     source: exp.Expr | str = RELATION

@@ -30,7 +30,36 @@ nulls the whole expression. An operation fails where:
   with a = 0 and b < 0, or a < 0 and b a finite non-integer; ``substring`` with a negative
   length; a date part of an infinite date;
 - a pattern is malformed (only DuckDB accepts a pattern that is not a literal; the other
-  engines refuse it when the query is validated).
+  engines refuse it when the query is validated);
+- a value does not convert where the engine converts it unasked (an implicit cast, below).
+
+Implicit casts. An engine also converts values that the query never casts: DuckDB compares
+a VARCHAR column with a number by casting the text to the number's type (``code = 1``,
+``code IN (1, 2)``, ``y = code``, ``nullif(code, 3)``, ``CASE ... THEN code ELSE '0' END =
+1``), casts text to BOOLEAN where a condition is expected (``WHERE code``, ``NOT code``),
+widens DECIMALs and HUGEINTs to a common type that may not hold every value (a
+DECIMAL(38,0) beside 1.5), a DATE to a TIMESTAMP (not every date is one), and a string
+literal to the type it meets (``x = 'abc'``, ``t > 'notadate'``). Such a cast fails on a
+value at run time, after the charge, and whether it fails can depend on one person's value:
+a one-bit leak. Wrapping every comparison in TRY would close it but costs (``WHERE try(x =
+15)``: 84 ms against 7 ms over 6M rows), so ``implicit_casts`` decides from the operands'
+types, public (the engine's ``type_of``, which reads no row; a literal's type is syntactic):
+operands of one family need no TRY (text with text, BOOLEAN with BOOLEAN, one temporal
+type with itself, numbers whose common type holds them all: no UHUGEINT beside another
+type, and with a DECIMAL, integer digits plus scale within 38); a constant operand (a string
+literal, ``DATE '2024-01-01'`` beside a TIMESTAMP) is cast explicitly to the data's type
+after the engine has evaluated that cast once, before the charge (it is data-independent);
+one that does not convert is refused with a ``UserError`` then (``x = 'abc'``, ``t >
+'notadate'``); anything else (mixed families, an unknown type) runs under the engine's
+TRY, where the failing cast is NULL. A condition (WHERE, AND, OR, NOT, CASE WHEN, IF,
+IS TRUE) that is not BOOLEAN is ``TRY_CAST(... AS BOOLEAN)``. Functions whose number
+arguments an engine converts (``exp``, ``%``, ``left``, ``right``, ``substring``,
+``INTERVAL``) run under TRY unless their arguments have a type that converts without
+failing. A date part or unit (``extract``, ``date_trunc``) must be a literal, refused
+otherwise before the charge on every engine: a unit read from a row could be invalid
+(``date_trunc(p, t)``), an error on that row. Only DuckDB's table uses ``implicit_casts``:
+PostgreSQL refuses ``text = integer`` when it binds, before the charge, and Spark runs with
+ANSI mode off, where a failing implicit cast is NULL.
 
 Doubles are IEEE: an operation whose exact result lies outside the double range gives +-inf
 (``1e308 * 10``, ``exp(1000)``, ``power(10.0, 400)``), one below it gives 0 or a subnormal,
@@ -66,21 +95,40 @@ from dpcurator.engines._trees import case, num, paren, width_bucket_case
 from dpcurator.errors import InternalError, UserError
 from dpcurator.query import expressions as ex
 
-__all__ = ["RULES", "Handler", "Rules", "Total", "TypeOf", "cast_by_type_name", "keep", "total"]
+__all__ = [
+    "RULES",
+    "Evaluates",
+    "Handler",
+    "Rules",
+    "Total",
+    "TypeOf",
+    "as_condition",
+    "cast_by_type_name",
+    "implicit_casts",
+    "keep",
+    "literal_part",
+    "number_arguments",
+    "total",
+]
 
 TypeOf = Callable[[Sequence[exp.Expr]], list[str]]
+# Does a constant expression evaluate without an error (the engine runs it once, no row)?
+Evaluates = Callable[[exp.Expr], bool]
 Handler = Callable[["Total", exp.Expr], exp.Expr]
 Rules = Mapping[type[exp.Expr], Handler]
 
 
 class Total:
     """One run of the pass: an engine's rule table and, where its rules need the types of
-    subexpressions (PostgreSQL), the engine's ``type_of`` (it reads no row)."""
+    subexpressions (PostgreSQL, DuckDB), the engine's ``type_of`` (it reads no row), and
+    where they check a constant (DuckDB), its ``evaluates``."""
 
-    def __init__(self, rules: Rules, engine: str, type_of: TypeOf | None = None) -> None:
+    def __init__(self, rules: Rules, engine: str, type_of: TypeOf | None = None,
+                 evaluates: Evaluates | None = None) -> None:
         self.rules = rules
         self.engine = engine
         self.type_of = type_of
+        self.evaluates = evaluates
 
     def type_name(self, node: exp.Expr) -> str:
         if self.type_of is None:
@@ -109,13 +157,14 @@ class Total:
         raise UserError(f"{ex.describe(node)} is not supported on {self.engine}")
 
 
-def total(text: str, rules: Rules, engine: str, type_of: TypeOf | None = None) -> exp.Expr:
+def total(text: str, rules: Rules, engine: str, type_of: TypeOf | None = None,
+          evaluates: Evaluates | None = None) -> exp.Expr:
     """The canonical expression ``text`` as an expression that no row can make raise."""
     node = ex.tree_of(text)  # the plan's tree (a copy), parsed once where it entered
     ex.check_scalar(node, "expression")  # the plan was checked; check again, cheaply
     node = node.transform(lambda n: width_bucket_case(n) if isinstance(n, exp.WidthBucket)
                           else n)
-    return Total(rules, engine, type_of).rewrite(node)
+    return Total(rules, engine, type_of, evaluates).rewrite(node)
 
 
 # -- shared rules -------------------------------------------------------------------------------
@@ -308,6 +357,17 @@ def literal_pattern(t: Total, node: exp.Expr) -> exp.Expr:
     return node
 
 
+def literal_part(t: Total, node: exp.Expr) -> exp.Expr:
+    """extract, date_trunc: the part or unit is a literal (the engine checks it when it binds
+    the query); one read from a row could be invalid, an error on that row: refused."""
+    part = node.this if isinstance(node, exp.Extract) else node.args.get("unit")
+    if part is not None and not isinstance(part, exp.Var) and not (
+            isinstance(part, exp.Literal) and part.is_string):
+        raise UserError(f"{ex.describe(node)} takes a literal date part or unit (one read "
+                        "from the data could be invalid on a row)")
+    return node
+
+
 # Nodes that cannot raise once their arguments cannot.
 PASS: tuple[type[exp.Expr], ...] = (
     exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Tuple,
@@ -317,7 +377,7 @@ PASS: tuple[type[exp.Expr], ...] = (
     exp.Trim, exp.Concat, exp.DPipe, exp.StartsWith, exp.Left, exp.Right, exp.Sign,
     exp.Ceil, exp.Floor, exp.Round, exp.Exp, exp.DataType, exp.DataTypeParam, exp.Var,
     exp.Interval, exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfYear, exp.Quarter,
-    exp.Week, exp.Extract, exp.DateTrunc, exp.TimestampTrunc,
+    exp.Week,
 )
 
 # The rules every engine shares. + - * unary minus and abs are the engine's own (an integer
@@ -339,4 +399,311 @@ RULES: dict[type[exp.Expr], Handler] = {
     exp.Like: literal_pattern,
     exp.ILike: literal_pattern,
     exp.RegexpLike: literal_pattern,
+    exp.Extract: literal_part, exp.DateTrunc: literal_part, exp.TimestampTrunc: literal_part,
 }
+
+
+# -- implicit casts (module docstring; DuckDB's table) -------------------------------------------
+
+# Integer digits of each exact number type, as a DECIMAL's precision less its scale.
+_DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 19, "HUGEINT": 39,
+           "UTINYINT": 3, "USMALLINT": 5, "UINTEGER": 10, "UBIGINT": 20, "UHUGEINT": 39}
+_FLOATING = {"FLOAT", "DOUBLE", "REAL"}
+# Position arguments (left, right, substring): the types an engine converts to BIGINT
+# without failing; INTERVAL's count: those it converts to INTEGER.
+_POSITIONS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
+_COUNTS = {"TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT"}
+_PREDICATES = (exp.Predicate, exp.Connector, exp.Not, exp.Xor, exp.Boolean, exp.Null)
+
+
+def _base(type_name: str) -> str:
+    return " ".join(type_name.split("(")[0].upper().split())
+
+
+def _family(type_name: str) -> str:
+    """"text", "number", "boolean", or the type itself (every other type converts to none
+    other without a possible failure)."""
+    base = _base(type_name)
+    if base == "VARCHAR":
+        return "text"
+    if base in _DIGITS or base in _FLOATING or base == "DECIMAL":
+        return "number"
+    if base == "BOOLEAN":
+        return "boolean"
+    return " ".join(type_name.upper().split())
+
+
+def _bare(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _constant(node: exp.Expr) -> bool:
+    return not any(isinstance(n, exp.Column) for n in node.walk())
+
+
+def _number_shape(item: str | exp.Literal) -> tuple[int, int, bool] | None:
+    """(integer digits, scale, is a DECIMAL) of a number type or literal; None for a
+    floating-point one (every number converts to a double)."""
+    if isinstance(item, exp.Literal):
+        text = item.this.lstrip("+-")
+        if "e" in text.lower():
+            return None
+        if "." in text:
+            whole, fraction = text.split(".", 1)
+            return len(whole.lstrip("0")) or 1, len(fraction), True
+        digits = len(text.lstrip("0")) or 1  # an integer literal: INTEGER, BIGINT or HUGEINT
+        return (10 if digits <= 9 else 19 if digits <= 18 else 39), 0, False
+    base = _base(item)
+    if base in _FLOATING:
+        return None
+    if base == "DECIMAL":
+        params = item[item.index("(") + 1:item.index(")")].split(",") if "(" in item else []
+        precision = int(params[0]) if params else 18
+        scale = int(params[1]) if len(params) > 1 else 3
+        return precision - scale, scale, True
+    return _DIGITS[base], 0, False
+
+
+def _numbers_fit(items: Sequence[str | exp.Literal]) -> bool:
+    """Numbers whose common type holds each of them: no UHUGEINT beside another type, and
+    with a DECIMAL, the largest integer digits plus the largest scale within 38 (measured:
+    DECIMAL(38,0) = 1.5 and HUGEINT = DECIMAL(18,3) fail on large values)."""
+    bases = {_base(i) if isinstance(i, str) else "literal" for i in items}
+    if "UHUGEINT" in bases and len(bases) > 1:
+        return False
+    shapes = [s for s in map(_number_shape, items) if s is not None]
+    if not any(decimal for _, _, decimal in shapes):
+        return True
+    return max(d for d, _, _ in shapes) + max(s for _, s, _ in shapes) <= 38
+
+
+def _types(t: Total, nodes: Sequence[exp.Expr]) -> list[str] | None:
+    if t.type_of is None:
+        return None
+    return t.type_of(nodes) if nodes else []
+
+
+def _converted(t: Total, node: exp.Expr, type_name: str) -> exp.Expr | None:
+    """A constant as ``type_name``: the cast is evaluated once, before the charge (a constant
+    converts on every row or on none); refused where it does not convert."""
+    if t.evaluates is None:
+        return None
+    try:
+        to = exp.DataType.build(type_name, dialect="duckdb", udt=True)
+    except Exception:
+        return None
+    out = exp.Cast(this=node.copy(), to=to)
+    if not t.evaluates(out):
+        raise UserError(f"the constant {node.sql(dialect='duckdb')} does not convert to "
+                        f"{type_name}, the type it is compared with")
+    return out
+
+
+def unify(t: Total, operands: Sequence[exp.Expr]) -> dict[int, exp.Expr] | None:
+    """Operands that one comparison (or CASE, COALESCE...) brings to a common type: the
+    replacements of its constants (by position), cast explicitly and checked; or None
+    where an implicit cast could fail on a value (the caller runs the node under TRY)."""
+    strings: list[int] = []
+    literals: list[exp.Literal] = []
+    typed: list[int] = []
+    for i, op in enumerate(operands):
+        bare = _bare(op)
+        if isinstance(bare, exp.Null):
+            continue
+        if isinstance(bare, exp.Literal):
+            (strings.append(i) if bare.is_string else literals.append(bare))
+        else:
+            typed.append(i)
+    known = {i: "BOOLEAN" for i in typed if isinstance(_bare(operands[i]), _PREDICATES)}
+    asked = [i for i in typed if i not in known]
+    answer = _types(t, [operands[i] for i in asked])
+    if answer is None:
+        return None
+    known.update(zip(asked, answer, strict=True))
+    data = [i for i in typed if not _constant(operands[i])] or typed
+    constants = [i for i in typed if i not in data]
+    families = {_family(known[i]) for i in data}
+    if not families:  # literals only: alike, or TRY (a constant: free)
+        return {} if not (strings and literals) and _numbers_fit(literals) else None
+    if len(families) > 1:
+        return None
+    family = families.pop()
+    out: dict[int, exp.Expr] = {}
+    if family == "number":
+        numbers: list[str | exp.Literal] = [known[i] for i in typed]
+        if any(_family(known[i]) != "number" for i in constants):
+            return None
+        if not _numbers_fit([*numbers, *literals]):
+            return None
+        targets = {known[i] for i in data}
+        if strings and len(targets) != 1:
+            return None
+    else:
+        if literals:
+            return None
+        targets = {known[data[0]]}
+        if family == "text":  # text beside text; a string literal is text
+            return {} if all(_family(known[i]) == "text" for i in constants) else None
+        for i in constants:
+            if known[i] != known[data[0]]:
+                cast_ = _converted(t, operands[i], known[data[0]])
+                if cast_ is None:
+                    return None
+                out[i] = cast_
+    for i in strings:
+        cast_ = _converted(t, operands[i], next(iter(targets)))
+        if cast_ is None:
+            return None
+        out[i] = cast_
+    return out
+
+
+Slot = tuple[exp.Expr, str, int | None]
+
+
+def _slots(node: exp.Expr) -> list[list[Slot]]:
+    """The groups of operands that one node brings to a common type, as (parent, key,
+    index in a list or None)."""
+    def listed(parent: exp.Expr, key: str) -> list[Slot]:
+        return [(parent, key, i) for i in range(len(parent.args.get(key) or []))]
+
+    if isinstance(node, exp.In):
+        return [[(node, "this", None), *listed(node, "expressions")]]
+    if isinstance(node, exp.Between):
+        return [[(node, "this", None), (node, "low", None), (node, "high", None)]]
+    if isinstance(node, exp.Coalesce | exp.Greatest | exp.Least):
+        return [[(node, "this", None), *listed(node, "expressions")]]
+    if isinstance(node, exp.Case):
+        ifs = node.args.get("ifs") or []
+        values: list[Slot] = [(i, "true", None) for i in ifs]
+        if node.args.get("default") is not None:
+            values.append((node, "default", None))
+        groups = [values]
+        if node.this is not None:  # CASE x WHEN a ...: x = a
+            groups.append([(node, "this", None), *((i, "this", None) for i in ifs)])
+        return groups
+    if isinstance(node, exp.If):
+        return [[(node, "true", None), *([(node, "false", None)]
+                                         if node.args.get("false") is not None else [])]]
+    return [[(node, "this", None), (node, "expression", None)]]  # comparisons, NULLIF
+
+
+def _get(slot: Slot) -> exp.Expr:
+    parent, key, index = slot
+    value = parent.args[key]
+    out: exp.Expr = value[index] if index is not None else value
+    return out
+
+
+def _put(slot: Slot, value: exp.Expr) -> None:
+    parent, key, index = slot
+    if index is None:
+        parent.set(key, value)
+    else:
+        values = list(parent.args[key])
+        values[index] = value
+        parent.set(key, values)
+
+
+def as_condition(t: Total, node: exp.Expr) -> exp.Expr:
+    """A condition as BOOLEAN: itself where it is one, else TRY_CAST (an engine's implicit
+    cast of text to BOOLEAN fails on a value that is no boolean's text)."""
+    if isinstance(_bare(node), _PREDICATES) or (
+            isinstance(node, exp.Try) and isinstance(_bare(node.this), _PREDICATES)):
+        return node
+    answer = _types(t, [node])
+    if answer is not None and _base(answer[0]) in ("BOOLEAN", '"NULL"', "NULL"):
+        return node
+    return exp.TryCast(this=node, to=exp.DataType.build("BOOLEAN"))
+
+
+def _conditions(t: Total, node: exp.Expr) -> None:
+    """The node's conditions (AND, OR, NOT, CASE WHEN, IF, IS TRUE) as BOOLEANs."""
+    slots: list[Slot] = []
+    if isinstance(node, exp.And | exp.Or | exp.Xor):
+        slots = [(node, "this", None), (node, "expression", None)]
+    elif isinstance(node, exp.Not) or (
+            isinstance(node, exp.Is) and isinstance(node.expression, exp.Boolean)):
+        slots = [(node, "this", None)]
+    elif isinstance(node, exp.Case) and node.this is None:
+        slots = [(i, "this", None) for i in node.args.get("ifs") or []]
+    elif isinstance(node, exp.If) and not isinstance(node.parent, exp.Case):
+        slots = [(node, "this", None)]
+    for slot in slots:
+        value = _get(slot)
+        if isinstance(value, exp.Expr):
+            _put(slot, as_condition(t, value))
+
+
+_COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
+             exp.NullSafeNEQ, exp.In, exp.Between, exp.Nullif, exp.Coalesce, exp.Greatest,
+             exp.Least, exp.Case, exp.If)
+
+
+def implicit_casts(wrap: Callable[[exp.Expr], exp.Expr], base: Handler = keep) -> Handler:
+    """A rule for a node whose operands the engine brings to a common type, or that takes
+    conditions: constants cast (checked) to the data's type, conditions as BOOLEAN, and the
+    node under ``wrap`` (the engine's TRY) where a cast could still fail on a value; then
+    ``base``."""
+    def rule(t: Total, node: exp.Expr) -> exp.Expr:
+        _conditions(t, node)
+        if not isinstance(node, _COMPARED) or (
+                isinstance(node, exp.If) and isinstance(node.parent, exp.Case)):
+            return base(t, node)
+        safe = True
+        for group in _slots(node):
+            present = [s for s in group if isinstance(_get(s), exp.Expr)]
+            out = unify(t, [_get(s) for s in present])
+            if out is None:
+                safe = False
+                continue
+            for i, value in out.items():
+                _put(present[i], value)
+        result = base(t, node)
+        return result if safe else wrap(result)
+    return rule
+
+
+def number_arguments(wrap: Callable[[exp.Expr], exp.Expr], base: Handler = keep) -> Handler:
+    """exp, %, left, right, substring, INTERVAL: the engine converts their number arguments
+    (a string literal, a DOUBLE count of days, a HUGEINT position) and a conversion could
+    fail on a value: under ``wrap`` unless each argument's type converts without failing; an
+    INTERVAL of a literal is evaluated once, before the charge."""
+    def rule(t: Total, node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Interval) and _constant(node):
+            if t.evaluates is not None and not t.evaluates(node):
+                raise UserError(f"the interval {node.sql(dialect='duckdb')} is not valid")
+            return base(t, node) if t.evaluates is not None else wrap(base(t, node))
+        if isinstance(node, exp.Mod):
+            fits = unify(t, [node.this, node.expression]) == {}
+            result = base(t, node)
+            return result if fits else wrap(result)
+        if isinstance(node, exp.Exp):
+            args, allowed = [node.this], None
+        elif isinstance(node, exp.Interval):
+            args, allowed = [node.this], _COUNTS
+        elif isinstance(node, exp.Substring):
+            args, allowed = [node.args.get("start"), node.args.get("length")], _POSITIONS
+        else:  # left, right
+            args, allowed = [node.expression], _POSITIONS
+        present = [a for a in args if isinstance(a, exp.Expr)]
+        fits = True
+        asked = []
+        for a in present:
+            bare = _bare(a)
+            if isinstance(bare, exp.Literal):
+                fits &= bare.is_number and (allowed is None or (
+                    "." not in bare.this and "e" not in bare.this.lower()))
+            elif not isinstance(bare, exp.Null):
+                asked.append(a)
+        types = _types(t, asked)
+        if types is None:
+            fits = fits and not asked
+        else:
+            fits &= all(_family(n) == "number" if allowed is None else _base(n) in allowed
+                        for n in types)
+        result = base(t, node)
+        return result if fits else wrap(result)
+    return rule

@@ -16,9 +16,9 @@ secret key are bound parameters (``$dp_key_...``), never part of the SQL text.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import os
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,35 +60,66 @@ def _negate(t: _total.Total, node: exp.Expr) -> exp.Expr:
     return node if isinstance(node.this, exp.Literal) else exp.Try(this=node)
 
 
+def _under_try(node: exp.Expr) -> exp.Expr:
+    return exp.Try(this=node)
+
+
 # DuckDB's entries of the rule table (engines._total): an operation that can raise (integer
 # overflow of + - * - abs //, a decimal's ceil, floor or round, a malformed regular
-# expression) runs under a TRY of its own; casts are TRY_CAST; doubles are IEEE natively.
+# expression) runs under a TRY of its own; casts are TRY_CAST; doubles are IEEE natively;
+# a comparison, CASE, COALESCE... whose operands DuckDB would cast to a common type where the
+# cast could fail on a value, and a function whose number arguments it would convert so, run
+# under TRY (``_total.implicit_casts``: decided from the operands' types, so that a plain
+# ``x = 15`` or ``t >= '2024-01-01'`` costs nothing more); conditions are BOOLEANs.
 RULES: _total.Rules = {
     **_total.RULES,
     exp.Add: _try, exp.Sub: _try, exp.Mul: _try, exp.Neg: _negate, exp.Abs: _try,
     exp.IntDiv: _try, exp.Ceil: _try, exp.Floor: _try, exp.Round: _try,
     exp.Like: _total.keep, exp.ILike: _total.keep, exp.RegexpLike: _try,
     exp.Cast: _total.cast_by_type_name("VARCHAR"),  # DuckDB reads '1.5', '0x10' as integers
+    **dict.fromkeys((exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
+                     exp.NullSafeNEQ, exp.In, exp.Between, exp.Nullif, exp.Coalesce,
+                     exp.Greatest, exp.Least, exp.Case, exp.If, exp.And, exp.Or, exp.Not,
+                     exp.Xor, exp.Is), _total.implicit_casts(_under_try)),
+    exp.Mod: _total.number_arguments(_under_try, _total.RULES[exp.Mod]),
+    exp.Substring: _total.number_arguments(_under_try, _total.RULES[exp.Substring]),
+    **dict.fromkeys((exp.Exp, exp.Left, exp.Right, exp.Interval),
+                    _total.number_arguments(_under_try)),
 }
 
-
-@functools.lru_cache(maxsize=256)
-def _total_expression(text: str) -> exp.Expr:
-    """Canonical plan SQL -> a DuckDB expression that cannot raise on any row.
-
-    Cached: a sqlglot parse costs a few milliseconds."""
-    return _total.total(text, RULES, "DuckDB")
+TOTALS = 256  # expressions made total, kept per engine (a sqlglot parse costs milliseconds)
 
 
 class DuckDBDialect(Dialect):
     """DuckDB's primitives: TRY per operation, TRY_CAST, isnan, ROUND, HUGEINT sums,
-    md5_number."""
+    md5_number. ``type_of`` and ``evaluates`` are the engine's (the types of expressions
+    over its relation, and whether a constant evaluates): without them, every operand whose
+    type the rules would ask runs under TRY."""
 
     sqlglot = "duckdb"
     inline_keys = True
 
+    def __init__(self, type_of: _total.TypeOf | None = None,
+                 evaluates: _total.Evaluates | None = None) -> None:
+        self.type_of = type_of
+        self.evaluates = evaluates
+        # keyed on the text: one dialect serves one relation (its engine's)
+        self._totals: OrderedDict[str, exp.Expr] = OrderedDict()
+
     def total(self, text: str) -> exp.Expr:
-        return _total_expression(text).copy()
+        node = self._totals.get(text)
+        if node is None:
+            node = _total.total(text, RULES, "DuckDB", self.type_of, self.evaluates)
+            self._totals[text] = node
+            while len(self._totals) > TOTALS:
+                self._totals.popitem(last=False)
+        else:
+            self._totals.move_to_end(text)
+        return node.copy()
+
+    def condition(self, text: str) -> exp.Expr:
+        return _total.as_condition(_total.Total(RULES, "DuckDB", self.type_of,
+                                                self.evaluates), self.total(text))
 
     def epoch_microseconds(self, node: exp.Expr) -> exp.Expr:
         return exp.Anonymous(this="epoch_us", expressions=[node])
@@ -120,6 +151,8 @@ class DuckDBEngine(SqlEngine):
         self.label = label
         self._owns = owns_connection
         self._columns: dict[str, str] | None = None
+        self._types: dict[str, str] = {}
+        self.dialect = DuckDBDialect(self.type_of, self.evaluates)
         self._csv: str | None = None  # a CSV path or glob: types inferred from a sample
         if threads is not None and owns_connection:
             self._con.execute(f"SET threads={int(threads)}")
@@ -191,6 +224,8 @@ class DuckDBEngine(SqlEngine):
 
     def _reset_derived(self) -> None:
         self._columns = None
+        self._types = {}
+        self.dialect = DuckDBDialect(self.type_of, self.evaluates)
         self._csv = None
         self._owns = False
 
@@ -254,11 +289,36 @@ class DuckDBEngine(SqlEngine):
         """The type of each group key expression (DESCRIBE: no row is read)."""
         if not query.group_keys:
             return []
-        keys = ", ".join(f"{DIALECT.render(DIALECT.group_key(k.expression))} AS __k{i}"
+        keys = ", ".join(f"{DIALECT.render(self.dialect.group_key(k.expression))} AS __k{i}"
                          for i, k in enumerate(query.group_keys))
         with self._lock:
             rows = self._con.execute(f"DESCRIBE SELECT {keys} FROM {self._relation}").fetchall()
         return [str(r[1]) for r in rows]
+
+    def type_of(self, nodes: Sequence[exp.Expr]) -> list[str]:
+        """The DuckDB type of each expression over the relation (a column's from
+        ``columns``, others from DESCRIBE: no row is read), remembered by its text."""
+        columns = self.columns()
+        texts = []
+        for node in nodes:
+            text = node.sql(dialect="duckdb")
+            if isinstance(node, exp.Column) and not node.table and node.name in columns:
+                self._types.setdefault(text, columns[node.name])
+            texts.append(text)
+        missing = [t for t in dict.fromkeys(texts) if t not in self._types]
+        if missing:
+            items = ", ".join(f"{t} AS c{i}" for i, t in enumerate(missing))
+            rows = self._fetch(f"DESCRIBE SELECT {items} FROM {self._relation}")
+            self._types.update(zip(missing, (str(r[1]) for r in rows), strict=True))
+        return [self._types[t] for t in texts]
+
+    def evaluates(self, node: exp.Expr) -> bool:
+        """Does a constant expression evaluate without an error (once, reading no row)?"""
+        try:
+            self._fetch(f"SELECT {node.sql(dialect='duckdb')}")
+        except duckdb.Error:
+            return False
+        return True
 
     # -- the transport ------------------------------------------------------------------------
 
