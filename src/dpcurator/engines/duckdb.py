@@ -83,8 +83,9 @@ RULES: _total.Rules = {
                      exp.Xor, exp.Is), _total.implicit_casts(_under_try)),
     exp.Mod: _total.number_arguments(_under_try, _total.RULES[exp.Mod]),
     exp.Substring: _total.number_arguments(_under_try, _total.RULES[exp.Substring]),
-    **dict.fromkeys((exp.Exp, exp.Left, exp.Right, exp.Interval),
-                    _total.number_arguments(_under_try)),
+    **dict.fromkeys((exp.Exp, exp.Interval), _total.number_arguments(_under_try)),
+    exp.Left: _total.number_arguments(_under_try, _total.RULES[exp.Left]),
+    exp.Right: _total.number_arguments(_under_try, _total.RULES[exp.Right]),
 }
 
 TOTALS = 256  # expressions made total, kept per engine (a sqlglot parse costs milliseconds)
