@@ -158,3 +158,12 @@ def test_errors_name_the_parameter() -> None:
         dp.ApproxDP(0.1, 1.0)
     with pytest.raises(TypeError, match="guarantees"):
         compose_basic([dp.ZCDP(0.1)])  # type: ignore[list-item]
+
+
+def test_a_numpy_integer_count_of_compositions_is_an_integer() -> None:
+    """compose_advanced(PureDP(1), np.int64(5), ...) was refused as not an integer, where
+    group_privacy took it (a bug hunt)."""
+    from dpcurator.accounting.composition import compose_advanced
+
+    assert compose_advanced(dp.PureDP(1.0), np.int64(5), 1e-5) == \
+        compose_advanced(dp.PureDP(1.0), 5, 1e-5)

@@ -171,3 +171,15 @@ def test_zcdp_rho_for_a_tiny_epsilon_is_found_and_sound(epsilon: float, delta: f
     exact = norm.cdf(-epsilon * sigma + 1 / (2 * sigma)) - math.exp(epsilon) * norm.cdf(
         -epsilon * sigma - 1 / (2 * sigma))
     assert exact <= zcdp_to_delta(rho, epsilon) * (1 + 1e-9)
+
+
+def test_zcdp_to_delta_refuses_what_every_other_conversion_refuses() -> None:
+    """NaN epsilon gave delta 1, a bool rho was read as 1, and a string raised a raw
+    TypeError (a bug hunt): the shared checks now name the parameter."""
+    from dpcurator.accounting.conversions import zcdp_to_delta
+    from dpcurator.errors import UserError
+
+    for rho, epsilon in ((0.5, math.nan), (True, 1.0), (0.5, "1"), (-1.0, 1.0)):
+        with pytest.raises(UserError):
+            zcdp_to_delta(rho, epsilon)  # type: ignore[arg-type]
+    assert 0.0 < zcdp_to_delta(0.5, 1.0) < 1.0

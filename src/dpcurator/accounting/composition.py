@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
+from numbers import Integral
 from typing import NamedTuple
 
 import numpy as np
@@ -80,9 +81,9 @@ def _as_pairs(
 
 
 def _check_k(k: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:  # numpy integers too
         raise UserError(f"k must be an integer >= 1, got {k!r}")
-    return k
+    return int(k)
 
 
 def _check_unit_open(name: str, value: float) -> float:

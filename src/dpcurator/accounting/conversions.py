@@ -108,7 +108,32 @@ def pure_rdp_curve(epsilon: float, orders: np.ndarray) -> np.ndarray:
     """
     a = np.asarray(orders, dtype=np.float64)
     num = math.log1p(math.exp(-epsilon)) - np.log1p(np.exp(-(2 * a - 1) * epsilon))
-    out: np.ndarray = epsilon - num / (a - 1)
+    return within_pure_bound(epsilon - num / (a - 1), epsilon, a, 1.0)
+
+
+#: the rounding slack of the Renyi closed forms, per unit of their terms' magnitude
+#: (``within_pure_bound``): a few ulps of each term, with room
+RDP_SLACK = 2.0**-44
+
+
+def within_pure_bound(curve: np.ndarray, epsilon: float, orders: np.ndarray,
+                      magnitude: float | np.ndarray) -> np.ndarray:
+    """A closed form's Renyi curve made safe from its own rounding: raised by ``RDP_SLACK``
+    times (1 + ``magnitude``, the largest of the logarithms it adds up) / (alpha - 1) plus
+    epsilon's own ulps, then capped at min(epsilon, alpha epsilon^2 / 2), which bounds every
+    epsilon-DP mechanism's curve (Bun and Steinke 2016, Propositions 1.4 and 3.3).
+
+    Why. The closed forms subtract logarithms of order 1 and divide by alpha - 1, so near
+    alpha = 1, or where epsilon is tiny, they cancel: at epsilon 1e-10 the pure curve came
+    out -8.3e-18 (the exact value is about 5e-21), below zero, which the RDP type refuses,
+    and at 1e-7 3.8% below the exact value (a bug hunt, against 60-digit arithmetic). The
+    slack covers the rounding, so the result is never below the exact curve, and the cap
+    keeps it tight where the slack would dominate."""
+    a = np.asarray(orders, dtype=np.float64)
+    slack = RDP_SLACK * ((1.0 + np.asarray(magnitude, dtype=np.float64)) / (a - 1.0) + epsilon)
+    cap = np.minimum(epsilon, a * epsilon * epsilon / 2.0) * (1.0 + 2.0**-50)  # rounded up
+    out: np.ndarray = np.minimum(np.maximum(np.asarray(curve, dtype=np.float64), 0.0) + slack,
+                                 cap)
     return out
 
 
@@ -139,8 +164,9 @@ def zcdp_to_delta(rho: float, epsilon: float) -> float:
 
 
 def _zcdp_log_delta(rho: float, epsilon: float) -> float:
-    if rho <= 0 or epsilon < 0:
-        raise UserError("rho must be > 0 and epsilon >= 0")
+    # the shared checks: NaN, bools and strings refused (NaN gave delta 1, a bug hunt)
+    rho = check.positive("rho", rho)
+    epsilon = check.nonnegative("epsilon", epsilon)
 
     def log_delta(log_am1: float) -> float:
         # CKS 2020, Corollary 13, at alpha = 1 + exp(log_am1).

@@ -49,6 +49,7 @@ from dpcurator.accounting.conversions import (
     pure_rdp_curve,
     rdp_epsilon_and_order,
     rdp_log_delta,
+    within_pure_bound,
 )
 from dpcurator.accounting.events import (
     ApproxDPEvent,
@@ -187,8 +188,8 @@ def laplace_rdp(scale: float, orders: np.ndarray) -> np.ndarray:
     """
     e = 1.0 / scale
     a = np.asarray(orders, dtype=np.float64)
-    out: np.ndarray = e + np.log1p((a - 1) / (2 * a - 1) * np.expm1(-(2 * a - 1) * e)) / (a - 1)
-    return out
+    out = e + np.log1p((a - 1) / (2 * a - 1) * np.expm1(-(2 * a - 1) * e)) / (a - 1)
+    return within_pure_bound(out, e, a, 1.0)  # Laplace(b) is 1/b-DP
 
 
 @_register(LaplaceEvent)
@@ -219,8 +220,10 @@ def discrete_laplace_rdp(scale: float, shift: int, orders: np.ndarray) -> np.nda
         log_mid = np.full_like(a, -np.inf)
     log_outer = np.logaddexp(0.0, -(2 * a - 1) * d / t) - log_one_minus_r
     log_a = log_c + (a - 1) * d / t + np.logaddexp(log_outer, log_mid)
-    out: np.ndarray = log_a / (a - 1)
-    return out
+    # the terms cancel at a large scale (log_c about -log(2 t)): d / t-DP bounds it
+    magnitude = abs(log_c) + np.abs(log_outer) + (a - 1) * d / t + np.abs(log_mid[
+        np.isfinite(log_mid)].max(initial=0.0))
+    return within_pure_bound(log_a / (a - 1), d / t, a, magnitude)
 
 
 @_register(DiscreteLaplaceEvent)
@@ -250,8 +253,9 @@ def randomized_response_rdp(p: float, k: int, orders: np.ndarray) -> np.ndarray:
     parts = [a * lp + (1 - a) * lq, a * lq + (1 - a) * lp]
     if k > 2:
         parts.append(np.full_like(a, math.log((k - 2) * q)))
-    out: np.ndarray = logsumexp(np.stack(parts), axis=0) / (a - 1)
-    return out
+    curve = logsumexp(np.stack(parts), axis=0) / (a - 1)
+    magnitude = np.max(np.abs(np.stack(parts)), axis=0)
+    return within_pure_bound(curve, abs(lp - lq), a, magnitude)  # ln(p / q)-DP
 
 
 @_register(RandomizedResponseEvent)
