@@ -359,3 +359,37 @@ def test_thin_data_gets_the_widest_caps_on_each_units_sum_and_says_so() -> None:
                     max_unit_rows=20, max_unit_sums={"x": 500.0})
     assert given.bounds_chosen is None or "rule" not in given.bounds_chosen
     assert not any("too few units" in w for w in given.warnings)
+
+
+def test_the_unit_modes_thin_count_spends_its_charged_share_at_sensitivity_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """bounding="unit"'s thin-data count (``unit_thin``) is a discrete Laplace of
+    sensitivity 1 (a unit adds at most 1 to the units with a nonzero sum) with the ``units``
+    choice's epsilon: weight 1 beside the cap on the sum's 1, three quarters of it on top of
+    the share, so 0.1 / 1.25 of epsilon, which the release's privacy includes. A count drawn
+    with more epsilon than charged would pass every other test; this one fails."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+    from dpcurator.noise import SeededRandom
+
+    drawn: list[tuple[float, float]] = []
+    real = auto_bounds.DiscreteLaplace
+
+    def spy(*, epsilon: float, sensitivity: float = 1, **kwargs: Any) -> Any:
+        drawn.append((epsilon, sensitivity))
+        return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
+
+    monkeypatch.setattr(auto_bounds, "DiscreteLaplace", spy)
+    rng = np.random.default_rng(3)
+    unit = np.repeat(np.arange(3000), rng.integers(1, 5, 3000))
+    df = pd.DataFrame({"user": unit, "g": rng.choice(list("ab"), unit.size),
+                       "x": rng.uniform(0.0, 10.0, unit.size)})
+    cur = dp.Curator.from_pandas(df, privacy_unit="user", budget=dp.PureDP(1.0),
+                                 source=SeededRandom(2), cache=False)
+    release = cur.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1.0,
+                      keys=["a", "b"], bounding="unit")
+    assert len(drawn) == 1
+    epsilon, sensitivity = drawn[0]
+    assert sensitivity == 1
+    # the split's own rounding (a few ulps) is charged with it: the release's events carry it
+    assert epsilon == pytest.approx(0.1 / 1.25, rel=1e-12)
+    assert release.privacy == dp.PureDP(1.0) and cur.spent.epsilon == pytest.approx(1.0)

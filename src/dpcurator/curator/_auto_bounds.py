@@ -1121,8 +1121,13 @@ def thin_threshold(auto_plan: AutoPlan, plan: Plan,
     near 1e-6 on values of 40 to 60, and answered about zero with a tight interval (12 of 20
     releases). Above t the lowest magnitudes pay N - t, and at t + F / 2 each is at most (beta
     / C)^(1/2) times as likely as the data's, the first term's margin."""
-    floor = thin_floor(auto_plan, plan, rows_for)
-    target = auto_plan.target(k, per_partition=False)
+    return _threshold(thin_floor(auto_plan, plan, rows_for),
+                      auto_plan.target(k, per_partition=False))
+
+
+def _threshold(floor: float, target: float) -> float:
+    """The thin-data rule's threshold for a choice of floor F and target t
+    (``thin_threshold``): max(``THIN`` F + t / 2, t + ``THIN_ABOVE_TARGET`` F)."""
     return max(THIN * floor + target / 2.0, target + THIN_ABOVE_TARGET * floor)
 
 
@@ -1571,8 +1576,7 @@ def unit_thin_threshold(auto_plan: AutoPlan) -> tuple[float, float]:
     numbers only."""
     name = next(n for n in auto_plan.epsilons if n.startswith(f"{OUTER_SUM}:"))
     floor = auto_plan.floor(name, len(MAGNITUDES))
-    target = ROW_FACTOR_VALUES * auto_plan.target(1, per_partition=False)
-    return max(THIN * floor + target / 2.0, target + THIN_ABOVE_TARGET * floor), floor
+    return _threshold(floor, ROW_FACTOR_VALUES * auto_plan.target(1, per_partition=False)), floor
 
 
 def unit_thin(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
@@ -1624,10 +1628,9 @@ def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], sta
         plan = plan.replace(max_unit_rows=chosen[OUTER])
     sums = dict(plan.max_unit_sums)
     thin = unit_thin(auto_plan, stats, source) if UNITS in auto_plan.epsilons else None
-    for index, column in enumerate(auto.unit_sums):
-        sums[column] = choose_unit_sum(auto_plan, stats, index, column, source)
-        if thin is not None and thin[0]:  # post-processing: the stated rule
-            sums[column] = float(MAX_UNIT_SUM)
+    for index, column in enumerate(auto.unit_sums):  # the stated rule, or the choice
+        sums[column] = float(MAX_UNIT_SUM) if thin is not None and thin[0] else \
+            choose_unit_sum(auto_plan, stats, index, column, source)
     if thin is not None:
         chosen["units"] = thin[1]
         chosen["rule"] = "widest" if thin[0] else "chosen"
