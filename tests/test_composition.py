@@ -167,3 +167,23 @@ def test_a_numpy_integer_count_of_compositions_is_an_integer() -> None:
 
     assert compose_advanced(dp.PureDP(1.0), np.int64(5), 1e-5) == \
         compose_advanced(dp.PureDP(1.0), 5, 1e-5)
+
+
+def test_numpy_integer_counts_for_the_renyi_accountant_and_self_composed_events() -> None:
+    """``RDPAccountant.compose(count=np.int64(3))`` and ``SelfComposedEvent(e, np.int64(4))``
+    were refused as not integers, and ``SelfComposedEvent(e, True)`` was taken as one run."""
+    from dpcurator.accounting.events import GaussianEvent, SelfComposedEvent
+    from dpcurator.accounting.rdp import RDPAccountant
+
+    event = GaussianEvent(1.0)
+    assert RDPAccountant().compose(event, count=np.int64(3)).rdp == \
+        RDPAccountant().compose(event, count=3).rdp
+    composed = SelfComposedEvent(event, np.int64(4))  # type: ignore[arg-type]
+    assert composed.count == 4 and type(composed.count) is int
+    assert composed == SelfComposedEvent(event, 4)
+    with pytest.raises(TypeError, match="count"):
+        SelfComposedEvent(event, True)
+    with pytest.raises(ValueError, match="count must be an integer >= 1"):
+        SelfComposedEvent(event, 2.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="count must be an integer >= 1"):
+        RDPAccountant().compose(event, count=0)

@@ -177,8 +177,9 @@ class SelfComposedEvent(DpEvent):
     count: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.count, int) or self.count < 1:
-            raise UserError(f"count must be an integer >= 1, got {self.count!r}")
+        # numpy integers are counts too (kept as int); a bool is not
+        object.__setattr__(self, "count", check.integer("count", self.count, minimum=1,
+                                                        fractional=UserError))
 
 
 @dataclass(frozen=True, slots=True)

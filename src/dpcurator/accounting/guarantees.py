@@ -29,6 +29,8 @@ from dpcurator import _validation as check
 from dpcurator.errors import UserError, UserTypeError
 
 __all__ = [
+    "GDP",
+    "RDP",
     "ZCDP",
     "ApproxDP",
     "Guarantee",

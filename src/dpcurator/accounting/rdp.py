@@ -44,6 +44,7 @@ from typing import TypeVar
 import numpy as np
 from scipy.special import gammaln, gammasgn, log_ndtr, logsumexp
 
+from dpcurator import _validation as check
 from dpcurator.accounting._orders import DEFAULT_ORDERS
 from dpcurator.accounting.conversions import (
     pure_rdp_curve,
@@ -643,8 +644,7 @@ class RDPAccountant:
         changes. Returns self, so calls chain."""
         if not isinstance(event, DpEvent):
             raise UserTypeError(f"event must be a DpEvent, got {type(event).__name__}")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise UserError(f"count must be an integer >= 1, got {count!r}")
+        count = check.integer("count", count, minimum=1, fractional=UserError)  # numpy ints too
         curve = _cached_curve(event, self._ctx)
         self._eps = self._eps + count * curve.eps
         pure = self._pure + count * curve.pure

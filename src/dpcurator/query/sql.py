@@ -5,7 +5,7 @@ Accepted (the DP-safe subset)::
     SELECT <group keys>, <aggregates>
     FROM <the curator's table>
     [WHERE <row predicate>]
-    [GROUP BY <columns, CASE bins, width_bucket(...)>]
+    [GROUP BY <columns, CASE bins, width_bucket(...), aliases, positions> | GROUP BY ALL]
 
 Aggregates: COUNT(*), COUNT(DISTINCT <privacy unit>), SUM(col), AVG(col), VARIANCE / VAR_POP
 (col), STDDEV / STDDEV_POP(col) (the population's: VAR_SAMP and STDDEV_SAMP are refused),
@@ -283,6 +283,34 @@ def _refuse_sample_variance(select: exp.Expr, sql: str) -> None:
                                "(VAR_POP, VARIANCE, STDDEV_POP, STDDEV)")
 
 
+def _group_entries(group: exp.Group, items: list[exp.Expression]) -> list[exp.Expression]:
+    """The GROUP BY entries; ``GROUP BY ALL`` names every SELECT item that holds no aggregate
+    (DuckDB's meaning), as ``GROUP BY 1, 2, ...`` of those items would."""
+    if not group.args.get("all"):
+        return list(group.expressions)
+    if group.expressions:
+        raise _unsupported("GROUP BY ALL takes no other keys: write GROUP BY ALL alone, or "
+                           "list the keys")
+    return [exp.Literal.number(i) for i, item in enumerate(items, start=1)
+            if not any(isinstance(n, exp.AggFunc | exp.WithinGroup | exp.Window)
+                       for n in item.walk())]
+
+
+def _aliased_key(name: str, target: exp.Expression) -> exp.Expression:
+    """The SELECT expression a GROUP BY name refers to as an output alias. Refused where the
+    alias also names a column the expression reads (``SELECT h % 2 AS h ... GROUP BY h``):
+    DuckDB and PostgreSQL group such a name by the input column, a reader may mean the alias,
+    and the two answers differ."""
+    if isinstance(target, exp.Column) and not target.table and \
+            target.name.lower() == name.lower():
+        return target
+    if any(c.name.lower() == name.lower() for c in target.find_all(exp.Column)):
+        raise QueryError(f"GROUP BY {name} is ambiguous: {name!r} is both an output alias and "
+                         "a column that alias reads; rename the alias, or GROUP BY the "
+                         "expression or its position")
+    return target
+
+
 def _parse_sql(sql: str, table: str, privacy_unit: str | None,
                bounds: Mapping[str, Any] | None, keys: Any, max_partitions: int | None,
                max_rows_per_partition: int | None, bounding: BoundingMode | None,
@@ -311,7 +339,7 @@ def _parse_sql(sql: str, table: str, privacy_unit: str | None,
         if group.args.get("grouping_sets") or group.args.get("cube") or group.args.get("rollup"):
             raise _unsupported("GROUPING SETS, CUBE and ROLLUP are not supported: ask one "
                                "grouping per query")
-        for node in group.expressions:
+        for node in _group_entries(group, items):
             ok, value = ex.literal_value(node)
             if ok and isinstance(value, int) and not isinstance(value, bool):
                 if not 1 <= value <= len(items):
@@ -320,7 +348,7 @@ def _parse_sql(sql: str, table: str, privacy_unit: str | None,
                 node = chosen.this if isinstance(chosen, exp.Alias) else chosen
             elif isinstance(node, exp.Column) and not node.table and \
                     node.name.lower() in aliases:
-                node = aliases[node.name.lower()]
+                node = _aliased_key(node.name, aliases[node.name.lower()])
             ex.check_scalar(node, "GROUP BY")
             group_nodes.append(node)
     group_texts = [ex.Sql(n) for n in group_nodes]  # each written once, its tree kept
