@@ -400,6 +400,13 @@ AUDITED = [
     ("SELECT o_orderpriority, COUNT(*) AS n FROM orders o JOIN customer c ON "
      "o.o_custkey = c.c_custkey GROUP BY o_orderpriority",
      {"keys": ["1-URGENT", "2-HIGH", "3-MEDIUM"]}),
+    # LEFT JOINs: the kept side's unmatched rows stay under their own unit
+    ("SELECT c_mktsegment, COUNT(*) AS n FROM customer c LEFT JOIN orders o ON "
+     "o.o_custkey = c.c_custkey GROUP BY c_mktsegment",
+     {"keys": ["AUTOMOBILE", "BUILDING", "MACHINERY"]}),
+    ("SELECT o_orderpriority, SUM(l_extendedprice) AS s FROM orders o LEFT JOIN lineitem l "
+     "ON l.l_orderkey = o.o_orderkey GROUP BY o_orderpriority",
+     {"bounds": {"l_extendedprice": (0, 1000)}, "keys": ["1-URGENT", "2-HIGH", "3-MEDIUM"]}),
 ]
 
 
