@@ -237,8 +237,8 @@ def phase_times(kind: str, train: TensorDataset, repeats: int, steps: int
         ("zero_grad", lambda _: optimizer.zero_grad()),
         ("forward", lambda _: loss_fn(model(x), y)),
         ("backward", lambda loss: loss.backward()),
-        ("clip and exact sum", lambda _: optimizer.accumulate()),
-        ("noise and release", lambda _: optimizer.add_noise()),
+        ("clip and exact sum", lambda _: optimizer._accumulate(released_next=False)),
+        ("noise and release", lambda _: optimizer._add_noise()),
         ("optimizer", lambda _: optimizer.original_optimizer.step()),
     ]}
     size = sum(p.numel() for p in optimizer.params)

@@ -178,24 +178,28 @@ def test_a_non_finite_example_contributes_nothing_on_the_device(device: str) -> 
         else:
             rows = torch.cat([x[:3], x[4:]])
         model = nn.Linear(5, 3).to(device)
-        _, optimizer = _private(model, rows)
+        _, optimizer, _ = _private(model, rows)
         optimizer.sampler.on_device = True
         (model(rows.to(device)) * torch.tensor([1.0, -2.0, 0.5], device=device)
          ).sum().backward()
-        optimizer.accumulate()
+        optimizer._accumulate(released_next=False)
         assert isinstance(optimizer._sum, torch.Tensor)
         sums.append(optimizer._sum.cpu().clone())
     assert torch.equal(sums[0], sums[1]) and torch.equal(sums[0], sums[2])
 
 
-def _private(model: nn.Module, x: torch.Tensor, seed: int = 0) -> tuple[Any, DPOptimizer]:
+def _private(model: nn.Module, x: torch.Tensor, seed: int = 0
+             ) -> tuple[Any, DPOptimizer, Any]:
+    """The private optimizer and loader of ``model`` over the rows ``x``: at sampling rate 1
+    every batch the loader gives is ``x`` itself, in order."""
     engine = PrivacyEngine(source=SeededRandom(seed))
     dataset = TensorDataset(x, torch.zeros(len(x)))
-    model, optimizer, _ = engine.make_private(
+    model, optimizer, loader = engine.make_private(
         module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
         data_loader=DataLoader(dataset, batch_size=len(x)), noise_multiplier=1.0,
         delta=1e-5, max_grad_norm=1.0, loss_reduction="sum")
-    return engine, optimizer
+    assert loader.sampling_rate == 1.0
+    return engine, optimizer, loader
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -212,14 +216,15 @@ def test_released_gradients_carry_the_sources_noise_in_order(device: str) -> Non
         model = nn.Linear(4, 3)
         if on_device:
             model = model.to(device)
-        _, optimizer = _private(model, torch.zeros(6, 4), seed=5)
+        _, optimizer, loader = _private(model, torch.zeros(6, 4), seed=5)
         optimizer.sampler.on_device = on_device
         optimizer.prefetch_noise = prefetch
         target = device if on_device else "cpu"
         steps = []
         for _ in range(3):
+            (rows, _), = loader  # one batch an epoch: the six zero rows
             optimizer.zero_grad()
-            model(torch.zeros(6, 4, device=target)).sum().backward()
+            model(rows.to(target)).sum().backward()
             optimizer.step()
             assert model.weight.grad is not None and model.weight.grad.device == model.weight.device
             steps.append(model.weight.grad.detach().cpu().clone())
@@ -266,9 +271,11 @@ def test_a_device_step_trains_and_matches_the_cpu_step_up_to_truncation(device: 
         model = nn.Sequential(nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 3))
         target = device if on_device else "cpu"
         model = model.to(target)
-        _, optimizer = _private(model, x, seed=9)
+        _, optimizer, loader = _private(model, x, seed=9)
         optimizer.sampler.on_device = on_device
-        nn.CrossEntropyLoss(reduction="sum")(model(x.to(target)), y.to(target)).backward()
+        (rows, _), = loader  # at sampling rate 1: x, in order
+        assert torch.equal(rows, x)
+        nn.CrossEntropyLoss(reduction="sum")(model(rows.to(target)), y.to(target)).backward()
         optimizer.step()
         grads[on_device] = torch.cat([p.grad.detach().cpu().reshape(-1).to(torch.float64)
                                       for p in model.parameters() if p.grad is not None])

@@ -158,7 +158,7 @@ def test_one_example_contributes_at_most_the_bound(log_scale: float, seed: int,
     _, _, optimizer, _ = _private(_View(model), dataset, batch_size=1,
                                        max_grad_norm=bound, loss_reduction="sum", **kwargs)
     (_View(model)(dataset.tensors[0]).sum() * 10.0**log_scale).backward()
-    optimizer.accumulate()
+    optimizer._accumulate(released_next=False)
     flat = optimizer._sum
     assert flat is not None and flat.dtype == np.int64
     sums = np.split(flat, np.cumsum([p.numel() for p in optimizer.params])[:-1])

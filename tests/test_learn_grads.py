@@ -270,7 +270,7 @@ def test_an_example_with_a_non_finite_gradient_contributes_nothing() -> None:
         model = nn.Linear(5, 3)
         _, _, optimizer, _ = _private(model, rows)
         (model(rows) * torch.tensor([1.0, -2.0, 0.5])).sum().backward()
-        optimizer.accumulate()
+        optimizer._accumulate(released_next=False)
         assert optimizer._sum is not None
         sums.append(optimizer._sum.copy())
     assert np.array_equal(sums[0], sums[1]) and np.array_equal(sums[0], sums[2])
@@ -302,11 +302,12 @@ def test_released_gradients_are_views_of_one_buffer_overwritten_each_step() -> N
     """After step(), .grad holds the released gradient (noise only here: zero inputs); the
     next step writes the same tensors, as backward() does with set_to_none=False."""
     model = nn.Linear(4, 3)
-    _, _, optimizer, _ = _private(model, torch.zeros(6, 4))
+    _, _, optimizer, loader = _private(model, torch.zeros(6, 4))
     grads = []
     for _ in range(2):
+        (rows, _), = loader  # sampling rate 1: the six zero rows
         optimizer.zero_grad()
-        model(torch.zeros(6, 4)).sum().backward()
+        model(rows).sum().backward()
         optimizer.step()
         assert model.weight.grad is not None and model.bias.grad is not None
         grads.append((model.weight.grad, model.weight.grad.clone()))

@@ -149,6 +149,7 @@ class PrivacyEngine:
         dp_loader = DPDataLoader(loader, source=self._source,
                                  max_physical_batch_size=max_physical_batch_size,
                                  on_epoch_end=self._end_epoch)
+        sampler.watch(lambda: dp_loader.chunk)  # each step checked against its chunk
         dp_optimizer = DPOptimizer(
             optimizer, sampler=sampler, noise_multiplier=sigma, max_grad_norm=bound,
             expected_batch_size=dp_loader.expected_batch_size,

@@ -297,6 +297,8 @@ class _Use:
     activation: Tensor
     version: int  # the input's version counter then: a later in-place change is refused
     backprop: Tensor | None = None
+    #: the data loader's chunk current at the call (``_sampling.Chunk``), or None
+    chunk: Any = None
 
     def keep(self, backprop: Tensor) -> None:
         """The output's gradient hook (twice for a graph run backward twice: they add)."""
@@ -310,6 +312,8 @@ class _Layer:
     module: nn.Module
     params: dict[str, nn.Parameter]
     uses: list[_Use] = field(default_factory=list)
+    #: the data loader's current chunk, recorded with each call (``GradSampler.chunk_of``)
+    chunk_of: Callable[[], Any] | None = None
 
 
 # --- tapped layers --------------------------------------------------------------------------
@@ -356,7 +360,8 @@ def _tap(layer: _Layer, x: Tensor, compute: Callable[[Tensor], Tensor]) -> Tenso
     gradient is recorded by a tensor hook (which sees the output as it was, even if it is
     changed in place later), or, when the input needs no gradient, by ``_Anchored``.
     """
-    use = _Use(x.detach(), x._version)
+    use = _Use(x.detach(), x._version,
+               chunk=layer.chunk_of() if layer.chunk_of is not None else None)
     layer.uses.append(use)
     if x.requires_grad:
         out = compute(x)

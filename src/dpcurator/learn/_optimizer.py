@@ -126,6 +126,9 @@ class DPOptimizer(Optimizer):
                             f"clipped sum is proved for fewer than {MAX_ENTRIES}")
         self._sum: Ints | torch.Tensor | None = None
         self._examples = 0
+        self._batch: int | None = None  # the loader's batch the open sum holds chunks of
+        self._consumed = -1  # the last loader chunk summed (``_sampling.Chunk.serial``)
+        self._private = {id(p) for p in self.params}
         self._work = Workspace()
         self._grads: list[torch.Tensor] = []  # views of one flat buffer, reused every step
         # as _grads, on the model's device: the flat buffer and its views
@@ -187,23 +190,61 @@ class DPOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        last = self._last_chunk()
-        self._accumulate(released_next=last)
-        if not last:
+        if not self._accumulate(released_next=None):
             return loss
-        self.add_noise()
+        self._add_noise()
         self.original_optimizer.step()
         self._on_step()
         return loss
 
-    def accumulate(self) -> None:
-        """Add this batch's clipped per-example gradients to the running exact sum."""
-        self._accumulate(released_next=False)
-
-    def _accumulate(self, *, released_next: bool) -> None:
-        """``accumulate``; ``released_next``: the sum is released before any other chunk."""
+    def _accumulate(self, *, released_next: bool | None) -> bool:
+        """Add the recorded chunk's clipped per-example gradients to the running exact sum,
+        and say whether the sum is to be released now: ``released_next``, or where it is None
+        whether the chunk is its batch's last (the chunk's own flag where it was recorded,
+        else the loader's). The sum never spans two of the loader's batches."""
+        self._check_trainable()
         batch, records = self.sampler.records()
+        chunk = self.sampler.chunk
+        if chunk is None and self.sampler.chunk_of is not None and released_next is None:
+            self.sampler.clear()
+            raise UserError(
+                "optimizer.step() needs gradients computed on a batch of the data loader that "
+                "make_private returned: its Poisson sampling is what the accountant assumes "
+                "(batches of another loader, or other tensors, are not accounted for)")
+        if chunk is not None:
+            if chunk.serial <= self._consumed:  # each Poisson sample is used once
+                self.sampler.clear()
+                raise UserError(
+                    "this batch of the data loader was already used in a step: each batch "
+                    "is a fresh Poisson sample, and stepping twice on one is not the "
+                    "accounted mechanism; take the next batch from the loader")
+            if self._sum is not None and self._batch is not None and chunk.batch != self._batch:
+                self.sampler.clear()
+                raise UserError(
+                    "this step's gradients come from another batch than the chunks summed "
+                    "before it: call optimizer.step() after every chunk the data loader gives")
+            self._consumed, self._batch = chunk.serial, chunk.batch
+        if released_next is None:
+            released_next = chunk.last if chunk is not None else self._last_chunk()
         self.sampler.clear()
+        self._accumulate_records(batch, records, released_next)
+        return released_next
+
+    def _check_trainable(self) -> None:
+        """Refuse a step where the wrapped optimizer holds a trainable parameter that is not
+        clipped and noised (a bug hunt: a layer frozen at make_private and unfrozen later was
+        stepped on its raw gradient)."""
+        for group in self.original_optimizer.param_groups:
+            for param in group["params"]:
+                if param.requires_grad and id(param) not in self._private:
+                    raise UserError(
+                        "the optimizer holds a trainable parameter that was not trainable when "
+                        "the model was made private: its gradient would be used without "
+                        "clipping or noise; unfreeze layers before make_private, or freeze "
+                        "this one again")
+
+    def _accumulate_records(self, batch: int, records: Records, released_next: bool) -> None:
+        """``_accumulate`` of records taken from the sampler."""
         if self.sampler.uses_device(records):
             self._accumulate_on_device(batch, records, released_next)
             return
@@ -305,12 +346,13 @@ class DPOptimizer(Optimizer):
             offset += pe.size
         return delta
 
-    def add_noise(self) -> None:
-        """Set each parameter's gradient to (exact sum + discrete Gaussian noise) g / E[B]."""
+    def _add_noise(self) -> None:
+        """Set each parameter's gradient to (exact sum + discrete Gaussian noise) g / E[B].
+        Internal: ``step`` releases, and counts the step."""
         exact = self._sum
         if exact is None:
             raise UserError("optimizer.step() was called before any batch was processed")
-        self._sum, self._examples = None, 0
+        self._sum, self._examples, self._batch = None, 0, None
         if isinstance(exact, torch.Tensor):
             self._release_on_device(exact)
             return

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from dpcurator.errors import InternalError, UserError
 from dpcurator.learn._device import OnDevice, device_per_example
@@ -56,15 +57,17 @@ class GradSampler:
         self._handles: list[Any] = []
         self._tapped: list[tuple[nn.Module, type[nn.Module]]] = []
         for name, sub in module.named_modules():  # check everything, then attach
-            if isinstance(sub, _MIXING_LAYERS):
-                raise UserError(
-                    f"module {name or type(sub).__name__!r} ({type(sub).__name__}) mixes the "
-                    "examples of a batch, so per-example gradients are not defined; use "
-                    "nn.GroupNorm or nn.LayerNorm instead"
-                )
+            _check_module(name, sub)
             own = {n: p for n, p in sub.named_parameters(recurse=False) if p.requires_grad}
             if not own:
                 continue
+            if _tapped_class(sub) is not None and not set(own) <= {"weight", "bias"}:
+                raise UserError(
+                    f"module {name!r} ({type(sub).__name__}) has the parameters "
+                    f"{', '.join(sorted(own))}: a reparametrized weight (weight or spectral "
+                    "normalization) is not supported; per-example gradients need the layer's "
+                    "own weight and bias"
+                )
             if any(p.requires_grad for c in sub.children() for p in c.parameters()):
                 raise UserError(
                     f"module {name!r} ({type(sub).__name__}) has trainable parameters of its "
@@ -74,6 +77,12 @@ class GradSampler:
             self.layers.append(_Layer(name, sub, own))
         if not self.layers:
             raise UserError("module has no trainable parameters")
+        #: The data loader's current chunk (``_sampling.Chunk``), recorded with each call of
+        #: a layer; None (the default) records none and checks none.
+        self.chunk_of: Callable[[], Any] | None = None
+        #: The chunk of the records last returned by ``records`` (None: not known)
+        self.chunk: Any = None
+        self._buffers = _buffer_state(module)
         for layer in self.layers:
             tapped = _tapped_class(layer.module)
             if tapped is not None:
@@ -103,7 +112,8 @@ class GradSampler:
                     f"{len(inputs)} inputs; per-example gradients need layers with trainable "
                     "parameters to take one tensor"
                 )
-            use = _Use(inputs[0].detach(), inputs[0]._version)
+            use = _Use(inputs[0].detach(), inputs[0]._version,  # (no reference to self)
+                       chunk=layer.chunk_of() if layer.chunk_of is not None else None)
             layer.uses.append(use)
             output.register_hook(use.keep)  # type: ignore[no-untyped-call]
 
@@ -139,10 +149,21 @@ class GradSampler:
             return self.on_device
         return records[0][1][0].activation.device.type != "cpu"
 
+    def watch(self, chunk_of: Callable[[], Any]) -> None:
+        """Record the data loader's current chunk with every call of a trainable layer, so
+        that ``records`` can check a step against the chunk it read."""
+        self.chunk_of = chunk_of
+        for layer in self.layers:
+            layer.chunk_of = chunk_of
+
     def records(self) -> tuple[int, Records]:
         """The batch size and each layer's calls recorded since the last step, checked (a
-        gradient reached every layer, no input changed in place, one batch size)."""
+        gradient reached every layer, no input changed in place, one batch size, one chunk
+        of the data loader with one row per example, no buffer changed); ``chunk`` is then
+        that chunk (None where none was recorded)."""
+        self._check_buffers()
         batch: int | None = None
+        chunks: set[Any] = set()
         out: Records = []
         for layer in self.layers:
             done = [u for u in layer.uses if u.backprop is not None]
@@ -159,6 +180,7 @@ class GradSampler:
                         "layer used it; per-example gradients need it unchanged until "
                         "optimizer.step() (avoid in-place operations such as relu_ on it)"
                     )
+                chunks.add(use.chunk)
                 size = use.activation.shape[0] if use.activation.dim() else -1
                 if batch is None:
                     batch = size
@@ -170,7 +192,26 @@ class GradSampler:
                     )
             out.append((layer, done))
         assert batch is not None
+        self.chunk = _one_chunk(chunks, batch)
         return batch, out
+
+    def _check_buffers(self) -> None:
+        """Refuse a step once a buffer of the module has changed since it was made private:
+        a buffer written in training (running statistics, say) is computed from the examples
+        without clipping or noise, and the model holds it (a bug hunt: InstanceNorm's running
+        mean published one example scaled by 1e6)."""
+        now = dict(self.module.named_buffers())
+        for name, (buffer, version, values) in self._buffers.items():
+            current = now.get(name)
+            same = current is buffer and current._version == version
+            if not same and (current is None or current.shape != values.shape or
+                             not torch.equal(current.detach().cpu(), values)):
+                raise UserError(
+                    f"the module's buffer {name!r} changed during training: it is computed "
+                    "from the training examples without clipping or noise, so the model is "
+                    "not private (do not publish it); freeze what writes it, or remove it")
+            if current is not buffer and current is not None:  # moved (module.to): same values
+                self._buffers[name] = (current, current._version, values)
 
     def parts(self, batch: int, records: Records, work: Workspace | None = None,
               scale: float | Tensor | None = None) -> list[PerExample]:
@@ -199,6 +240,49 @@ class GradSampler:
                     assert isinstance(total, Tensor)
                     out.append(whole((param,), total))
         return out
+
+
+def _check_module(name: str, sub: nn.Module) -> None:
+    """Refuse the modules whose per-example gradients are undefined or whose state is
+    written from the data without noise."""
+    label = f"module {name or type(sub).__name__!r} ({type(sub).__name__})"
+    if isinstance(sub, _MIXING_LAYERS):
+        raise UserError(f"{label} mixes the examples of a batch, so per-example gradients "
+                        "are not defined; use nn.GroupNorm or nn.LayerNorm instead")
+    if isinstance(sub, nn.modules.instancenorm._InstanceNorm) and sub.track_running_stats:
+        raise UserError(f"{label} tracks running statistics of the training examples, "
+                        "which it keeps without noise; set track_running_stats=False")
+    if isinstance(sub, nn.RNNBase):
+        raise UserError(f"{label}: recurrent layers (RNN, LSTM, GRU) are not supported; "
+                        "per-example gradients are computed for layers that take one tensor")
+    if parametrize.is_parametrized(sub):
+        raise UserError(f"{label} has a parametrized weight (torch.nn.utils.parametrize, "
+                        "weight or spectral normalization), which is not supported")
+
+
+def _buffer_state(module: nn.Module) -> dict[str, tuple[Tensor, int, Tensor]]:
+    """Each buffer, its version counter and a copy of its values (``_check_buffers``)."""
+    return {name: (buffer, buffer._version, buffer.detach().cpu().clone())
+            for name, buffer in module.named_buffers()}
+
+
+def _one_chunk(chunks: set[Any], batch: int) -> Any:
+    """The one data loader's chunk the step's records come from (None where none was
+    recorded), checked against the batch the layers saw."""
+    if len(chunks) > 1:
+        raise UserError(
+            "the gradients recorded since the last step come from several batches of the data "
+            "loader; call optimizer.step() after each batch's backward() (for batches larger "
+            "than memory allows, give make_private max_physical_batch_size): gradients summed "
+            "over two batches are not clipped per example")
+    (chunk,) = chunks
+    if chunk is not None and chunk.size != batch:
+        raise UserError(
+            f"the trainable layers saw a batch of {batch} rows where the data loader gave "
+            f"{chunk.size} examples: the first dimension of every trainable layer's input must "
+            "be the examples, one row each (a layer that sees (sequence, batch, features) "
+            "needs its input transposed to batch first), or one example is clipped as several")
+    return chunk
 
 
 def _gradient_of(parts: list[PerExample], param: nn.Parameter) -> Tensor:

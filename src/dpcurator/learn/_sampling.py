@@ -14,8 +14,10 @@ adds noise once, after the last chunk (``DPDataLoader.last_chunk`` tells it whic
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +28,20 @@ from torch.utils.data._utils.collate import default_collate
 from dpcurator.errors import UserError
 from dpcurator.noise import RandomSource, sample_bernoulli
 
-__all__ = ["DPDataLoader", "PoissonBatchSampler"]
+__all__ = ["Chunk", "DPDataLoader", "PoissonBatchSampler"]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk the loader delivered: its number (counted over the loader's life), its
+    Poisson batch's number, how many examples it holds, and whether it is its batch's last.
+    The optimizer checks each step's recorded gradients against it (``GradSampler.records``:
+    one chunk, one row per example) and never sums chunks of two batches."""
+
+    serial: int
+    batch: int
+    size: int
+    last: bool
 
 
 class PoissonBatchSampler(Sampler[list[int]]):
@@ -52,8 +67,10 @@ class PoissonBatchSampler(Sampler[list[int]]):
         self.steps = steps
         self.source = source
         self.max_physical_batch_size = max_physical_batch_size
-        #: One flag per chunk yielded and not yet consumed: is it its batch's last chunk?
-        self.last_flags: collections.deque[bool] = collections.deque()
+        #: One entry per chunk yielded and not yet consumed: (its batch's number, its size,
+        #: whether it is its batch's last chunk)
+        self.last_flags: collections.deque[tuple[int, int, bool]] = collections.deque()
+        self._batches = itertools.count()  # numbered over the sampler's life, not per epoch
 
     def __len__(self) -> int:
         return self.steps
@@ -64,8 +81,9 @@ class PoissonBatchSampler(Sampler[list[int]]):
             batch = np.flatnonzero(keep).tolist()
             size = self.max_physical_batch_size or max(len(batch), 1)
             chunks = [batch[i:i + size] for i in range(0, len(batch), size)] or [[]]
+            number = next(self._batches)
             for j, chunk in enumerate(chunks):
-                self.last_flags.append(j == len(chunks) - 1)
+                self.last_flags.append((number, len(chunk), j == len(chunks) - 1))
                 yield chunk
 
 
@@ -75,11 +93,32 @@ class _EmptySafeCollate:
     def __init__(self, dataset: Dataset[Any], collate: Callable[[list[Any]], Any]) -> None:
         self.dataset = dataset
         self.collate = collate
+        try:  # a collate function that builds an empty batch itself is used as it is
+            collate([])
+            self.own_empty = True
+        except Exception:
+            self.own_empty = False
+            self._check_example()
+
+    def _check_example(self) -> None:
+        """An empty batch is shaped from example 0's collated batch, its tensors cut to no
+        rows; any other value in it (a string, say) would carry example 0 into the batch (a
+        bug hunt: the empty batch of a dataset of strings was example 0's string), so such
+        loaders are refused when they are made private."""
+        leaves = torch.utils._pytree.tree_leaves(self.collate([self.dataset[0]]))
+        other = sorted({type(v).__name__ for v in leaves
+                        if v is not None and not isinstance(v, torch.Tensor)})
+        if other:
+            raise UserError(
+                f"data_loader's batches hold values that are not tensors ({', '.join(other)}): "
+                "an empty Poisson batch, which every loader must be able to give, cannot be "
+                "built from them without showing one example; give the loader a collate_fn "
+                "that returns a batch for an empty list, or turn the values into tensors")
 
     def __call__(self, batch: list[Any]) -> Any:
-        if batch:
+        if batch or self.own_empty:
             return self.collate(batch)
-        # Shapes come from example 0; no value of it reaches the batch.
+        # Shapes come from example 0; no value of it reaches the batch (``_check_example``).
         one = self.collate([self.dataset[0]])
         return torch.utils._pytree.tree_map(
             lambda t: t[:0] if isinstance(t, torch.Tensor) else t, one
@@ -122,12 +161,17 @@ class DPDataLoader(DataLoader[Any]):
         self.sampling_rate = sampler.sampling_rate
         self.expected_batch_size = n * sampler.sampling_rate
         self.last_chunk = True
+        #: The chunk delivered last (None before the first): the optimizer checks each step
+        #: against it (``Chunk``).
+        self.chunk: Chunk | None = None
+        self._serials = itertools.count()
         self._on_epoch_end = on_epoch_end
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         self.batch_sampler.last_flags.clear()
         for batch in super().__iter__():
-            self.last_chunk = self.batch_sampler.last_flags.popleft()
+            number, size, self.last_chunk = self.batch_sampler.last_flags.popleft()
+            self.chunk = Chunk(next(self._serials), number, size, self.last_chunk)
             yield batch
         if self._on_epoch_end is not None:
             self._on_epoch_end()
