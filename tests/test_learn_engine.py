@@ -374,6 +374,192 @@ def test_unsupported_models_and_inputs_are_refused() -> None:
     assert engine.epsilon() == 0.0
 
 
+# --- found by a bug hunt: what a step must refuse --------------------------------------------
+
+
+def test_a_layer_unfrozen_after_make_private_is_never_stepped_on_its_raw_gradient() -> None:
+    """A bug hunt: the optimizer held every parameter, layer 0 frozen at make_private and
+    unfrozen afterwards (a fine-tuning habit); each step applied its raw gradient, no clipping
+    and no noise, while epsilon() reported the private figure. The step is now refused and
+    nothing moves."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+    model[0].requires_grad_(False)
+    engine, _, optimizer, loader = _private(model, _blobs(32, 0), batch_size=8)
+    model[0].requires_grad_(True)
+    before = [p.detach().clone() for p in model.parameters()]
+    x, y = next(iter(loader))
+    optimizer.zero_grad()
+    nn.CrossEntropyLoss()(model(x), y).backward()
+    with pytest.raises(UserError, match="not trainable when the model was made private"):
+        optimizer.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert engine.steps == 0
+
+
+def test_state_written_from_the_examples_is_refused() -> None:
+    """A bug hunt: InstanceNorm's running statistics (and any buffer a module writes from
+    its input) sat unprotected in state_dict(): one example scaled by 1e6 showed in them.
+    Running statistics are refused when the model is made private, and a step after any
+    buffer changed is refused."""
+    with pytest.raises(UserError, match="track_running_stats=False"):
+        _private(nn.Sequential(nn.Linear(4, 4), nn.Unflatten(1, (1, 4)),
+                               nn.InstanceNorm1d(1, track_running_stats=True), nn.Flatten(),
+                               nn.Linear(4, 2)), _blobs(8, 0))
+
+    class Remembers(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 2)
+            self.register_buffer("seen", torch.zeros(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.seen.copy_(x.detach().amax(0))  # the data, kept without noise
+            return self.linear(x)  # type: ignore[no-any-return]
+
+    model = Remembers()
+    _, _, optimizer, loader = _private(model, _blobs(32, 0), batch_size=4)
+    x, y = next(iter(loader))
+    nn.CrossEntropyLoss()(model(x), y).backward()
+    with pytest.raises(UserError, match="buffer 'seen' changed during training"):
+        optimizer.step()
+
+
+def test_a_model_moved_after_make_private_keeps_its_buffers_unchanged() -> None:
+    """A buffer replaced by a copy of the same values (``module.to``) is not a change."""
+    model = nn.Sequential(nn.Linear(4, 2))
+    model.register_buffer("scale", torch.ones(2))
+    _, _, optimizer, loader = _private(model, _blobs(16, 0), batch_size=4)
+    model.to(torch.float32)
+    model.scale = model.scale.clone()  # type: ignore[assignment]
+    x, y = next(iter(loader))
+    nn.CrossEntropyLoss()(model(x) * model.scale, y).backward()
+    optimizer.step()
+
+
+def test_each_step_reads_one_fresh_batch_of_the_private_loader_with_one_row_per_example(
+        ) -> None:
+    """A bug hunt: (1) two batches' backward passes before one step were clipped row by row
+    together, row i of the first with row i of the second, and counted as one step of one
+    Poisson sample (one example could add 2C); (2) a layer that sees (sequence, batch,
+    features) was clipped per position (one example added 9.9998 C for 10 positions); (3)
+    stepping twice on one batch, or on tensors that no private batch gave, is not the
+    accounted mechanism. Each is now refused before anything is released."""
+    model = nn.Linear(4, 2)
+    engine, _, optimizer, loader = _private(model, _blobs(64, 0), batch_size=16)
+    loss = nn.CrossEntropyLoss()
+    batches = iter(loader)
+    (x1, y1), (x2, y2) = next(batches), next(batches)
+    optimizer.zero_grad()
+    loss(model(x1), y1).backward()
+    loss(model(x2), y2).backward()
+    with pytest.raises(UserError, match="several forward passes or several batches"):
+        optimizer.step()
+    optimizer.zero_grad()
+    optimizer.sampler.clear()
+    x3, y3 = next(batches)
+    loss(model(x3), y3).backward()
+    optimizer.step()
+    assert engine.steps == 1
+    loss(model(x3), y3).backward()  # the same batch again
+    with pytest.raises(UserError, match="already used in a step"):
+        optimizer.step()
+    optimizer.sampler.clear()
+    loss(model(torch.randn(5, 4)), torch.zeros(5, dtype=torch.long)).backward()
+    with pytest.raises(UserError, match="a batch of 5 rows where the data loader gave"):
+        optimizer.step()
+    assert engine.steps == 1
+    model = nn.Linear(4, 2)
+    engine, _, optimizer, _ = _private(model, _blobs(64, 0), batch_size=16)
+    loss(model(torch.randn(5, 4)), torch.zeros(5, dtype=torch.long)).backward()
+    with pytest.raises(UserError, match="a batch of the data loader that make_private returned"):
+        optimizer.step()
+    assert engine.steps == 0
+
+    class SequenceFirst(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(3, 1, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (batch, 10, 3)
+            return self.linear(x.transpose(0, 1)).sum(0)  # type: ignore[no-any-return]
+
+    sequences = TensorDataset(torch.ones(40, 10, 3), torch.zeros(40))
+    model = SequenceFirst()
+    engine, _, optimizer, loader = _private(model, sequences, batch_size=4)
+    for x, _ in loader:
+        if len(x) not in (0, 10):
+            break
+    model(x).sum().backward()
+    with pytest.raises(UserError, match=f"saw a batch of 10 rows where the data loader gave "
+                                        f"{len(x)} examples"):
+        optimizer.step()
+    assert engine.steps == 0
+
+
+def test_virtual_steps_never_sum_chunks_of_two_batches() -> None:
+    """A step on a batch's first chunk only adds it to the sum; a chunk of the next batch
+    stepped on before the first batch is released is refused (its sum would hold two
+    Poisson samples)."""
+    model = nn.Linear(4, 2)
+    engine, _, optimizer, loader = _private(model, _blobs(60, 1), batch_size=30, seed=3,
+                                            max_physical_batch_size=4)
+    loss = nn.CrossEntropyLoss()
+    stepped_first = False
+    for x, y in loader:
+        if not stepped_first:
+            assert not loader.last_chunk  # about 30 examples in chunks of 4
+            loss(model(x), y).backward()
+            optimizer.step()  # summed, not released
+            stepped_first = True
+            continue
+        if loader.chunk is not None and loader.chunk.batch > 0:  # the next batch
+            loss(model(x), y).backward()
+            with pytest.raises(UserError, match="another batch than the chunks summed"):
+                optimizer.step()
+            break
+    assert engine.steps == 0
+
+
+def test_an_empty_batch_never_carries_an_examples_value_and_unsupported_layers_are_named(
+        ) -> None:
+    """A bug hunt: the empty Poisson batch of a dataset of strings was example 0's string
+    (so example 0 took part at rate q plus P[empty]). Loaders whose batches hold other
+    values than tensors are refused unless their collate function builds the empty batch;
+    recurrent layers and reparametrized weights are refused with their names (they failed
+    with an internal error or a misleading message)."""
+    class Named(torch.utils.data.Dataset[Any]):
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, str]:
+            return torch.ones(4), f"person {i}"
+
+    options: dict[str, Any] = {"noise_multiplier": 1.0, "delta": 1e-5, "max_grad_norm": 1.0}
+    model = nn.Linear(4, 2)
+    with pytest.raises(UserError, match=r"not tensors \(str\)"):
+        PrivacyEngine().make_private(module=model,
+                                     optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                     data_loader=DataLoader(Named(), batch_size=2), **options)
+    assert type(model) is nn.Linear  # the refusal left the module as it was
+
+    def collate(rows: list[Any]) -> tuple[torch.Tensor, list[str]]:
+        return (torch.stack([r[0] for r in rows]) if rows else torch.zeros(0, 4),
+                [r[1] for r in rows])
+
+    model = nn.Linear(4, 2)
+    _, _, loader = PrivacyEngine(source=SeededRandom(0)).make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data_loader=DataLoader(Named(), batch_size=2, collate_fn=collate), **options)
+    empty, names = loader.collate_fn([])
+    assert empty.shape == (0, 4) and names == []
+    for bad, words in ((nn.LSTM(4, 2), "recurrent layers"),
+                       (nn.utils.spectral_norm(nn.Linear(4, 2)), "weight_orig"),
+                       (nn.utils.parametrizations.weight_norm(nn.Linear(4, 2)),
+                        "parametrized weight")):
+        with pytest.raises(UserError, match=words):
+            _private(bad, _blobs(8, 0))
+
+
 def test_importing_learn_does_not_import_torch() -> None:
     code = ("import sys, dpcurator, dpcurator.learn; "
             "print('torch' in sys.modules, 'dpcurator.learn._engine' in sys.modules)")

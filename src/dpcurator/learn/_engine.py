@@ -145,10 +145,14 @@ class PrivacyEngine:
             if sigma > 1 << 16:
                 raise UserError(f"noise_multiplier must be at most 2^16, got {sigma!r}")
         sampler = GradSampler(module, loss_reduction=loss_reduction, fuse=clipping == "flat")
-        _check_optimizer_params(optimizer, sampler)
-        dp_loader = DPDataLoader(loader, source=self._source,
-                                 max_physical_batch_size=max_physical_batch_size,
-                                 on_epoch_end=self._end_epoch)
+        try:  # a refusal leaves the module as it was given
+            _check_optimizer_params(optimizer, sampler)
+            dp_loader = DPDataLoader(loader, source=self._source,
+                                     max_physical_batch_size=max_physical_batch_size,
+                                     on_epoch_end=self._end_epoch)
+        except BaseException:
+            sampler.remove()
+            raise
         sampler.watch(lambda: dp_loader.chunk)  # each step checked against its chunk
         dp_optimizer = DPOptimizer(
             optimizer, sampler=sampler, noise_multiplier=sigma, max_grad_norm=bound,

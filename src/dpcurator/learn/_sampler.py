@@ -83,6 +83,17 @@ class GradSampler:
         #: The chunk of the records last returned by ``records`` (None: not known)
         self.chunk: Any = None
         self._buffers = _buffer_state(module)
+        # The module's forward passes with gradients, counted: each call of a layer records
+        # the pass it belongs to, so a step can refuse records of two passes (two batches
+        # read before one step). A list, so that the hook holds no reference to self.
+        self._passes = [0]
+        passes = self._passes
+
+        def count(module: nn.Module, args: Any) -> None:
+            if torch.is_grad_enabled():
+                passes[0] += 1
+
+        self._handles.append(module.register_forward_pre_hook(count))
         for layer in self.layers:
             tapped = _tapped_class(layer.module)
             if tapped is not None:
@@ -153,8 +164,13 @@ class GradSampler:
         """Record the data loader's current chunk with every call of a trainable layer, so
         that ``records`` can check a step against the chunk it read."""
         self.chunk_of = chunk_of
+        passes = self._passes
+
+        def current() -> tuple[Any, int]:  # the chunk, and the forward pass
+            return chunk_of(), passes[0]
+
         for layer in self.layers:
-            layer.chunk_of = chunk_of
+            layer.chunk_of = current
 
     def records(self) -> tuple[int, Records]:
         """The batch size and each layer's calls recorded since the last step, checked (a
@@ -185,6 +201,7 @@ class GradSampler:
                 if batch is None:
                     batch = size
                 if size != batch:
+                    _one_chunk(chunks, size)  # two batches' records: say so first
                     raise UserError(
                         f"layer {layer.name!r} saw a batch of {size} rows where the first "
                         f"layer saw {batch}: the batch must be the first dimension of every "
@@ -268,14 +285,17 @@ def _buffer_state(module: nn.Module) -> dict[str, tuple[Tensor, int, Tensor]]:
 
 def _one_chunk(chunks: set[Any], batch: int) -> Any:
     """The one data loader's chunk the step's records come from (None where none was
-    recorded), checked against the batch the layers saw."""
+    recorded), checked against the batch the layers saw. ``chunks`` holds, per recorded call
+    with a gradient, the loader's chunk and the module's forward pass then (or None)."""
     if len(chunks) > 1:
         raise UserError(
-            "the gradients recorded since the last step come from several batches of the data "
-            "loader; call optimizer.step() after each batch's backward() (for batches larger "
-            "than memory allows, give make_private max_physical_batch_size): gradients summed "
-            "over two batches are not clipped per example")
-    (chunk,) = chunks
+            "the gradients recorded since the last step come from several forward passes or "
+            "several batches of the data loader; call optimizer.step() after each batch's "
+            "forward pass and backward() (for batches larger than memory allows, give "
+            "make_private max_physical_batch_size; run evaluation under torch.no_grad()): "
+            "gradients of two passes are paired row by row, not clipped per example")
+    (entry,) = chunks
+    chunk = entry[0] if entry is not None else None
     if chunk is not None and chunk.size != batch:
         raise UserError(
             f"the trainable layers saw a batch of {batch} rows where the data loader gave "
