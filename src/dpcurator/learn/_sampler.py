@@ -160,17 +160,19 @@ class GradSampler:
             return self.on_device
         return records[0][1][0].activation.device.type != "cpu"
 
-    def watch(self, chunk_of: Callable[[], Any]) -> None:
+    def watch(self, chunk_of: Callable[[], Any] | None) -> None:
         """Record the data loader's current chunk with every call of a trainable layer, so
-        that ``records`` can check a step against the chunk it read."""
+        that ``records`` can check a step against the chunk it read (None: stop; a benchmark
+        timing steps on one fixed batch does, a training run never should)."""
         self.chunk_of = chunk_of
         passes = self._passes
 
         def current() -> tuple[Any, int]:  # the chunk, and the forward pass
+            assert chunk_of is not None
             return chunk_of(), passes[0]
 
         for layer in self.layers:
-            layer.chunk_of = current
+            layer.chunk_of = current if chunk_of is not None else None
 
     def records(self) -> tuple[int, Records]:
         """The batch size and each layer's calls recorded since the last step, checked (a
