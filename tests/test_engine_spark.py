@@ -41,7 +41,7 @@ import dpcurator as dp
 import test_engine_contract as contract
 from dpcurator.engines import Engine
 from dpcurator.engines.spark import SparkEngine
-from dpcurator.errors import UserError
+from dpcurator.errors import InternalError, UserError
 from dpcurator.query import GroupKey
 from dpcurator.query.bounding import BoundedQuery, MeasureSpec, ValueSpec
 
@@ -220,6 +220,31 @@ def test_a_pattern_read_from_the_data_is_refused_before_anything_runs(spark: Any
                      (MeasureSpec("rows", "rows"),))
     with pytest.raises(UserError, match="column types"):
         engine.validate(q)
+    engine.close()
+
+
+def test_an_error_while_a_job_runs_is_the_engines_own_without_sparks_text(
+        spark: Any, tmp_path: Path) -> None:
+    """a bug hunt: an error raised while a Spark job runs arrives as py4j's Py4JJavaError,
+    which the engine did not map: it escaped with Spark's whole error text, which can quote a
+    record. Here a DataFrame whose reading fails (a FAILFAST CSV reader, a malformed record):
+    the engine's own errors, with no text of Spark's."""
+    path = tmp_path / "rows.csv"
+    path.write_text("1,5,0.5\n2,secret_value_42,secret_value_43\n")
+    frame = spark.read.schema("uid BIGINT, v BIGINT, w DOUBLE").option(
+        "mode", "FAILFAST").csv(str(path))
+    engine = SparkEngine(frame)
+    q = BoundedQuery("uid", (), '"v" > 1', None, 1, 1, "rescale", "none",
+                     (MeasureSpec("rows", "rows"),))
+    assert engine.validate(q)  # analysed: no row is read
+    with pytest.raises(InternalError) as failed:
+        engine.compute_exact_aggregates(q, key=1)
+    with pytest.raises(UserError) as refused:
+        engine.nan_columns(["w"])
+    for info in (failed, refused):
+        message = str(info.value)
+        assert "secret" not in message and "SparkException" not in message
+        assert info.value.__suppress_context__ and info.value.__cause__ is None
     engine.close()
 
 

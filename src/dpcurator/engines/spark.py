@@ -311,8 +311,12 @@ class SparkEngine(SqlEngine):
         if not floats:
             return []
         checks = ", ".join(f"coalesce(bool_or(isnan({_quote(c)})), false)" for c in floats)
-        with self._lock:
-            row = self._sql(f"SELECT {checks} FROM {self._relation}").collect()[0]
+        try:
+            with self._lock:
+                row = self._sql(f"SELECT {checks} FROM {self._relation}").collect()[0]
+        except self._errors():  # the JVM's text could quote a value
+            raise UserError(f"Spark could not read the DataFrame to check {floats} for NaN; "
+                            "check that it can be read, or pass check_nan=False") from None
         return [c for c, bad in zip(floats, row, strict=True) if bad]
 
     def group_key_types(self, query: BoundedQuery) -> list[str]:
@@ -327,9 +331,13 @@ class SparkEngine(SqlEngine):
     # -- the transport ------------------------------------------------------------------------
 
     def _errors(self) -> tuple[type[BaseException], ...]:
+        """pyspark's own errors, and py4j's: an error raised while a job runs (a task that
+        failed, a SparkContext shut down) arrives as a ``Py4JJavaError`` whose text is the
+        JVM's (a bug hunt: it escaped unmapped, quoting Spark's whole error text)."""
+        from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
-        return (PySparkException,)
+        return (PySparkException, Py4JError)
 
     def _refused(self, exc: BaseException) -> str:
         return ("the query does not fit the DataFrame's column types (check the WHERE "
