@@ -137,8 +137,41 @@ def _to_integer(x: exp.Expr, to: exp.Expr) -> exp.Expr:
                 default=exp.TryCast(this=x, to=to))
 
 
+def _like(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """LIKE and ILIKE mean DuckDB's: a backslash is an ordinary character. Spark's LIKE
+    escapes with it, and refuses a backslash before a character other than ``_``, ``%`` or
+    itself when it compiles the pattern, after the charge (a bug hunt: ``LIKE '\\a'`` failed
+    on every dataset once the budget was spent): each backslash is doubled, Spark's own
+    escape of a backslash, so that no pattern can fail and each matches what DuckDB's does.
+    (Spark's LIKE runs as a Java regular expression of ``.*``, ``.`` and quoted text: no
+    nested repetition, so its recursion depth is the pattern's length, never the value's.)"""
+    node = _total.literal_pattern(t, node)
+    pattern = node.expression
+    node.set("expression", exp.Literal.string(pattern.this.replace("\\", "\\\\")))
+    return node
+
+
+def _regex(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """Regular expressions are refused on Spark, before anything is charged (a bug hunt).
+    Spark matches them with Java's backtracking ``java.util.regex``, which recurses once per
+    repetition of a group: ``regexp_matches(code, '(a|b)*c')`` was released while one
+    person's code was 'ab', and with 'ab' repeated 50,000 times the executor's stack
+    overflowed and the SparkContext shut down, after the charge: one person's value decided
+    between a release and an error (a one-bit leak) and every later query failed. The depth
+    depends on the pattern's structure (nested groups multiply it) and on Java's version, so
+    no length cap on the value is safe for every pattern, and a pattern's backtracking time
+    can be exponential in the value's length. A malformed pattern (``'('``) also failed only
+    when Spark compiled it, after the charge. The cost: ``regexp_matches`` is not available
+    on Spark; LIKE and ILIKE are (DuckDB's RE2 and PostgreSQL's engine do not recurse per
+    character, and take it there)."""
+    raise UserError("regular expressions (regexp_matches) are not supported on Spark: Java's "
+                    "regular expressions can fail on a long value while the query runs, after "
+                    "the charge; use LIKE or ILIKE (% and _ wildcards) instead")
+
+
 RULES: _total.Rules = {
     **_total.RULES,
+    exp.Like: _like, exp.ILike: _like, exp.RegexpLike: _regex,
     exp.Add: _try_arithmetic, exp.Sub: _try_arithmetic, exp.Mul: _try_arithmetic,
     exp.Neg: _negate, exp.Abs: _abs,
     exp.Log: functools.partial(_total.logarithm, call=_log_call),
