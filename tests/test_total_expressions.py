@@ -232,8 +232,9 @@ def test_engine_tables_override_the_shared_one_entry_by_entry() -> None:
     assert changed["duckdb"] == sorted(["Abs", "Add", "Cast", "Ceil", "Floor", "ILike",
                                         "IntDiv", "Like", "Mul", "Neg", "RegexpLike", "Round",
                                         "Sub", *implicit])
-    assert changed["spark"] == sorted(["Abs", "Add", "Cast", "DayOfWeek", "Left", "Log", "Mul",
-                                       "Neg", "Right", "Sub", "Substring", "Week"])
+    assert changed["spark"] == sorted(["Abs", "Add", "Cast", "Ceil", "DayOfWeek", "Floor",
+                                       "ILike", "Left", "Like", "Log", "Mul", "Neg",
+                                       "RegexpLike", "Right", "Sub", "Substring", "Week"])
     assert {"Add", "Cast", "Div", "Exp", "Interval", "Log", "Pow", "Substring"} <= set(
         changed["postgres"])
 
@@ -247,6 +248,28 @@ def test_what_an_engine_cannot_make_total_is_refused_before_it_runs(dialect: str
                                                                     text: str) -> None:
     with pytest.raises(UserError):
         write(dialect, text)
+
+
+@pytest.mark.parametrize("pattern", ["(a|b)*c", "(", "a"])
+def test_spark_refuses_every_regular_expression_before_it_runs(pattern: str) -> None:
+    """a bug hunt: Java's backtracking regular expressions overflowed the executor's stack on
+    one long value ('(a|b)*c' on 'ab' * 50,000) and a malformed one ('(') failed when Spark
+    compiled it, both after the charge: refused, with the reason and LIKE suggested."""
+    with pytest.raises(UserError, match=r"not supported on Spark.*LIKE"):
+        write("spark", f"regexp_matches(\"t\", '{pattern}')")
+
+
+@pytest.mark.parametrize("text, written", [
+    (r"""  "t" LIKE '\a'  """, r"""`t` LIKE '\\\\a'"""),  # the pattern \\a: backslash, a
+    (r"""  "t" ILIKE 'x\%\\_'  """, r"""`t` ILIKE 'x\\\\%\\\\\\\\_'"""),
+    (r"""  "t" LIKE 'a%b_'  """, r"""`t` LIKE 'a%b_'"""),
+])
+def test_spark_reads_a_backslash_in_like_as_duckdb_does(text: str, written: str) -> None:
+    """a bug hunt: Spark's LIKE escapes with a backslash and failed on '\\a' (a backslash
+    before an ordinary character) when it compiled the pattern, after the charge; DuckDB's
+    LIKE has no escape character. Each backslash is doubled (Spark's escaped backslash, and
+    its string literal doubles it again)."""
+    assert write("spark", text.strip()) == written
 
 
 def test_duckdb_takes_a_pattern_from_the_data_under_a_try_of_its_own() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -137,8 +138,64 @@ def _to_integer(x: exp.Expr, to: exp.Expr) -> exp.Expr:
                 default=exp.TryCast(this=x, to=to))
 
 
+def _like(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """LIKE and ILIKE mean DuckDB's: a backslash is an ordinary character. Spark's LIKE
+    escapes with it, and refuses a backslash before a character other than ``_``, ``%`` or
+    itself when it compiles the pattern, after the charge (a bug hunt: ``LIKE '\\a'`` failed
+    on every dataset once the budget was spent): each backslash is doubled, Spark's own
+    escape of a backslash, so that no pattern can fail and each matches what DuckDB's does.
+    (Spark's LIKE runs as a Java regular expression of ``.*``, ``.`` and quoted text: no
+    nested repetition, so its recursion depth is the pattern's length, never the value's.)"""
+    node = _total.literal_pattern(t, node)
+    pattern = node.expression
+    node.set("expression", exp.Literal.string(pattern.this.replace("\\", "\\\\")))
+    return node
+
+
+def _regex(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """Regular expressions are refused on Spark, before anything is charged (a bug hunt).
+    Spark matches them with Java's backtracking ``java.util.regex``, which recurses once per
+    repetition of a group: ``regexp_matches(code, '(a|b)*c')`` was released while one
+    person's code was 'ab', and with 'ab' repeated 50,000 times the executor's stack
+    overflowed and the SparkContext shut down, after the charge: one person's value decided
+    between a release and an error (a one-bit leak) and every later query failed. The depth
+    depends on the pattern's structure (nested groups multiply it) and on Java's version, so
+    no length cap on the value is safe for every pattern, and a pattern's backtracking time
+    can be exponential in the value's length. A malformed pattern (``'('``) also failed only
+    when Spark compiled it, after the charge. The cost: ``regexp_matches`` is not available
+    on Spark; LIKE and ILIKE are (DuckDB's RE2 and PostgreSQL's engine do not recurse per
+    character, and take it there)."""
+    raise UserError("regular expressions (regexp_matches) are not supported on Spark: Java's "
+                    "regular expressions can fail on a long value while the query runs, after "
+                    "the charge; use LIKE or ILIKE (% and _ wildcards) instead")
+
+
+_EXACT = 2**52  # every double of at least this magnitude is an integer (its own ceil, floor)
+
+
+def _whole(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """ceil and floor of a DOUBLE (or FLOAT) are that type, as on DuckDB and PostgreSQL:
+    Spark's are a BIGINT, which made NaN 0 and +inf and 1e300 both 2^63 - 1 (a bug hunt:
+    ``GROUP BY floor(w)`` merged partitions, ``ceil(w) > 0`` counted otherwise). NaN, +-inf
+    and |x| >= 2^52 (integers already) are kept as they are; another x's BIGINT is exact and
+    read back as the type, 0 with x's sign (IEEE: ceil(-0.5) is -0.0). Other types are
+    Spark's own (an integer is itself; a DECIMAL's ceil is a DECIMAL)."""
+    x = node.this
+    kind = t.type_name(x)
+    if kind not in ("DOUBLE", "FLOAT"):
+        return node
+    special = exp.or_(_call("isnan", x.copy()),
+                      exp.GTE(this=exp.Abs(this=x.copy()), expression=num(_EXACT)), copy=False)
+    zero = exp.EQ(this=type(node)(this=x.copy()), expression=num(0))
+    return case((special, x.copy()),
+                (zero, exp.Mul(this=paren(x.copy()), expression=exp.Literal.number("0.0"))),
+                default=cast(type(node)(this=x.copy()), kind))
+
+
 RULES: _total.Rules = {
     **_total.RULES,
+    exp.Like: _like, exp.ILike: _like, exp.RegexpLike: _regex,
+    exp.Ceil: _whole, exp.Floor: _whole,
     exp.Add: _try_arithmetic, exp.Sub: _try_arithmetic, exp.Mul: _try_arithmetic,
     exp.Neg: _negate, exp.Abs: _abs,
     exp.Log: functools.partial(_total.logarithm, call=_log_call),
@@ -149,13 +206,12 @@ RULES: _total.Rules = {
 }
 
 
-@functools.lru_cache(maxsize=256)
-def _total_expression(text: str) -> exp.Expr:
-    return _total.total(text, RULES, "Spark")
+TOTALS = 256  # expressions made total, kept per engine (a sqlglot parse costs milliseconds)
 
 
 class SparkDialect(Dialect):
-    """Spark SQL's primitives."""
+    """Spark SQL's primitives. ``type_of`` is the engine's (the types of expressions over its
+    relation, analysed: no row is read): ceil and floor ask it."""
 
     sqlglot = "spark"
     # Each unit's partition count by a window: Spark evaluates a CTE once per reference, so
@@ -170,11 +226,24 @@ class SparkDialect(Dialect):
     # measured 12% slower here: its pairs and units are each read twice).
     profile_by_window = True
 
+    def __init__(self, type_of: _total.TypeOf | None = None) -> None:
+        self.type_of = type_of
+        # keyed on the text: one dialect serves one relation (its engine's)
+        self._totals: OrderedDict[str, exp.Expr] = OrderedDict()
+
     def hash_kind(self, sql_type: str) -> Any:
         return "timestamp" if sql_type == "TIMESTAMP_NTZ" else super().hash_kind(sql_type)
 
     def total(self, text: str) -> exp.Expr:
-        return _total_expression(text).copy()
+        node = self._totals.get(text)
+        if node is None:
+            node = _total.total(text, RULES, "Spark", self.type_of)
+            self._totals[text] = node
+            while len(self._totals) > TOTALS:
+                self._totals.popitem(last=False)
+        else:
+            self._totals.move_to_end(text)
+        return node.copy()
 
     def exact_sum(self, node: exp.Expr) -> exp.Expr:
         return exp.Sum(this=cast(node, "DECIMAL(38, 0)"))
@@ -264,6 +333,7 @@ class SparkEngine(SqlEngine):
         self._relation = f"`{database}`.`{self._view}`"
         self._frame = frame
         self.label = label
+        self.dialect = SparkDialect(self.type_of)
 
     def show_progress(self, enabled: bool) -> None:
         """Spark's console progress bar is the application's setting."""
@@ -290,6 +360,7 @@ class SparkEngine(SqlEngine):
 
     def _reset_derived(self) -> None:
         self._view = ""  # the view is the first table's, dropped by it
+        self.dialect = SparkDialect(self.type_of)
 
     def columns(self) -> Mapping[str, str]:
         if self._fixed_columns is not None:
@@ -311,25 +382,37 @@ class SparkEngine(SqlEngine):
         if not floats:
             return []
         checks = ", ".join(f"coalesce(bool_or(isnan({_quote(c)})), false)" for c in floats)
-        with self._lock:
-            row = self._sql(f"SELECT {checks} FROM {self._relation}").collect()[0]
+        try:
+            with self._lock:
+                row = self._sql(f"SELECT {checks} FROM {self._relation}").collect()[0]
+        except self._errors():  # the JVM's text could quote a value
+            raise UserError(f"Spark could not read the DataFrame to check {floats} for NaN; "
+                            "check that it can be read, or pass check_nan=False") from None
         return [c for c, bad in zip(floats, row, strict=True) if bad]
 
     def group_key_types(self, query: BoundedQuery) -> list[str]:
         """The type of each group key expression (analysed, no row is read)."""
-        if not query.group_keys:
+        return self.type_of([self.dialect.group_key(k.expression) for k in query.group_keys])
+
+    def type_of(self, nodes: Sequence[exp.Expr]) -> list[str]:
+        """The type of each expression over the relation, as DuckDB names it (analysed, no
+        row is read)."""
+        if not nodes:
             return []
-        keys = ", ".join(f"{DIALECT.render(DIALECT.group_key(k.expression))} AS __k{i}"
-                         for i, k in enumerate(query.group_keys))
-        schema = self._sql(f"SELECT {keys} FROM {self._relation}").schema
+        items = ", ".join(f"{self.dialect.render(n)} AS __t{i}" for i, n in enumerate(nodes))
+        schema = self._sql(f"SELECT {items} FROM {self._relation}").schema
         return [type_name(f.dataType.simpleString()) for f in schema.fields]
 
     # -- the transport ------------------------------------------------------------------------
 
     def _errors(self) -> tuple[type[BaseException], ...]:
+        """pyspark's own errors, and py4j's: an error raised while a job runs (a task that
+        failed, a SparkContext shut down) arrives as a ``Py4JJavaError`` whose text is the
+        JVM's (a bug hunt: it escaped unmapped, quoting Spark's whole error text)."""
+        from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
-        return (PySparkException,)
+        return (PySparkException, Py4JError)
 
     def _refused(self, exc: BaseException) -> str:
         return ("the query does not fit the DataFrame's column types (check the WHERE "
@@ -363,7 +446,7 @@ class SparkEngine(SqlEngine):
 
     def _key_columns(self, compiled: CompiledQuery) -> tuple[list[str], list[str]]:
         given = [f"c{i}" for i in range(len(compiled.key_types))]
-        return given, [DIALECT.render(DIALECT.safe_cast(exp.column(g), t))
+        return given, [self.dialect.render(self.dialect.safe_cast(exp.column(g), t))
                        for g, t in zip(given, compiled.key_types, strict=True)]
 
     def close(self) -> None:
