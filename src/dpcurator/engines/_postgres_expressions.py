@@ -36,6 +36,7 @@ from dpcurator.engines._total import (
     INTEGER_TEXT,
     NUMBER_TEXT,
     SPECIAL_TEXT,
+    Handler,
     Rules,
     Total,
     TypeOf,
@@ -59,6 +60,16 @@ _NUMBER_RE, _SPECIAL_RE, _INTEGER_RE = NUMBER_TEXT, SPECIAL_TEXT, INTEGER_TEXT
 # nearest, ties to even), both exact as NUMERIC literals.
 _OVERFLOW = str(2**1024 - 2**970)
 _UNDERFLOW = "0." + str(5**1075).rjust(1075, "0")
+# A NUMERIC or double rounds to a REAL's +-inf from 2^128 - 2^103 up (halfway between its
+# largest value and 2^128: ties to even), to 0 at 2^-150 and below (halfway to its least
+# subnormal); PostgreSQL raises on both, DuckDB's TRY_CAST of a double gives NULL and +-0.
+_REAL_OVERFLOW = str(2**128 - 2**103)
+_REAL_UNDERFLOW = "0." + str(5**150).rjust(150, "0")
+# NUMERIC's limits: fewer than 131072 digits before the point (PostgreSQL raises "value
+# overflows numeric format" beyond); a sum of two operands below 10^131071, or a product of
+# two below 10^65000, stays within them (a product's scale is capped, never an error).
+_NUMERIC_SUM_LIMIT = "1e131071"
+_NUMERIC_PRODUCT_LIMIT = "1e65000"
 _DATE_RE = r"^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}\s*$"
 _BOOL_RE = r"(?i)^\s*(t|true|y|yes|on|1|f|false|n|no|off|0)\s*$"
 
@@ -167,6 +178,9 @@ def safe_cast(node: exp.Expr, source: str, target: str) -> exp.Expr:
             return _case((exp.and_(_regex(node, _INTEGER_RE), _fits(value, _INT_TYPES[
                 base_type(target)])), exp.Cast(this=text.copy(), to=to)))
         if dst == "numeric":
+            shape = _decimal_shape(to)
+            if shape is not None:  # NULL for inf and nan: a DECIMAL(p, s) holds neither
+                return _case((_regex(node, _NUMBER_RE), _to_decimal(_numeric(text), to, shape)))
             return _case((_regex(node, _NUMBER_RE), exp.Cast(this=text.copy(), to=to)),
                          (_regex(node, _SPECIAL_RE), exp.Cast(this=text.copy(), to=to)))
         if dst == "float" and base_type(target) in ("DOUBLE PRECISION", "FLOAT8", "DOUBLE"):
@@ -180,14 +194,11 @@ def safe_cast(node: exp.Expr, source: str, target: str) -> exp.Expr:
                              (exp.LTE(this=value.copy(), expression=exp.Literal.number(
                                  _UNDERFLOW)), _dbl(0.0)),
                              default=exp.Cast(this=text.copy(), to=to))))
-        if dst == "float":  # REAL: within its range only
+        if dst == "float":  # REAL: IEEE, as for a double (DuckDB reads '1e39' as inf)
             value = _numeric(text)
-            in_range = exp.or_(exp.EQ(this=value.copy(), expression=num(0)), exp.Between(
-                this=exp.Abs(this=value.copy()), low=exp.Literal.number("1e-37"),
-                high=exp.Literal.number("1e38")))
             return _case((_regex(node, _SPECIAL_RE), exp.Cast(this=text, to=to)),
-                         (exp.and_(_regex(node, _NUMBER_RE), in_range),
-                          exp.Cast(this=text.copy(), to=to)))
+                         (_regex(node, _NUMBER_RE), _real_of_numeric(
+                             value, to, beyond=_signed_real_inf(value))))
         if dst == "bool":
             return _case((_regex(node, _BOOL_RE), exp.Cast(this=text, to=to)))
         if dst == "date":
@@ -209,27 +220,96 @@ def safe_cast(node: exp.Expr, source: str, target: str) -> exp.Expr:
                                                      exp.Literal.number(f"{limit - 1}.5"))),
                           plain))
     if dst == "numeric" and src in ("int", "numeric", "float"):
+        shape = _decimal_shape(to)
+        if shape is not None:
+            return _to_decimal(node.copy() if src == "numeric" else _numeric(node), to, shape)
         if src == "float":
             return _case((_finite(node), plain))
         return plain
+    if dst == "float" and src in ("numeric", "float") and not _is_double(target):
+        if src == "numeric":  # REAL: NULL beyond its range, as a double's below
+            return _case((_special_numeric(node), plain),
+                         default=_real_of_numeric(node, to, beyond=exp.Null()))
+        return _case((exp.Not(this=_finite(node)), plain),  # NaN and +-inf as they are
+                     (exp.GTE(this=_abs(node), expression=_dbl(float(_REAL_OVERFLOW))),
+                      exp.Null()),  # DuckDB's TRY_CAST: NULL
+                     (exp.LTE(this=_abs(node), expression=_dbl(2.0**-150)),
+                      exp.Cast(this=exp.Mul(this=paren(node.copy()), expression=_dbl(0.0)),
+                               to=to)),  # +-0, as DuckDB (the sign kept)
+                     default=plain)
     if dst == "float" and src in ("int", "numeric", "float"):
         if src == "numeric":  # PostgreSQL refuses NUMERICs outside the double range
             in_range = exp.or_(exp.EQ(this=node.copy(), expression=num(0)), exp.Between(
                 this=_abs(node), low=exp.Literal.number("1e-307"),
                 high=exp.Literal.number("1e307")))
-            special = exp.In(this=node.copy(), expressions=[
-                exp.cast(exp.Literal.string(v), "NUMERIC") for v in ("NaN", "Infinity",
-                                                                      "-Infinity")])
-            return _case((in_range, plain), (special, plain))
+            return _case((in_range, plain), (_special_numeric(node), plain))
         return plain
     if dst == "float" and src == "bool":
         return exp.Cast(this=exp.Cast(this=node.copy(), to=exp.DataType.build("INT")), to=to)
     if dst == "bool" and src == "int":
         return exp.Cast(this=exp.Cast(this=node.copy(), to=exp.DataType.build("INT")), to=to) \
             if base_type(source) != "BIGINT" else exp.NEQ(this=node.copy(), expression=num(0))
+    if dst == "timestamp" and src == "date":  # a date beyond 294276 AD is no timestamp
+        return _case((exp.or_(exp.Not(this=exp.Anonymous(this="isfinite", expressions=[
+            node.copy()])), exp.LT(this=node.copy(), expression=exp.cast(
+                exp.Literal.string("294277-01-01"), "DATE"))), plain))
     if dst in ("date", "timestamp") and src in ("date", "timestamp"):
         return plain
     raise UserError(f"a cast from {source} to {target} is not supported on PostgreSQL")
+
+
+def _is_double(target: str) -> bool:
+    """DOUBLE PRECISION (a ``FLOAT`` of DuckDB's, written REAL, is 4 bytes)."""
+    return base_type(target) in ("DOUBLE PRECISION", "FLOAT8", "DOUBLE")
+
+
+def _special_numeric(node: exp.Expr) -> exp.Expr:
+    """A NUMERIC that is NaN or +-inf."""
+    return exp.In(this=node.copy(), expressions=[
+        exp.cast(exp.Literal.string(v), "NUMERIC") for v in ("NaN", "Infinity", "-Infinity")])
+
+
+def _decimal_shape(to: exp.DataType) -> tuple[int, int] | None:
+    """(precision, scale) of NUMERIC(p, s) or NUMERIC(p); None for an unconstrained NUMERIC."""
+    params = [int(p.name) for p in to.expressions]
+    if not params:
+        return None
+    return params[0], params[1] if len(params) > 1 else 0
+
+
+def _to_decimal(value: exp.Expr, to: exp.DataType, shape: tuple[int, int]) -> exp.Expr:
+    """CAST(value AS NUMERIC(p, s)) of a NUMERIC ``value``, NULL where it does not fit: the
+    value rounded to s places (half away from zero, as the cast rounds) must be below
+    10^(p - s) in magnitude, else PostgreSQL raises "numeric field overflow" (a bug hunt:
+    ``CAST(y AS DECIMAL(3,0))`` was released with y = 5 and raised after the charge with y =
+    1000). NaN and +-inf are NULL (a DuckDB DECIMAL holds neither; PostgreSQL raises for
+    inf). The magnitude is compared first (NaN is above every number), so round runs only
+    on values within 10^(p - s) (a CASE evaluates its branches in order)."""
+    precision, scale = shape
+    limit = exp.Literal.number(f"1e{precision - scale}")
+    rounded = exp.Round(this=value.copy(), decimals=num(scale))
+    return _case((exp.GTE(this=_abs(value), expression=limit), exp.Null()),
+                 (exp.LT(this=_abs(rounded), expression=limit.copy()),
+                  exp.Cast(this=value.copy(), to=to.copy())))
+
+
+def _signed_real_inf(value: exp.Expr) -> exp.Expr:
+    real = exp.DataType.build("REAL")
+    return exp.Mul(this=exp.Cast(this=exp.Sign(this=value.copy()), to=real),
+                   expression=exp.Cast(this=exp.Literal.string("Infinity"), to=real.copy()))
+
+
+def _real_of_numeric(value: exp.Expr, to: exp.DataType, beyond: exp.Expr) -> exp.Expr:
+    """A finite NUMERIC as a REAL (PostgreSQL reads its text with strtof, and raises where
+    that gives +-inf or 0 from a value that is not 0): ``beyond`` from 2^128 - 2^103 up, +-0
+    at 2^-150 and below (IEEE, to nearest), else the cast."""
+    real = exp.DataType.build("REAL")
+    return _case((exp.GTE(this=_abs(value), expression=exp.Literal.number(_REAL_OVERFLOW)),
+                  beyond),
+                 (exp.LTE(this=_abs(value), expression=exp.Literal.number(_REAL_UNDERFLOW)),
+                  exp.Mul(this=exp.Cast(this=exp.Sign(this=value.copy()), to=real),
+                          expression=exp.Cast(this=num(0), to=real.copy()))),
+                 default=exp.Cast(this=value.copy(), to=to.copy()))
 
 
 def _valid_date(text: exp.Expr) -> exp.Expr:
@@ -273,10 +353,12 @@ def _arith(t: Total, node: exp.Expr) -> exp.Expr:
         exact = op(this=paren(_numeric(a)), expression=paren(_numeric(b)))
         return _case((_fits(exact, _INT_TYPES[base_type(result)]), plain))
     if kind_ == "numeric":
-        return plain
+        return _numeric_within(t, op, a, b, plain)
     if kind_ != "float":
         raise UserError(f"{ex.describe(node)} on {result} values is not supported on "
                         "PostgreSQL")
+    a, b = _as_double(t, a), _as_double(t, b)
+    plain = op(this=paren(a), expression=paren(b))
     a2, b2 = (cast(a, "DOUBLE"), cast(b, "DOUBLE"))
     special = exp.or_(exp.Not(this=_finite(a2)), exp.Not(this=_finite(b2)))
     if op in (exp.Add, exp.Sub):
@@ -295,6 +377,77 @@ def _arith(t: Total, node: exp.Expr) -> exp.Expr:
     logs = exp.Add(this=_ln_abs(a2), expression=_ln_abs(b2))
     sign = exp.Mul(this=exp.Sign(this=a2.copy()), expression=exp.Sign(this=b2.copy()))
     return _case((special, plain), (zero, plain), *_by_magnitude(logs, plain, sign))
+
+
+def _numeric_within(t: Total, op: type[exp.Expr], a: exp.Expr, b: exp.Expr,
+                    plain: exp.Expr) -> exp.Expr:
+    """NUMERIC + - *, NULL where the result could pass NUMERIC's limit of 131072 digits
+    before the point (PostgreSQL raises "value overflows numeric format"; a bug hunt: ``n *
+    n`` with n = 9e100000 raised after the charge). Kept NUMERIC rather than converted to a
+    double: the exact result is what DuckDB's DECIMAL gives (its own overflow is NULL under
+    TRY), and only values beyond any double (10^65000 for a product) are NULL. NaN and
+    +-inf are not limited (their results are NaN or +-inf)."""
+    limit = exp.Literal.number(_NUMERIC_PRODUCT_LIMIT if op is exp.Mul else
+                               _NUMERIC_SUM_LIMIT)
+
+    def bounded(x: exp.Expr) -> exp.Expr:
+        return exp.or_(exp.LT(this=_abs(x), expression=limit.copy()), _special_numeric(x))
+
+    guards = [bounded(x) for x in (a, b) if kind(t.type_name(x)) == "numeric"]
+    return _case((exp.and_(*guards), plain)) if guards else plain
+
+
+def _compared(t: Total, node: exp.Expr) -> exp.Expr:
+    """Comparisons, IN, BETWEEN, CASE, COALESCE, GREATEST, LEAST, NULLIF: where a NUMERIC
+    meets a double, PostgreSQL converts the NUMERIC to a double, which raises beyond the
+    double range; so a NUMERIC that reads the data is converted by ``safe_cast`` first
+    (NULL there). A constant is left to PostgreSQL, which folds its conversion when the
+    query is planned, before the charge."""
+    if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
+        return node
+    for group in _total.operand_slots(node):
+        present = [s for s in group if isinstance(_total.slot_value(s), exp.Expr)
+                   and not _total.is_constant(_total.slot_value(s))]
+        if not present:
+            continue
+        values = [_total.slot_value(s) for s in group
+                  if isinstance(_total.slot_value(s), exp.Expr)]
+        types = t.type_of(values) if t.type_of is not None else []
+        kinds = {kind(n) for n in types}
+        if not {"float", "numeric"} <= kinds:
+            continue
+        for slot in present:
+            value = _total.slot_value(slot)
+            type_name = t.type_name(value)
+            if kind(type_name) == "numeric":
+                _total.set_slot(slot, safe_cast(value, type_name, "double precision"))
+    return node
+
+
+def _as_double(t: Total, node: exp.Expr) -> exp.Expr:
+    """An operand that PostgreSQL would convert to a double itself, converted by
+    ``safe_cast`` instead: a NUMERIC beyond the double range (or text) makes PostgreSQL's
+    own conversion raise (a bug hunt: ``sqrt(n)``, ``n / 3`` and ``ln(n)`` raised after the
+    charge on a NUMERIC 1e400). A double or integer is kept as it is (its conversion cannot
+    fail)."""
+    type_name = t.type_name(node)
+    if kind(type_name) in ("float", "int"):
+        return node
+    return safe_cast(node, type_name, "double precision")
+
+
+def _doubles(handler: Handler) -> Handler:
+    """``handler`` of a node whose arguments it converts to doubles (sqrt, ln, log, /,
+    power, exp): each argument converted by ``_as_double`` first. The shared rules build a
+    TRY_CAST to DOUBLE after this (``_total.double``), which sqlglot writes as a plain CAST:
+    of a double, which cannot fail."""
+    def rule(t: Total, node: exp.Expr) -> exp.Expr:
+        for key in ("this", "expression"):
+            value = node.args.get(key)
+            if isinstance(value, exp.Expr):
+                node.set(key, _as_double(t, value))
+        return handler(t, node)
+    return rule
 
 
 def _divide(t: Total, node: exp.Expr) -> exp.Expr:
@@ -429,15 +582,54 @@ def _extract(t: Total, node: exp.Expr) -> exp.Expr:
     return _date_value(t, node.expression, part)
 
 
+# date_trunc's units, as PostgreSQL documents them (also in the plural), by their name there
+# (https://www.postgresql.org/docs/15/functions-datetime.html#FUNCTIONS-DATETIME-TRUNC)
+_UNITS = {**{u: u for u in ("microseconds", "milliseconds", "second", "minute", "hour", "day",
+                            "week", "month", "quarter", "year", "decade", "century",
+                            "millennium")},
+          "microsecond": "microseconds", "millisecond": "milliseconds", "seconds": "second",
+          "minutes": "minute", "hours": "hour", "days": "day", "weeks": "week",
+          "months": "month", "quarters": "quarter", "years": "year", "decades": "decade",
+          "centuries": "century", "millennia": "millennium", "millenniums": "millennium"}
+
+
 def _truncate(t: Total, node: exp.Expr) -> exp.Expr:
+    """date_trunc of a unit PostgreSQL documents, refused otherwise before the charge (as
+    DuckDB refuses it when it binds): PostgreSQL checks the unit only on a row that reaches
+    it (a bug hunt: ``uid = 5 AND date_trunc('fortnight', t) IS NULL`` was released without
+    unit 5 and raised after the charge with it). A date beyond the timestamps is NULL."""
     _total.literal_part(t, node)
     a, unit = node.this, node.args.get("unit")
-    if kind(t.type_name(a)) not in ("date", "timestamp"):
+    source = t.type_name(a)
+    if kind(source) not in ("date", "timestamp"):
         raise UserError("date_trunc needs a date or timestamp on PostgreSQL")
-    value = a if kind(t.type_name(a)) == "timestamp" else cast(a, "TIMESTAMP")
-    unit_name = unit.name if isinstance(unit, exp.Expr) else "day"
+    unit_name = unit.name.lower() if isinstance(unit, exp.Expr) else "day"
+    if unit_name not in _UNITS:
+        raise UserError(f"date_trunc's unit {unit_name!r} is not supported on PostgreSQL "
+                        f"(one of {', '.join(sorted(set(_UNITS.values())))})")
+    value = a if kind(source) == "timestamp" else safe_cast(a, source, "TIMESTAMP")
     return exp.Anonymous(this="date_trunc", expressions=[
-        exp.Literal.string(unit_name.lower()), value])
+        exp.Literal.string(_UNITS[unit_name]), value])
+
+
+def _pattern(t: Total, node: exp.Expr) -> exp.Expr:
+    """LIKE, ILIKE and regular expressions: a literal pattern (``_total.literal_pattern``)
+    that PostgreSQL has compiled once before the charge, on the empty string with the
+    subject's collation. PostgreSQL compiles a pattern when the first row reaches it, and
+    EXPLAIN never does (a bug hunt: ``uid = 5 AND regexp_matches(code, '(')`` was released
+    without unit 5 and raised after the charge with it); a nondeterministic collation, which
+    LIKE and regular expressions refuse, would raise the same way."""
+    _total.literal_pattern(t, node)
+    if t.evaluates is None:
+        return node
+    probe = node.copy()
+    probe.set("this", exp.Coalesce(this=node.this.copy(), expressions=[
+        exp.Literal.string("")]))
+    if not t.evaluates(probe):
+        what = "regular expression" if isinstance(node, exp.RegexpLike) else "pattern"
+        raise UserError(f"the {what} {node.expression.sql(dialect='postgres')} is not valid "
+                        "on PostgreSQL (or the text's collation cannot take it)")
+    return node
 
 
 def _substring(s: exp.Expr, start: exp.Expr, length: exp.Expr | None) -> exp.Expr:
@@ -452,21 +644,37 @@ def _substring(s: exp.Expr, start: exp.Expr, length: exp.Expr | None) -> exp.Exp
 
 
 def _cast(t: Total, node: exp.Expr) -> exp.Expr:
+    """``safe_cast``; a constant whose cast that refuses (``TIMESTAMP '2000-01-01'``, text
+    to a timestamp) is cast plainly once PostgreSQL has evaluated that cast before the
+    charge: it converts on every row or on none, and is refused where it does not."""
     a = node.this
-    return safe_cast(a, t.type_name(a), node.args["to"].sql(dialect="postgres"))
+    target = node.args["to"].sql(dialect="postgres")
+    try:
+        return safe_cast(a, t.type_name(a), target)
+    except UserError:
+        if t.evaluates is None or not _total.is_constant(a):
+            raise
+    plain = exp.Cast(this=a.copy(), to=node.args["to"].copy())
+    if not t.evaluates(plain):
+        raise UserError(f"the constant {a.sql(dialect='postgres')} does not convert to "
+                        f"{target} on PostgreSQL")
+    return plain
 
 
 RULES: Rules = {
     **_total.RULES,
-    exp.Add: _arith, exp.Sub: _arith, exp.Mul: _arith, exp.Div: _divide,
+    exp.Add: _arith, exp.Sub: _arith, exp.Mul: _arith, exp.Div: _doubles(_divide),
     exp.IntDiv: _int_divide, exp.Mod: _modulo, exp.Neg: _negate, exp.Abs: _absolute,
-    exp.Pow: _power, exp.Exp: _exp, exp.Round: _round,
-    exp.Log: functools.partial(_total.logarithm, call=_log_call),
+    exp.Pow: _doubles(_power), exp.Exp: _doubles(_exp), exp.Round: _round,
+    exp.Sqrt: _doubles(_total.RULES[exp.Sqrt]), exp.Ln: _doubles(_total.RULES[exp.Ln]),
+    exp.Log: _doubles(functools.partial(_total.logarithm, call=_log_call)),
     **dict.fromkeys(_PARTS, _date_part),
     exp.Extract: _extract, exp.DateTrunc: _truncate, exp.TimestampTrunc: _truncate,
     exp.Cast: _cast,
     exp.Substring: functools.partial(_total.substring, call=_substring),
+    exp.Like: _pattern, exp.ILike: _pattern, exp.RegexpLike: _pattern,
     exp.Interval: _total.refuse,
+    **dict.fromkeys(_total.COMPARED, _compared),
 }
 
 
@@ -485,6 +693,9 @@ def round_half_away(node: exp.Expr, sign: int = 0) -> exp.Expr:
         this=exp.Abs(this=node.copy()), expression=half)))
 
 
-def total(text: str, type_of: TypeOf) -> exp.Expr:
-    """The canonical expression ``text`` as a PostgreSQL expression no row can make raise."""
-    return _total.total(text, RULES, "PostgreSQL", type_of)
+def total(text: str, type_of: TypeOf, evaluates: _total.Evaluates | None = None
+          ) -> exp.Expr:
+    """The canonical expression ``text`` as a PostgreSQL expression no row can make raise;
+    ``evaluates`` runs a constant once (patterns, constant casts), without it those are
+    refused or left unchecked as ``_pattern`` and ``_cast`` say."""
+    return _total.total(text, RULES, "PostgreSQL", type_of, evaluates)

@@ -96,6 +96,7 @@ from dpcurator.errors import InternalError, UserError
 from dpcurator.query import expressions as ex
 
 __all__ = [
+    "COMPARED",
     "RULES",
     "Evaluates",
     "Handler",
@@ -105,9 +106,13 @@ __all__ = [
     "as_condition",
     "cast_by_type_name",
     "implicit_casts",
+    "is_constant",
     "keep",
     "literal_part",
     "number_arguments",
+    "operand_slots",
+    "set_slot",
+    "slot_value",
     "total",
 ]
 
@@ -185,8 +190,10 @@ def when(condition: exp.Expr, value: exp.Expr) -> exp.Expr:
 
 
 def double(node: exp.Expr) -> exp.Expr:
-    """A number as a DOUBLE (TRY_CAST: PostgreSQL writes it as its CAST, whose own rules
-    guard what they cast)."""
+    """A number as a DOUBLE (TRY_CAST). Built after the rewrite, so no engine's Cast rule
+    sees it, and PostgreSQL writes it as a plain CAST: its rules convert each argument to a
+    double themselves first (``_postgres_expressions._doubles``; a bug hunt: a NUMERIC
+    1e400 made ``sqrt`` raise after the charge)."""
     return exp.TryCast(this=node, to=exp.DataType.build("DOUBLE"))
 
 
@@ -640,6 +647,11 @@ def _conditions(t: Total, node: exp.Expr) -> None:
 _COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
              exp.NullSafeNEQ, exp.In, exp.Between, exp.Nullif, exp.Coalesce, exp.Greatest,
              exp.Least, exp.Case, exp.If)
+
+
+# Public names of the operand slots, for an engine's rules that convert operands.
+COMPARED = _COMPARED
+operand_slots, slot_value, set_slot, is_constant = _slots, _get, _put, _constant
 
 
 def implicit_casts(wrap: Callable[[exp.Expr], exp.Expr], base: Handler = keep) -> Handler:

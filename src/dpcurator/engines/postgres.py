@@ -29,6 +29,7 @@ from dpcurator.engines._engine import SqlEngine, key_text
 from dpcurator.engines._hash import PREFIX, WORD_BITS
 from dpcurator.engines._joins import TableSet
 from dpcurator.engines._results import CompiledQuery
+from dpcurator.engines._total import Evaluates
 from dpcurator.engines._trees import add, band, cast, mul, num, shr
 from dpcurator.errors import InternalError, UserError
 from dpcurator.ledger import mask_url
@@ -54,8 +55,9 @@ class PostgresDialect(Dialect):
     # 1.65x -> 1.02x at 10^7, private keys 2.41x -> 2.01x at 10^6 (benchmarks/README.md)
     sort_pairs_input = True
 
-    def __init__(self, type_of: pe.TypeOf) -> None:
+    def __init__(self, type_of: pe.TypeOf, evaluates: Evaluates | None = None) -> None:
         self.type_of = type_of
+        self.evaluates = evaluates
 
     def value_kind(self, sql_type: str) -> ValueKind:
         base = base_type(sql_type)
@@ -85,7 +87,7 @@ class PostgresDialect(Dialect):
         return small, big
 
     def total(self, text: str) -> exp.Expr:
-        return pe.total(text, self.type_of)
+        return pe.total(text, self.type_of, self.evaluates)
 
     def safe_cast(self, node: exp.Expr, sql_type: str) -> exp.Expr:
         return pe.safe_cast(node, "text", sql_type)  # from the keys' text
@@ -145,7 +147,7 @@ class PostgresEngine(SqlEngine):
         self._owns = owns_connection
         self._columns: dict[str, str] | None = None
         self._types: dict[str, str] = {}
-        self.dialect = PostgresDialect(self.type_of)
+        self.dialect = PostgresDialect(self.type_of, self.evaluates)
 
     @classmethod
     def from_dsn(cls, dsn: str, table: str) -> PostgresEngine:
@@ -180,7 +182,7 @@ class PostgresEngine(SqlEngine):
         self._types = {}
         self._owns = False
         self._table = self.label
-        self.dialect = PostgresDialect(self.type_of)
+        self.dialect = PostgresDialect(self.type_of, self.evaluates)
 
     def show_progress(self, enabled: bool) -> None:
         """PostgreSQL shows no progress to a client."""
@@ -246,6 +248,19 @@ class PostgresEngine(SqlEngine):
             assert row is not None
             self._types.update(zip(missing, (str(t) for t in row), strict=True))
         return [self._types[t] for t in texts]
+
+    def evaluates(self, node: exp.Expr) -> bool:
+        """Does an expression whose columns are NULL (a constant, a pattern on the empty
+        text) evaluate without an error? Run once over a ``LIMIT 0`` of the relation,
+        outer-joined to one row, so its columns keep their types and collations; no row of
+        the table is read."""
+        try:
+            self._fetch(f"SELECT {node.sql(dialect='postgres')} FROM (SELECT 1) AS "
+                        f"__dpcurator_one LEFT JOIN (SELECT * FROM {self._relation} LIMIT 0) "
+                        "AS q ON TRUE")
+        except psycopg.Error:
+            return False
+        return True
 
     def group_key_types(self, query: BoundedQuery) -> list[str]:
         return self.type_of([self.dialect.group_key(k.expression) for k in query.group_keys])
