@@ -186,6 +186,10 @@ def test_a_timestamp_literal_is_evaluated_before_the_charge(make: Make, where: s
                                decimal.Decimal("2.5")], [None, 0.0, 2.5]),
     ("sqrt(n)", "n", [BIG, decimal.Decimal("4")], [None, 2.0]),
     ("n * n", "n", [HUGE, decimal.Decimal("3")], [None, decimal.Decimal("9")]),
+    # a backslash in LIKE is an ordinary character, as on DuckDB and Spark (PostgreSQL's
+    # default escape made 'a' LIKE '\a' true; a bug hunt)
+    ("code LIKE '\\a'", "code", ["a", "\\a", "\\"], [False, True, False]),
+    ("code ILIKE '\\%'", "code", ["%", "\\x", "x"], [False, True, False]),
 ])
 def test_the_guarded_operations_give_duckdbs_values(
         postgres_url: str, text: str, column: str, values: list[Any],

@@ -621,7 +621,7 @@ def _pattern(t: Total, node: exp.Expr) -> exp.Expr:
     LIKE and regular expressions refuse, would raise the same way."""
     _total.literal_pattern(t, node)
     if t.evaluates is None:
-        return node
+        return _no_escape(node)
     probe = node.copy()
     probe.set("this", exp.Coalesce(this=node.this.copy(), expressions=[
         exp.Literal.string("")]))
@@ -629,6 +629,15 @@ def _pattern(t: Total, node: exp.Expr) -> exp.Expr:
         what = "regular expression" if isinstance(node, exp.RegexpLike) else "pattern"
         raise UserError(f"the {what} {node.expression.sql(dialect='postgres')} is not valid "
                         "on PostgreSQL (or the text's collation cannot take it)")
+    return _no_escape(node)
+
+
+def _no_escape(node: exp.Expr) -> exp.Expr:
+    """LIKE and ILIKE mean DuckDB's, where a backslash is an ordinary character; PostgreSQL's
+    escapes with it by default (``'a' LIKE '\\a'`` was true there and false on DuckDB and
+    Spark), so its escape is switched off (``ESCAPE ''``)."""
+    if isinstance(node, exp.Like | exp.ILike):
+        return exp.Escape(this=node, expression=exp.Literal.string(""))
     return node
 
 
