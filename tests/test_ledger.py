@@ -25,9 +25,11 @@ from typer.testing import CliRunner
 
 import dpcurator as dp
 from dpcurator.accounting.filters import FilterRule
+from dpcurator.accounting.guarantees import RDP
 from dpcurator.cli import app
 from dpcurator.errors import BudgetExceededError, LedgerIntegrityError, UserError
 from dpcurator.ledger import Budget, PostgresLedger, SQLiteLedger, migrate_journal, open_ledger
+from dpcurator.ledger._chain import entry_hash, make_body
 
 QUARTER = dp.PureDP(0.25)
 BACKENDS = ("sqlite", "postgres")  # ledger_factory's (conftest.py)
@@ -128,6 +130,38 @@ def test_a_raise_is_explicit_and_recorded(ledger_factory: Callable[[], str]) -> 
         Budget(dp.PureDP(1.0), journal=target)  # the old total is no longer the ledger's
     Budget(dp.PureDP(2.0), journal=target).close()
     budget.close()
+
+
+def test_a_raise_or_a_reopen_on_other_rdp_orders_is_refused(tmp_path: Path) -> None:
+    """A bug hunt: an RDP total raised to one on other orders kept the sums of the old orders
+    and compared them with the new orders' limits (every number went up, so it passed): three
+    more ZCDP(0.1) were accepted, RDP 8 at order 10 against a limit of 5, and ``verify``
+    passed. Reopening with the same numbers on other orders was accepted silently too."""
+    path = tmp_path / "rdp.sqlite"
+    with Budget(RDP((2.0, 3.0), (1.0, 1.5)), journal=path) as budget:
+        budget.charge(dp.ZCDP(0.5))  # (1.0, 1.5) at orders (2, 3): all of it
+        with pytest.raises(UserError, match=r"orders \(10.0, 20.0\).*\(2.0, 3.0\)"):
+            budget.raise_total(RDP((10.0, 20.0), (5.0, 10.0)))
+        assert not budget.can_afford(dp.ZCDP(0.1))
+        budget.raise_total(RDP((2.0, 3.0), (2.0, 3.0)))  # the same orders: a raise
+        assert budget.can_afford(dp.ZCDP(0.1))
+    with pytest.raises(UserError, match=r"on orders \(2.0, 3.0\)"):
+        Budget(RDP((10.0, 20.0), (2.0, 3.0)), journal=path)
+    # A ledger that recorded such a raise (an older version wrote it) no longer verifies.
+    ledger = SQLiteLedger(path, create=False)
+    state = ledger.account("default")
+    seq, prev = ledger.head()
+    ledger.close()
+    assert state is not None
+    rule = FilterRule.make(RDP((10.0, 20.0), (50.0, 100.0)), "rdp")
+    body = make_body(seq=seq + 1, prev=prev, kind="raise", account="default", time=0.0,
+                     spent=state.spent, limits=rule.limits(), rule=rule)
+    with _raw(str(path)) as db:  # what the old raise_total appended
+        db.execute("INSERT INTO entries (seq, account, kind, body, hash) VALUES "
+                   "(?, 'default', 'raise', ?, ?)", (seq + 1, body, entry_hash(body)))
+        db.execute("UPDATE head SET seq = ?, hash = ?", (seq + 1, entry_hash(body)))
+    with pytest.raises(LedgerIntegrityError, match="raise to a total on other RDP orders"):
+        SQLiteLedger(path, create=False)
 
 
 def test_accounts_in_one_ledger_are_separate_budgets(ledger_factory: Callable[[], str]) -> None:
