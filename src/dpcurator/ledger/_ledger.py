@@ -388,14 +388,18 @@ class Ledger(ABC):
                              state.limits, label=label, cost=cost, price=price)
                 for name, cost, state, price in priced]
 
-    def record(self, name: str, cost: Cost, label: str) -> Entry:
-        """Append a charge whether or not it fits (a migrated journal's history)."""
+    def record(self, name: str, charges: Sequence[tuple[Cost, str]]) -> list[Entry]:
+        """Append charges (cost, label) whether or not they fit (a migrated journal's
+        history), all in one transaction: a crash leaves every one of them or none."""
         with self._transaction(write=True) as db:
-            state = self._state(name)
-            price = state.rule.price(cost)
-            spent = [s + p for s, p in zip(state.spent, price, strict=True)]
-            return self._append(db, name, "migrated", spent, state.limits, label=label,
-                                cost=cost, price=price)
+            out = []
+            for cost, label in charges:
+                state = self._state(name)
+                price = state.rule.price(cost)
+                spent = [s + p for s, p in zip(state.spent, price, strict=True)]
+                out.append(self._append(db, name, "migrated", spent, state.limits,
+                                        label=label, cost=cost, price=price))
+            return out
 
     def raise_total(self, name: str, total: Cost, label: str = "") -> Entry:
         """Record a raise of the account's total (every limit at least the old one, at the

@@ -48,7 +48,7 @@ __all__ = ["SQLiteLedger"]
 
 T = TypeVar("T")
 BUSY_TIMEOUT_S = 120.0
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _REQUESTS = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -277,7 +277,7 @@ def _create_atomically(path: Path) -> None:
         except FileExistsError:
             pass  # another process created it first: use theirs
         else:
-            _fsync_directory(path.parent)
+            fsync_directory(path.parent)
     except OSError as exc:
         raise UserError(f"cannot create the ledger {path}: {exc.strerror or exc}") from None
     finally:
@@ -285,7 +285,7 @@ def _create_atomically(path: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def _fsync_directory(folder: Path) -> None:
+def fsync_directory(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -313,7 +313,7 @@ def _check_is_ledger_file(path: Path) -> None:
             start = handle.read(4096)
     except OSError as exc:
         raise UserError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
-    if start.startswith(_SQLITE_MAGIC):
+    if start.startswith(SQLITE_MAGIC):
         return
     if not start.strip():
         raise LedgerIntegrityError(
