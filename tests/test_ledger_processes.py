@@ -247,6 +247,37 @@ def test_a_budget_carried_across_fork_uses_its_own_connection(
     assert open_ledger(path, create=False).verify().entries == 4
 
 
+def _charge_in_memory_in_forked_child(budget: Budget, out: str) -> None:
+    try:
+        budget.charge(dp.PureDP(STEP), "child")
+    except UserError as exc:
+        Path(out).write_text(f"refused: {exc}; remaining {budget.remaining.epsilon}")
+    else:
+        Path(out).write_text("charged")
+
+
+def test_an_in_memory_budget_refuses_to_charge_in_a_forked_child(tmp_path: Path) -> None:
+    """A bug hunt: an in-memory Budget used from forked workers gave each child a copy of the
+    whole total (4 workers each accepted 9 x 0.1 against 1.0, and the parent saw nothing).
+    A forked child may read its copy but not charge it: it is told to use a journal file."""
+    budget = Budget(dp.PureDP(1.0))
+    budget.charge(dp.PureDP(STEP), "parent, before")
+    outs = [str(tmp_path / f"child-{i}.txt") for i in range(2)]
+    children = [multiprocessing.get_context("fork").Process(
+        target=_charge_in_memory_in_forked_child, args=(budget, out)) for out in outs]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=120)
+        assert child.exitcode == 0
+    for out in outs:
+        text = Path(out).read_text()
+        assert text.startswith("refused") and "journal file" in text, text
+        assert text.endswith(f"remaining {1 - STEP}")  # reading the copy still works
+    budget.charge(dp.PureDP(STEP), "parent, after")  # the parent's budget is untouched
+    assert [c.label for c in budget.ledger] == ["parent, before", "parent, after"]
+
+
 # -- a migration killed part-way ------------------------------------------------------------
 
 _MIGRATE_CHILD = r"""

@@ -138,6 +138,15 @@ class SQLiteLedger(Ledger):
     def _database(self, write: bool) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` (writers, after their turn in the queue) or ``BEGIN``."""
         self._reopen_after_fork()
+        if write and self.path is None and self._pid != os.getpid():
+            # A forked child holds a copy of the parent's in-memory ledger that no other
+            # process sees: its charges would spend the whole total again in every child.
+            raise UserError(
+                "this budget is in memory and was made in another process (this one was "
+                "forked from it): a charge here would not be seen by the parent or the other "
+                "processes, each of which could spend the whole total. Give the budget a "
+                "journal file (Budget(..., journal='budget.sqlite')) so that processes share "
+                "it; nothing was charged")
         with self._queue.turn(write):
             db = self._db
             try:
@@ -162,7 +171,8 @@ class SQLiteLedger(Ledger):
 
         SQLite connections must not cross a fork, and a forked ``flock`` descriptor is shared
         with the parent. The inherited ones are kept, unused and unclosed (closing them here
-        could release locks the parent holds); an in-memory ledger stays the parent's copy.
+        could release locks the parent holds); an in-memory ledger stays the parent's copy,
+        readable, but refuses every write (``_database``).
         """
         if self._pid == os.getpid() or self.path is None:
             return
