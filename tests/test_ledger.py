@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
+import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -339,6 +343,85 @@ def test_bad_paths_are_clear_user_errors(tmp_path: Path) -> None:
     sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.close()
     with pytest.raises(UserError, match="not a dpcurator ledger"):
         Budget(QUARTER, journal=foreign)
+
+
+def test_a_ledger_whose_header_was_overwritten_is_damaged_not_foreign(tmp_path: Path) -> None:
+    """A bug hunt: a ledger whose first 100 bytes were overwritten was called 'not a
+    dpcurator ledger; give another path', inviting a new ledger (a refund of all it
+    recorded). It is damaged: restore it from a backup."""
+    path = tmp_path / "ledger.sqlite"
+    _ledger_with_charges(path, 3)
+    data = path.read_bytes()
+    path.write_bytes(b"\0" * 100 + data[100:])
+    with pytest.raises(LedgerIntegrityError, match=r"is damaged.*restore it from a backup"):
+        Budget.open(path)
+    # Its format record gone (the meta table emptied): damaged too, not someone else's file.
+    path.write_bytes(data)
+    with _raw(str(path)) as db:
+        db.execute("DELETE FROM meta")
+    with pytest.raises(LedgerIntegrityError, match=r"is damaged.*restore it from a backup"):
+        Budget.open(path)
+
+
+_READ_ONLY_CHILD = r"""
+import json, sys
+import dpcurator as dp
+from dpcurator.ledger import Budget
+found = {}
+for what in ("open", "charge"):
+    try:
+        budget = Budget.open(sys.argv[1])
+        if what == "charge":
+            budget.charge(dp.PureDP(0.25))
+        found[what] = ["ok", str(budget.remaining.epsilon)]
+    except Exception as exc:
+        found[what] = [type(exc).__name__, str(exc)]
+print(json.dumps(found))
+"""
+
+
+def _unprivileged() -> list[str]:
+    """A command prefix under which file permissions hold (root ignores them: drop the
+    capabilities that let it), or skip where that is impossible."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: file permissions cannot be tested")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}"]
+
+
+@pytest.mark.parametrize("folder_writable", [True, False])
+def test_a_read_only_ledger_is_not_called_damaged(tmp_path: Path, folder_writable: bool) -> None:
+    """A bug hunt: a ledger this process may not write was reported as 'damaged or truncated:
+    restore it from a backup' (every database error but a lock was called damage). It is a
+    UserError that names the permissions; where the folder is writable it can still be read."""
+    folder = tmp_path / "ledgers"
+    folder.mkdir()
+    path = folder / "ledger.sqlite"
+    _ledger_with_charges(path, 1)
+    path.chmod(0o400)
+    if not folder_writable:
+        folder.chmod(0o500)
+    try:
+        run = subprocess.run([*_unprivileged(), sys.executable, "-c", _READ_ONLY_CHILD,
+                              str(path)], capture_output=True, text=True, timeout=120,
+                             check=False)
+    finally:
+        folder.chmod(0o700)
+        path.chmod(0o600)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    if folder_writable:
+        assert found["open"] == ["ok", "0.75"]
+    else:
+        assert found["open"][0] == "UserError" and "read-only" in found["open"][1]
+    assert found["charge"][0] == "UserError", found
+    assert "read-only for this user" in found["charge"][1]
+    assert "damaged" not in found["charge"][1] and "backup" not in found["charge"][1]
+    with Budget.open(path) as budget:  # nothing was charged
+        assert budget.remaining.epsilon == 0.75
 
 
 # -- migration of a JSONL journal ---------------------------------------------------------------

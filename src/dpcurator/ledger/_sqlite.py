@@ -129,7 +129,16 @@ class SQLiteLedger(Ledger):
         except sqlite3.DatabaseError as exc:
             raise self._damaged(exc) from None
 
-    def _damaged(self, exc: Exception) -> LedgerIntegrityError:
+    def _damaged(self, exc: sqlite3.Error) -> UserError | LedgerIntegrityError:
+        """The error for a database error that is not a lock held too long: a file this
+        process may not write (or open) is the owner's permissions to fix, not damage; telling
+        them to restore a backup, or to start anew, would be wrong advice."""
+        if _not_permitted(exc):
+            return UserError(
+                f"ledger {self.where} cannot be opened or written by this process ({exc}): "
+                "the file or its folder is read-only for this user. Give it write access to "
+                "both (SQLite writes the -wal and -shm files beside the ledger, even to read "
+                "it); nothing was charged")
         return LedgerIntegrityError(
             f"ledger {self.where} cannot be read as a database ({exc}); it was damaged or "
             "truncated: restore it from a backup. Nothing was charged")
@@ -197,6 +206,11 @@ class SQLiteLedger(Ledger):
                 raise
             rows = {}
         if rows.get("format") != FORMAT:
+            if self.path is not None and _looks_like_a_ledger(self.path):
+                raise LedgerIntegrityError(
+                    f"ledger {self.where} is damaged: it holds a dpcurator ledger's tables "
+                    "but not its format record. What it recorded is still spent: restore it "
+                    "from a backup. Nothing was charged")
             raise UserError(f"{self.where} is a SQLite database but not a dpcurator ledger")
         if rows.get("version") != str(VERSION):
             raise UserError(f"ledger {self.where} has format version {rows.get('version')}; "
@@ -210,6 +224,19 @@ class SQLiteLedger(Ledger):
             if "readonly" not in str(exc):
                 raise
         return str(rows["id"])
+
+
+# SQLite's primary result codes for a file this process may not write or open (sqlite3.h):
+# SQLITE_PERM, SQLITE_READONLY (with its extended codes), SQLITE_CANTOPEN.
+_NOT_PERMITTED = (3, 8, 14)
+
+
+def _not_permitted(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _NOT_PERMITTED
+    text = str(exc)
+    return "readonly" in text or "unable to open database file" in text
 
 
 class _WriterQueue:
@@ -336,5 +363,26 @@ def _check_is_ledger_file(path: Path) -> None:
             f"{path} is a JSONL budget journal written by an older dpcurator; migrate it "
             f"once with `dpcurator ledger migrate {path} --epsilon TOTAL [--delta TOTAL]` "
             "(the old file is kept beside it as .jsonl.bak)")
+    if _looks_like_a_ledger(path):
+        # A ledger whose first bytes were overwritten: starting a new one at another path
+        # would refund everything it recorded.
+        raise LedgerIntegrityError(
+            f"ledger {path} is damaged: its SQLite header is gone but it still holds a "
+            "dpcurator ledger's tables. What it recorded is still spent: restore it from a "
+            "backup. Nothing was charged")
     raise UserError(f"{path} exists but is not a dpcurator ledger; give another path")
+
+
+_LEDGER_MARKS = (FORMAT.encode(), b"entries_are_append_only", b"CREATE TABLE entries")
+
+
+def _looks_like_a_ledger(path: Path) -> bool:
+    """Whether the file's first MiB holds what only a ledger's pages hold: its schema (page
+    1 keeps the CREATE statements) or its format name (in the meta table)."""
+    try:
+        with path.open("rb") as handle:
+            start = handle.read(1 << 20)
+    except OSError:
+        return False
+    return any(mark in start for mark in _LEDGER_MARKS)
 
