@@ -96,7 +96,13 @@ def _unit_counts(counts: Any) -> npt.NDArray[np.int64]:
         raise UserError("unit_counts must be a 1-D array (one count per partition)")
     if arr.size and (np.any(arr < 0) or np.any(arr != np.round(arr))):
         raise UserError("unit_counts must hold non-negative integers (units per partition)")
+    if arr.size and np.any(arr >= _MAX_COUNT):
+        # int64 would wrap such a count to a negative one: a crash, or a partition dropped.
+        raise UserError(f"unit_counts must be below 2^63 (the largest is {float(arr.max()):.6g})")
     return arr.astype(np.int64)
+
+
+_MAX_COUNT = 2**63  # the counts are int64
 
 
 def per_partition_delta(delta: float, max_partitions: int) -> float:
