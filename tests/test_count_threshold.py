@@ -239,3 +239,26 @@ def test_refusals_name_the_problem_and_charge_nothing() -> None:
     with pytest.raises(ValueError, match="needs the noise calibrated by rho"):
         CountThreshold(noise=DiscreteGaussian(epsilon=1.0, delta=1e-6), contribution=1,
                        delta=1e-6)
+
+
+def test_a_noise_calibrated_below_what_one_unit_moves_is_refused() -> None:
+    """A bug hunt: ``CountThreshold`` took the noise's epsilon without checking its
+    sensitivity against k C: Laplace noise for sensitivity 1 with C = 5 and k = 3 claimed
+    epsilon 1 where one unit moves the counts by 15 in L1 (epsilon 15)."""
+    with pytest.raises(dp.errors.UserError, match=r"sensitivity 1 .* 3 x 5 = 15 \(L1\)"):
+        CountThreshold(noise=DiscreteLaplace(epsilon=1.0, sensitivity=1), contribution=5,
+                       delta=1e-6, max_partitions=3)
+    with pytest.raises(dp.errors.UserError, match=r"sensitivity 14\.5"):
+        CountThreshold(noise=DiscreteLaplace(epsilon=1.0, sensitivity=14.5), contribution=5,
+                       delta=1e-6, max_partitions=3)
+    # Gaussian: L2 norm sqrt(3) x 5 = 8.66..., so 8 is short and 9 is enough.
+    with pytest.raises(dp.errors.UserError, match=r"sqrt\(3\) x 5 .* sensitivity 9"):
+        CountThreshold(noise=DiscreteGaussian(rho=0.5, sensitivity=8), contribution=5,
+                       delta=1e-6, max_partitions=3)
+    CountThreshold(noise=DiscreteGaussian(rho=0.5, sensitivity=9), contribution=5,
+                   delta=1e-6, max_partitions=3)
+    exact = laplace_threshold(1.0, 1e-6, k=3, contribution=5)  # sensitivity 15: accepted
+    assert exact.guarantee == dp.ApproxDP(1.0, 1e-6)
+    wider = CountThreshold(noise=DiscreteLaplace(epsilon=1.0, sensitivity=20),
+                           contribution=5, delta=1e-6, max_partitions=3)  # conservative
+    assert wider.guarantee == dp.ApproxDP(1.0, 1e-6)

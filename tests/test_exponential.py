@@ -243,3 +243,15 @@ def test_huge_score_range_is_handled_exactly() -> None:
     assert em.release([1e308, -1e308, 0.0]) == 0
     pf = PermuteAndFlip(epsilon=1.0, sensitivity=1.0, source=SeededRandom(11))
     assert pf.release([-1e308, 1e308]) == 1
+
+
+@pytest.mark.parametrize("mechanism", [Exponential, PermuteAndFlip])
+def test_a_rate_past_the_largest_float_is_a_user_error(mechanism: Any) -> None:
+    """A bug hunt: epsilon / sensitivity above ~1.8e308 raised OverflowError at construction
+    (float() of the exact rate) before the range check could name it."""
+    from dpcurator.errors import UserError
+
+    with pytest.raises(UserError, match="epsilon / sensitivity must lie between"):
+        mechanism(epsilon=5e307, sensitivity=5e-324)
+    with pytest.raises(UserError, match="epsilon / sensitivity must lie between"):
+        mechanism(epsilon=1e-300, sensitivity=1e300)

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
+import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,9 +29,11 @@ from typer.testing import CliRunner
 
 import dpcurator as dp
 from dpcurator.accounting.filters import FilterRule
+from dpcurator.accounting.guarantees import RDP
 from dpcurator.cli import app
 from dpcurator.errors import BudgetExceededError, LedgerIntegrityError, UserError
 from dpcurator.ledger import Budget, PostgresLedger, SQLiteLedger, migrate_journal, open_ledger
+from dpcurator.ledger._chain import entry_hash, make_body
 
 QUARTER = dp.PureDP(0.25)
 BACKENDS = ("sqlite", "postgres")  # ledger_factory's (conftest.py)
@@ -128,6 +134,38 @@ def test_a_raise_is_explicit_and_recorded(ledger_factory: Callable[[], str]) -> 
         Budget(dp.PureDP(1.0), journal=target)  # the old total is no longer the ledger's
     Budget(dp.PureDP(2.0), journal=target).close()
     budget.close()
+
+
+def test_a_raise_or_a_reopen_on_other_rdp_orders_is_refused(tmp_path: Path) -> None:
+    """A bug hunt: an RDP total raised to one on other orders kept the sums of the old orders
+    and compared them with the new orders' limits (every number went up, so it passed): three
+    more ZCDP(0.1) were accepted, RDP 8 at order 10 against a limit of 5, and ``verify``
+    passed. Reopening with the same numbers on other orders was accepted silently too."""
+    path = tmp_path / "rdp.sqlite"
+    with Budget(RDP((2.0, 3.0), (1.0, 1.5)), journal=path) as budget:
+        budget.charge(dp.ZCDP(0.5))  # (1.0, 1.5) at orders (2, 3): all of it
+        with pytest.raises(UserError, match=r"orders \(10.0, 20.0\).*\(2.0, 3.0\)"):
+            budget.raise_total(RDP((10.0, 20.0), (5.0, 10.0)))
+        assert not budget.can_afford(dp.ZCDP(0.1))
+        budget.raise_total(RDP((2.0, 3.0), (2.0, 3.0)))  # the same orders: a raise
+        assert budget.can_afford(dp.ZCDP(0.1))
+    with pytest.raises(UserError, match=r"on orders \(2.0, 3.0\)"):
+        Budget(RDP((10.0, 20.0), (2.0, 3.0)), journal=path)
+    # A ledger that recorded such a raise (an older version wrote it) no longer verifies.
+    ledger = SQLiteLedger(path, create=False)
+    state = ledger.account("default")
+    seq, prev = ledger.head()
+    ledger.close()
+    assert state is not None
+    rule = FilterRule.make(RDP((10.0, 20.0), (50.0, 100.0)), "rdp")
+    body = make_body(seq=seq + 1, prev=prev, kind="raise", account="default", time=0.0,
+                     spent=state.spent, limits=rule.limits(), rule=rule)
+    with _raw(str(path)) as db:  # what the old raise_total appended
+        db.execute("INSERT INTO entries (seq, account, kind, body, hash) VALUES "
+                   "(?, 'default', 'raise', ?, ?)", (seq + 1, body, entry_hash(body)))
+        db.execute("UPDATE head SET seq = ?, hash = ?", (seq + 1, entry_hash(body)))
+    with pytest.raises(LedgerIntegrityError, match="raise to a total on other RDP orders"):
+        SQLiteLedger(path, create=False)
 
 
 def test_accounts_in_one_ledger_are_separate_budgets(ledger_factory: Callable[[], str]) -> None:
@@ -305,6 +343,85 @@ def test_bad_paths_are_clear_user_errors(tmp_path: Path) -> None:
     sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.close()
     with pytest.raises(UserError, match="not a dpcurator ledger"):
         Budget(QUARTER, journal=foreign)
+
+
+def test_a_ledger_whose_header_was_overwritten_is_damaged_not_foreign(tmp_path: Path) -> None:
+    """A bug hunt: a ledger whose first 100 bytes were overwritten was called 'not a
+    dpcurator ledger; give another path', inviting a new ledger (a refund of all it
+    recorded). It is damaged: restore it from a backup."""
+    path = tmp_path / "ledger.sqlite"
+    _ledger_with_charges(path, 3)
+    data = path.read_bytes()
+    path.write_bytes(b"\0" * 100 + data[100:])
+    with pytest.raises(LedgerIntegrityError, match=r"is damaged.*restore it from a backup"):
+        Budget.open(path)
+    # Its format record gone (the meta table emptied): damaged too, not someone else's file.
+    path.write_bytes(data)
+    with _raw(str(path)) as db:
+        db.execute("DELETE FROM meta")
+    with pytest.raises(LedgerIntegrityError, match=r"is damaged.*restore it from a backup"):
+        Budget.open(path)
+
+
+_READ_ONLY_CHILD = r"""
+import json, sys
+import dpcurator as dp
+from dpcurator.ledger import Budget
+found = {}
+for what in ("open", "charge"):
+    try:
+        budget = Budget.open(sys.argv[1])
+        if what == "charge":
+            budget.charge(dp.PureDP(0.25))
+        found[what] = ["ok", str(budget.remaining.epsilon)]
+    except Exception as exc:
+        found[what] = [type(exc).__name__, str(exc)]
+print(json.dumps(found))
+"""
+
+
+def _unprivileged() -> list[str]:
+    """A command prefix under which file permissions hold (root ignores them: drop the
+    capabilities that let it), or skip where that is impossible."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: file permissions cannot be tested")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}"]
+
+
+@pytest.mark.parametrize("folder_writable", [True, False])
+def test_a_read_only_ledger_is_not_called_damaged(tmp_path: Path, folder_writable: bool) -> None:
+    """A bug hunt: a ledger this process may not write was reported as 'damaged or truncated:
+    restore it from a backup' (every database error but a lock was called damage). It is a
+    UserError that names the permissions; where the folder is writable it can still be read."""
+    folder = tmp_path / "ledgers"
+    folder.mkdir()
+    path = folder / "ledger.sqlite"
+    _ledger_with_charges(path, 1)
+    path.chmod(0o400)
+    if not folder_writable:
+        folder.chmod(0o500)
+    try:
+        run = subprocess.run([*_unprivileged(), sys.executable, "-c", _READ_ONLY_CHILD,
+                              str(path)], capture_output=True, text=True, timeout=120,
+                             check=False)
+    finally:
+        folder.chmod(0o700)
+        path.chmod(0o600)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    if folder_writable:
+        assert found["open"] == ["ok", "0.75"]
+    else:
+        assert found["open"][0] == "UserError" and "read-only" in found["open"][1]
+    assert found["charge"][0] == "UserError", found
+    assert "read-only for this user" in found["charge"][1]
+    assert "damaged" not in found["charge"][1] and "backup" not in found["charge"][1]
+    with Budget.open(path) as budget:  # nothing was charged
+        assert budget.remaining.epsilon == 0.75
 
 
 # -- migration of a JSONL journal ---------------------------------------------------------------

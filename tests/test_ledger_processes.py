@@ -24,9 +24,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import dpcurator as dp
-from dpcurator.errors import BudgetExceededError
-from dpcurator.ledger import Budget, open_ledger
+from dpcurator.accounting.filters import encode_cost
+from dpcurator.errors import BudgetExceededError, UserError
+from dpcurator.ledger import Budget, migrate_journal, open_ledger
 
 PROCESSES = 40
 THREADS = 4
@@ -242,3 +245,117 @@ def test_a_budget_carried_across_fork_uses_its_own_connection(
     budget.charge(dp.PureDP(STEP), "parent, after")
     assert [c.label for c in budget.ledger] == ["parent, before", "child", "parent, after"]
     assert open_ledger(path, create=False).verify().entries == 4
+
+
+def _charge_in_memory_in_forked_child(budget: Budget, out: str) -> None:
+    try:
+        budget.charge(dp.PureDP(STEP), "child")
+    except UserError as exc:
+        Path(out).write_text(f"refused: {exc}; remaining {budget.remaining.epsilon}")
+    else:
+        Path(out).write_text("charged")
+
+
+def test_an_in_memory_budget_refuses_to_charge_in_a_forked_child(tmp_path: Path) -> None:
+    """A bug hunt: an in-memory Budget used from forked workers gave each child a copy of the
+    whole total (4 workers each accepted 9 x 0.1 against 1.0, and the parent saw nothing).
+    A forked child may read its copy but not charge it: it is told to use a journal file."""
+    budget = Budget(dp.PureDP(1.0))
+    budget.charge(dp.PureDP(STEP), "parent, before")
+    outs = [str(tmp_path / f"child-{i}.txt") for i in range(2)]
+    children = [multiprocessing.get_context("fork").Process(
+        target=_charge_in_memory_in_forked_child, args=(budget, out)) for out in outs]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=120)
+        assert child.exitcode == 0
+    for out in outs:
+        text = Path(out).read_text()
+        assert text.startswith("refused") and "journal file" in text, text
+        assert text.endswith(f"remaining {1 - STEP}")  # reading the copy still works
+    budget.charge(dp.PureDP(STEP), "parent, after")  # the parent's budget is untouched
+    assert [c.label for c in budget.ledger] == ["parent, before", "parent, after"]
+
+
+# -- a migration killed part-way ------------------------------------------------------------
+
+_MIGRATE_CHILD = r"""
+import os, signal, sys
+import dpcurator as dp
+from dpcurator.ledger import _ledger, migrate_journal
+
+name, when, nth, path, to = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+owner = _ledger.Ledger if name == "_append" else os
+real = getattr(owner, name, None)
+calls = [0]
+
+def dying(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] == nth and when == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    result = real(*args, **kwargs)
+    if calls[0] == nth and when == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+
+if real is not None:
+    setattr(owner, name, dying)
+print("start", flush=True)
+migrate_journal(path, dp.PureDP(1.0), to=to or None)
+"""
+
+# (function, before or after its call, which call): every step of the migration, in order:
+# the scratch ledger linked into being, a charge half-way through the one transaction, the
+# scratch synced, the journal linked to .bak, the ledger renamed over the journal (or linked
+# to a new path), and a kill at a random moment.
+_MIGRATE_KILLS = [("link", "after", 1), ("_append", "before", 150), ("fsync", "before", 2),
+                  ("link", "before", 2), ("link", "after", 2), ("replace", "before", 1),
+                  ("replace", "after", 1)]
+
+
+def test_a_migration_killed_at_any_point_loses_no_charge(tmp_path: Path) -> None:
+    """A bug hunt: ``migrate_journal`` killed part-way renamed the journal to .bak first and
+    recorded each charge in its own transaction at the final path: 137 of 400 charges were
+    left, the rest spendable again, and a rerun failed ('line 1 is not a journal entry').
+    Now, killed with ``kill -9`` at each step, the path holds the untouched journal or the
+    whole ledger, and a rerun finishes the migration or finds it finished."""
+    n = 400
+    text = "".join(json.dumps({"cost": encode_cost(dp.PureDP(0.0025)), "label": f"q{i}"})
+                   + "\n" for i in range(n))
+    rng = random.Random(20260512)
+    cases = [(*point, in_place) for point in _MIGRATE_KILLS for in_place in (True, False)
+             if in_place or point[0] != "replace"]
+    cases += [("no such step", "", 0, in_place) for in_place in (True, True, False)]
+    killed = 0
+    for index, (name, when, nth, in_place) in enumerate(cases):
+        folder = tmp_path / f"case{index}"
+        folder.mkdir()
+        journal = folder / "budget.jsonl"
+        journal.write_text(text)
+        target = journal if in_place else folder / "ledger.sqlite"
+        to = "" if in_place else str(target)
+        child = subprocess.Popen([sys.executable, "-c", _MIGRATE_CHILD, name, when,
+                                  str(nth), str(journal), to], stdout=subprocess.PIPE)
+        if not nth:  # the child killed at a random moment of its migration
+            assert child.stdout is not None
+            child.stdout.readline()
+            time.sleep(rng.uniform(0.0, 0.3))
+            child.kill()
+        child.wait(timeout=120)
+        killed += child.returncode == -signal.SIGKILL
+        backup = folder / "budget.jsonl.bak"
+        assert not backup.exists() or backup.read_text() == text
+        if not in_place or not journal.read_bytes().startswith(b"SQLite"):
+            assert journal.read_text() == text  # the journal is untouched
+        if target.exists() and target.read_bytes().startswith(b"SQLite"):
+            with pytest.raises(UserError, match="already"):
+                migrate_journal(journal, dp.PureDP(1.0), to=None if in_place else target)
+        else:
+            migrate_journal(journal, dp.PureDP(1.0), to=None if in_place else target)
+        with Budget.open(target) as budget:  # every charge, whenever it was killed
+            assert len(budget.ledger) == n, (name, when, nth, in_place)
+            assert budget.remaining.epsilon == 0
+        assert backup.exists() == in_place
+        assert not list(folder.glob("*.migrating*"))  # a rerun cleared the killed scratch
+    assert killed >= len(cases) - 3  # each step's kill happened (the timed ones may not)

@@ -15,6 +15,7 @@ import pytest
 from scipy.stats import binom
 
 from dpcurator.audit import audit_mechanism
+from dpcurator.errors import UserError
 from dpcurator.mechanisms.partition_selection import (
     GaussianThresholdPartitionSelection,
     OptimalPartitionSelection,
@@ -116,3 +117,14 @@ def test_gaussian_threshold_audit_passes_and_halved_sigma_twin_is_caught() -> No
     # sigma ~ 2.4 instead of ~4.8 below the threshold: P[keep] moves by a factor ~1.9 per
     # unit there (likelihood ratio e^(t / sigma^2) in the tail), ~e^(1.3) over the pair.
     assert audit_mechanism(twin, t - 2, t - 4, n=400_000, delta=delta).exceeds(1.0)
+
+
+@pytest.mark.parametrize("counts", [[2**63], [1e19], [9.3e18, 5]])
+def test_unit_counts_of_2_to_the_63_or_more_are_refused(counts: list[float]) -> None:
+    """A bug hunt: counts of 2^63 or more wrapped to negative int64: the optimal rule raised
+    IndexError and Gaussian thresholding silently dropped the partition."""
+    for mechanism in (OptimalPartitionSelection(epsilon=1.0, delta=1e-6),
+                      GaussianThresholdPartitionSelection(epsilon=1.0, delta=1e-6)):
+        with pytest.raises(UserError, match=r"below 2\^63"):
+            mechanism.release(np.array(counts, dtype=float))
+    assert OptimalPartitionSelection(epsilon=1.0, delta=1e-6).release([2**62]).tolist() == [True]

@@ -159,3 +159,20 @@ def test_accuracy_formula() -> None:
         mech.accuracy(0.05, 0)
     with pytest.raises(ValueError, match="alpha"):
         mech.accuracy(1.0, 10)
+
+
+@pytest.mark.parametrize(("epsilon", "sensitivity", "monotonic", "named"), [
+    (1.0, 5e-324, False, "sensitivity must lie"),  # the grid step underflowed: ZeroDivision
+    (2e-113, 9e307, True, "sensitivity must lie"),  # the scale overflowed a float
+    (2e-300, 1e200, False, r"noise scales .* 1\.29e\+500"),
+    (1e300, 1e-200, False, r"noise scales .* 2\.59e-500"),
+])
+def test_extreme_parameters_are_user_errors(epsilon: float, sensitivity: float,
+                                            monotonic: bool, named: str) -> None:
+    """A bug hunt: extreme parameters crashed at construction with ZeroDivisionError or
+    OverflowError; they are UserErrors naming the parameter and the range."""
+    from dpcurator.errors import UserError
+
+    with pytest.raises(UserError, match=named):
+        SparseVector(epsilon=epsilon, sensitivity=sensitivity, threshold=0.0,
+                     max_positives=1, monotonic=monotonic)

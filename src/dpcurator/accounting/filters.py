@@ -185,6 +185,17 @@ class FilterRule:
         raise UnsupportedChargeError(
             f"an RDP budget takes RDP, ZCDP or PureDP costs, not {type(cost).__name__}")
 
+    def measures(self) -> tuple[str, tuple[float, ...]]:
+        """What the limits measure: the composition and, for ``"rdp"``, the total's orders.
+
+        Two rules with the same ``measures`` hold their running sums in the same currency,
+        entry by entry; limits may only be compared (a raise, a reopen) between such rules.
+        An RDP sum at order 2 says nothing of order 10 (Mironov 2017, Definition 4: each
+        order is its own divergence), so comparing them would let charges past the total.
+        """
+        orders = self.total.orders if isinstance(self.total, RDP) else ()
+        return self.composition, orders
+
     def zero(self) -> list[Fraction]:
         return [Fraction(0)] * len(self.limits())
 

@@ -14,7 +14,8 @@ Kinds of entry:
   limits in exact fractions); its sums start at zero.
 - ``charge``: a conditional debit that fitted: the cost, its exact price in the account's
   currency, the label, the sums after it (each within its limit).
-- ``raise``: the owner raised the total (every limit at least the old one); sums unchanged.
+- ``raise``: the owner raised the total (every limit at least the old one, on the same RDP
+  orders: a sum at one order bounds nothing at another); sums unchanged.
 - ``migrated``: a charge imported from an older JSONL journal; recorded even if it does not
   fit, so that a journal that had overspent stays overspent.
 - ``request``: the service recorded a request (a row of the ``requests`` table: who asked
@@ -299,6 +300,11 @@ class Replay:
                     or len(limits) != len(state.limits)
                     or any(new < old for new, old in zip(limits, state.limits, strict=True))):
                 raise self._bad(seq, "is a raise that changes more than the total")
+            if rule.measures() != state.rule.measures():
+                # The sums were taken at the old orders: against limits at other orders they
+                # would let charges past the total (a ledger that accepted such a raise).
+                raise self._bad(seq, "is a raise to a total on other RDP orders than the "
+                                     "sums spent so far")
             state.rule, state.limits, state.total_set_at = rule, limits, seq
             state.last_seq = seq
             return

@@ -347,10 +347,12 @@ class Ledger(ABC):
             if state is None:
                 self._append(db, name, "open", rule.zero(), limits, rule=rule)
                 state = self._replay.accounts[name]
-            elif state.rule.composition != rule.composition or state.limits != limits or (
+            elif state.rule.measures() != rule.measures() or state.limits != limits or (
                     state.rule.total.neighbouring is not rule.total.neighbouring):
+                orders = state.rule.measures()[1]
                 raise UserError(
                     f"ledger {self.where} holds a total of {state.rule.total} "
+                    f"{f'on orders {orders} ' if orders else ''}"
                     f"({state.rule.composition} composition, set at entry "
                     f"{state.total_set_at}) for account {name!r}, not {rule.total}. A ledger "
                     "keeps its total: open it without one (Budget.open, or leave out "
@@ -386,17 +388,22 @@ class Ledger(ABC):
                              state.limits, label=label, cost=cost, price=price)
                 for name, cost, state, price in priced]
 
-    def record(self, name: str, cost: Cost, label: str) -> Entry:
-        """Append a charge whether or not it fits (a migrated journal's history)."""
+    def record(self, name: str, charges: Sequence[tuple[Cost, str]]) -> list[Entry]:
+        """Append charges (cost, label) whether or not they fit (a migrated journal's
+        history), all in one transaction: a crash leaves every one of them or none."""
         with self._transaction(write=True) as db:
-            state = self._state(name)
-            price = state.rule.price(cost)
-            spent = [s + p for s, p in zip(state.spent, price, strict=True)]
-            return self._append(db, name, "migrated", spent, state.limits, label=label,
-                                cost=cost, price=price)
+            out = []
+            for cost, label in charges:
+                state = self._state(name)
+                price = state.rule.price(cost)
+                spent = [s + p for s, p in zip(state.spent, price, strict=True)]
+                out.append(self._append(db, name, "migrated", spent, state.limits,
+                                        label=label, cost=cost, price=price))
+            return out
 
     def raise_total(self, name: str, total: Cost, label: str = "") -> Entry:
-        """Record a raise of the account's total (every limit at least the old one)."""
+        """Record a raise of the account's total (every limit at least the old one, at the
+        same RDP orders: the sums spent so far hold only at the orders they were taken at)."""
         with self._transaction(write=True) as db:
             state = self._state(name)
             rule = FilterRule.make(total, state.rule.composition)
@@ -404,6 +411,12 @@ class Ledger(ABC):
             if total.neighbouring is not state.rule.total.neighbouring:
                 raise UserError("a raise keeps the total's neighbouring relation "
                                 f"('{state.rule.total.neighbouring}')")
+            if rule.measures() != state.rule.measures():
+                raise UserError(
+                    f"the new total is on RDP orders {rule.measures()[1]}, the current one "
+                    f"on {state.rule.measures()[1]}: the sums spent so far "
+                    "hold only at the current orders, so a raise must keep them (raise the "
+                    "epsilons at the same orders)")
             if len(limits) != len(state.limits) or any(
                     new < old for new, old in zip(limits, state.limits, strict=True)):
                 raise UserError(

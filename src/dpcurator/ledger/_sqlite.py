@@ -48,7 +48,7 @@ __all__ = ["SQLiteLedger"]
 
 T = TypeVar("T")
 BUSY_TIMEOUT_S = 120.0
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _REQUESTS = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -129,7 +129,16 @@ class SQLiteLedger(Ledger):
         except sqlite3.DatabaseError as exc:
             raise self._damaged(exc) from None
 
-    def _damaged(self, exc: Exception) -> LedgerIntegrityError:
+    def _damaged(self, exc: sqlite3.Error) -> UserError | LedgerIntegrityError:
+        """The error for a database error that is not a lock held too long: a file this
+        process may not write (or open) is the owner's permissions to fix, not damage; telling
+        them to restore a backup, or to start anew, would be wrong advice."""
+        if _not_permitted(exc):
+            return UserError(
+                f"ledger {self.where} cannot be opened or written by this process ({exc}): "
+                "the file or its folder is read-only for this user. Give it write access to "
+                "both (SQLite writes the -wal and -shm files beside the ledger, even to read "
+                "it); nothing was charged")
         return LedgerIntegrityError(
             f"ledger {self.where} cannot be read as a database ({exc}); it was damaged or "
             "truncated: restore it from a backup. Nothing was charged")
@@ -138,6 +147,15 @@ class SQLiteLedger(Ledger):
     def _database(self, write: bool) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` (writers, after their turn in the queue) or ``BEGIN``."""
         self._reopen_after_fork()
+        if write and self.path is None and self._pid != os.getpid():
+            # A forked child holds a copy of the parent's in-memory ledger that no other
+            # process sees: its charges would spend the whole total again in every child.
+            raise UserError(
+                "this budget is in memory and was made in another process (this one was "
+                "forked from it): a charge here would not be seen by the parent or the other "
+                "processes, each of which could spend the whole total. Give the budget a "
+                "journal file (Budget(..., journal='budget.sqlite')) so that processes share "
+                "it; nothing was charged")
         with self._queue.turn(write):
             db = self._db
             try:
@@ -162,7 +180,8 @@ class SQLiteLedger(Ledger):
 
         SQLite connections must not cross a fork, and a forked ``flock`` descriptor is shared
         with the parent. The inherited ones are kept, unused and unclosed (closing them here
-        could release locks the parent holds); an in-memory ledger stays the parent's copy.
+        could release locks the parent holds); an in-memory ledger stays the parent's copy,
+        readable, but refuses every write (``_database``).
         """
         if self._pid == os.getpid() or self.path is None:
             return
@@ -187,6 +206,11 @@ class SQLiteLedger(Ledger):
                 raise
             rows = {}
         if rows.get("format") != FORMAT:
+            if self.path is not None and _looks_like_a_ledger(self.path):
+                raise LedgerIntegrityError(
+                    f"ledger {self.where} is damaged: it holds a dpcurator ledger's tables "
+                    "but not its format record. What it recorded is still spent: restore it "
+                    "from a backup. Nothing was charged")
             raise UserError(f"{self.where} is a SQLite database but not a dpcurator ledger")
         if rows.get("version") != str(VERSION):
             raise UserError(f"ledger {self.where} has format version {rows.get('version')}; "
@@ -200,6 +224,19 @@ class SQLiteLedger(Ledger):
             if "readonly" not in str(exc):
                 raise
         return str(rows["id"])
+
+
+# SQLite's primary result codes for a file this process may not write or open (sqlite3.h):
+# SQLITE_PERM, SQLITE_READONLY (with its extended codes), SQLITE_CANTOPEN.
+_NOT_PERMITTED = (3, 8, 14)
+
+
+def _not_permitted(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _NOT_PERMITTED
+    text = str(exc)
+    return "readonly" in text or "unable to open database file" in text
 
 
 class _WriterQueue:
@@ -277,7 +314,7 @@ def _create_atomically(path: Path) -> None:
         except FileExistsError:
             pass  # another process created it first: use theirs
         else:
-            _fsync_directory(path.parent)
+            fsync_directory(path.parent)
     except OSError as exc:
         raise UserError(f"cannot create the ledger {path}: {exc.strerror or exc}") from None
     finally:
@@ -285,7 +322,7 @@ def _create_atomically(path: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def _fsync_directory(folder: Path) -> None:
+def fsync_directory(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -313,7 +350,7 @@ def _check_is_ledger_file(path: Path) -> None:
             start = handle.read(4096)
     except OSError as exc:
         raise UserError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
-    if start.startswith(_SQLITE_MAGIC):
+    if start.startswith(SQLITE_MAGIC):
         return
     if not start.strip():
         raise LedgerIntegrityError(
@@ -326,5 +363,26 @@ def _check_is_ledger_file(path: Path) -> None:
             f"{path} is a JSONL budget journal written by an older dpcurator; migrate it "
             f"once with `dpcurator ledger migrate {path} --epsilon TOTAL [--delta TOTAL]` "
             "(the old file is kept beside it as .jsonl.bak)")
+    if _looks_like_a_ledger(path):
+        # A ledger whose first bytes were overwritten: starting a new one at another path
+        # would refund everything it recorded.
+        raise LedgerIntegrityError(
+            f"ledger {path} is damaged: its SQLite header is gone but it still holds a "
+            "dpcurator ledger's tables. What it recorded is still spent: restore it from a "
+            "backup. Nothing was charged")
     raise UserError(f"{path} exists but is not a dpcurator ledger; give another path")
+
+
+_LEDGER_MARKS = (FORMAT.encode(), b"entries_are_append_only", b"CREATE TABLE entries")
+
+
+def _looks_like_a_ledger(path: Path) -> bool:
+    """Whether the file's first MiB holds what only a ledger's pages hold: its schema (page
+    1 keeps the CREATE statements) or its format name (in the meta table)."""
+    try:
+        with path.open("rb") as handle:
+            start = handle.read(1 << 20)
+    except OSError:
+        return False
+    return any(mark in start for mark in _LEDGER_MARKS)
 

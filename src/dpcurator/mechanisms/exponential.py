@@ -99,10 +99,11 @@ class _Selection(Mechanism):
         # monotonic, exactly.
         divisor = Fraction(self.sensitivity) * (1 if monotonic else 2)
         self._rate = Fraction(self.epsilon) / divisor
-        self._rate_float = float(self._rate)
-        if not 1e-290 < self._rate_float < 1e290:
+        # Compared exactly: float() of a rate past ~1.8e308 raises OverflowError.
+        if not Fraction(1e-290) < self._rate < Fraction(1e290):
             raise UserError("epsilon / sensitivity must lie between 1e-290 and 1e290, got "
                             f"{self.epsilon!r} / {self.sensitivity!r}")
+        self._rate_float = float(self._rate)
 
     @property
     def guarantee(self) -> PureDP:

@@ -96,7 +96,13 @@ def _unit_counts(counts: Any) -> npt.NDArray[np.int64]:
         raise UserError("unit_counts must be a 1-D array (one count per partition)")
     if arr.size and (np.any(arr < 0) or np.any(arr != np.round(arr))):
         raise UserError("unit_counts must hold non-negative integers (units per partition)")
+    if arr.size and np.any(arr >= _MAX_COUNT):
+        # int64 would wrap such a count to a negative one: a crash, or a partition dropped.
+        raise UserError(f"unit_counts must be below 2^63 (the largest is {float(arr.max()):.6g})")
     return arr.astype(np.int64)
+
+
+_MAX_COUNT = 2**63  # the counts are int64
 
 
 def per_partition_delta(delta: float, max_partitions: int) -> float:
@@ -342,6 +348,27 @@ def choose_partition_selection(*, epsilon: float, delta: float, max_partitions: 
 
 
 
+def _check_noise_sensitivity(noise: DiscreteLaplace | DiscreteGaussian, contribution: int,
+                             max_partitions: int) -> None:
+    """The noise must be calibrated for what one unit moves: the counts of k partitions by C
+    each, L1 norm k C (Laplace) and L2 norm sqrt(k) C (Gaussian). ``CountThreshold`` claims
+    the noise's own epsilon or rho, which holds only then (class docstring); compared
+    exactly, as Fractions and integers."""
+    k, c = max_partitions, contribution
+    if isinstance(noise, DiscreteLaplace):
+        if Fraction(noise.sensitivity) < k * c:
+            raise UserError(
+                f"the noise's sensitivity {noise.sensitivity:g} is below what one unit moves "
+                f"the counts by: max_partitions x contribution = {k} x {c} = {k * c} (L1); "
+                f"calibrate the DiscreteLaplace for sensitivity {k * c}")
+    elif noise.sensitivity**2 < k * c * c:
+        need = math.isqrt(k * c * c - 1) + 1  # the least integer >= sqrt(k) C
+        raise UserError(
+            f"the noise's sensitivity {noise.sensitivity} is below what one unit moves the "
+            f"counts by: sqrt(max_partitions) x contribution = sqrt({k}) x {c} (L2); "
+            f"calibrate the DiscreteGaussian for sensitivity {need}")
+
+
 class CountThreshold(Mechanism):
     """Release a partition when its noisy count reaches tau: selection that costs only delta.
 
@@ -354,7 +381,10 @@ class CountThreshold(Mechanism):
     Setting. Neighbouring: add/remove one privacy unit, who contributes to at most
     k = ``max_partitions`` partitions (a hard cap, enforced before counting) and at most
     ``contribution`` = C units of the count in each (C = W r for a count of rows, W for a
-    count of units, W being the measure's weight per row or unit).
+    count of units, W being the measure's weight per row or unit). The noise must be calibrated
+    for that: a ``DiscreteLaplace`` for L1 sensitivity at least k C, a ``DiscreteGaussian`` for
+    L2 sensitivity at least sqrt(k) C; a noise calibrated for less is refused (the guarantee
+    below claims the noise's own epsilon or rho).
 
     Guarantee. Let D' = D plus unit u. Split D''s partitions into those D also has (P_both) and
     the at most k that only u backs (P_new), each with a count of at most C in D'. The output
@@ -412,6 +442,7 @@ class CountThreshold(Mechanism):
         self.unit_weight = int(unit_weight)
         self.delta = check_delta(delta)
         self.max_partitions = _check_max_partitions(max_partitions)
+        _check_noise_sensitivity(noise, self.contribution, self.max_partitions)
         self.partition_delta = per_partition_delta(self.delta, self.max_partitions)
         if not self.partition_delta < 0.5:
             raise UserError("delta is too large for count thresholding")

@@ -31,6 +31,7 @@ stated epsilon therefore holds exactly; the inflation raises the noise by a fact
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -47,6 +48,7 @@ __all__ = ["SparseVector"]
 
 IntArray = npt.NDArray[np.int64]
 
+_LOWEST, _HIGHEST = Fraction(1e-290), Fraction(1e290)  # the parameters' range (checked exactly)
 _MAX_GRID_SCALE = 2**54  # largest noise scale in grid units (the sampler allows 2^56)
 _INT64_SAFE = 2**61
 
@@ -127,7 +129,18 @@ class SparseVector(Mechanism):
         # Noise scales before and after inflating the sensitivity by the grid spacing g.
         delta = Fraction(self.sensitivity)
         query_factor = c if monotonic else 2 * c
-        nominal = (float(delta / eps1), float(query_factor * delta / eps2))
+        # Checked exactly before any float is made of them: a float overflows past ~1.8e308,
+        # and the grid step (about 2^-40 of the smallest) underflows to 0 below ~1e-296.
+        scales = (delta / eps1, query_factor * delta / eps2)
+        if not _LOWEST <= delta <= _HIGHEST:
+            raise UserError(f"sensitivity must lie between 1e-290 and 1e290, got "
+                            f"{self.sensitivity!r}")
+        if not all(_LOWEST <= scale <= _HIGHEST for scale in scales):
+            raise UserError(
+                f"sensitivity / epsilon must give noise scales between 1e-290 and 1e290; "
+                f"sensitivity {self.sensitivity!r} and epsilon {self.epsilon!r} give "
+                f"{_describe(min(scales))} to {_describe(max(scales))}")
+        nominal = (float(scales[0]), float(scales[1]))
         g = Fraction(granularity_for(self.sensitivity, min(nominal)))
         while max(nominal) / g > _MAX_GRID_SCALE:
             g *= 2  # a coarser grid keeps both scales in the sampler's range
@@ -223,3 +236,8 @@ class SparseVector(Mechanism):
         return (f"SparseVector(epsilon={self.epsilon!r}, sensitivity={self.sensitivity!r}, "
                 f"threshold={self.threshold!r}, max_positives={self.max_positives!r}, "
                 f"monotonic={self.monotonic!r})")
+
+
+def _describe(value: Fraction) -> str:
+    """A Fraction as a short number, also past the largest float."""
+    return format(Decimal(value.numerator) / Decimal(value.denominator), ".3g")
