@@ -157,7 +157,12 @@ def test_kill_9_in_the_middle_of_charges_leaves_every_answer_charged(
             procs.append(ctx.Process(target=_charge_forever, args=(path, out, len(outs))))
         for p in procs:
             p.start()
-        time.sleep(0.5)  # let them get going (each starts in well under this)
+        # Let each get going: kill only once every one has answered a charge (a fixed half
+        # second was too short on a loaded machine: 8 answers in 24 processes, a false failure)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(
+                Path(o).exists() and Path(o).read_text().count("\n") >= 2 for o in outs[-6:]):
+            time.sleep(0.05)
         for p in procs:
             time.sleep(rng.uniform(0.0, 0.05))
             assert p.pid is not None
