@@ -86,8 +86,8 @@ EXPORTED: dict[str, list[str]] = {
     "dpcurator.cli": ["app"],
     "dpcurator.errors": [
         "BudgetExceededError", "ConfigError", "DPCuratorError", "InternalError",
-        "LedgerIntegrityError", "UnsupportedChargeError", "UnsupportedEventError", "UserError",
-        "UserTypeError",
+        "LedgerBusyError", "LedgerIntegrityError", "UnsupportedChargeError",
+        "UnsupportedEventError", "UserError", "UserTypeError",
     ],
 }
 

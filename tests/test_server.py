@@ -208,6 +208,13 @@ def test_a_dataset_can_cap_each_units_total(tmp_path: Path) -> None:
     ("ledger = 3", "ledger"),
     ("[datasets.x", "not valid TOML"),
     ("surprise = 1", "unknown key"),
+    # a bug hunt: a rate of 1e308 overflowed PostgreSQL's refill and locked the analyst out
+    ("[datasets.x]\npath='a.csv'\nprivacy_unit='u'\nbudget={epsilon=1}\n"
+     f"[analysts.a]\ntoken_sha256='{sha('t')}'\nbudgets={{x={{epsilon=1}}}}\n"
+     "[limits]\nrequests_per_second = 1e308", "requests_per_second must be a positive number"),
+    ("[datasets.x]\npath='a.csv'\nprivacy_unit='u'\nbudget={epsilon=1}\n"
+     f"[analysts.a]\ntoken_sha256='{sha('t')}'\nbudgets={{x={{epsilon=1}}}}\n"
+     "[limits]\naddress_requests_per_second = 2e6", "at most 1e\\+06"),
 ])
 def test_configuration_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "c.toml").write_text(text)
@@ -539,3 +546,31 @@ def test_a_plan_from_the_builder_is_answered_like_its_sql(client: TestClient,
         refused = client.post("/v1/datasets/orders/queries", headers=auth(ALICE), json=bad)
         assert refused.status_code == 400, refused.text
     assert charges(service_dir, "analyst/alice/orders") == 1
+
+
+@pytest.mark.parametrize(("error", "status", "kind"), [
+    ("busy", 503, "ledger_busy"),
+    ("refused", 400, "ledger_refused"),
+])
+def test_a_ledger_that_cannot_record_a_request_is_answered_as_such_not_as_a_bug(
+        client: TestClient, service_dir: Path, monkeypatch: pytest.MonkeyPatch, error: str,
+        status: int, kind: str) -> None:
+    """A bug hunt: a PostgreSQL ledger whose connection dropped (or locked too long), or that
+    could not store a query's text (a NUL), was answered 500 'this is a bug in dpcurator',
+    though nothing was charged and a retry (or another text) would do."""
+    from dpcurator.errors import LedgerBusyError, UserError
+
+    service = client.app.state.service  # type: ignore[attr-defined]
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        if error == "busy":
+            raise LedgerBusyError("ledger /x stayed locked; nothing was charged, try again")
+        raise UserError("ledger /x cannot store this request's text (NUL); nothing charged")
+
+    monkeypatch.setattr(service.ledger, "reserve", failing)
+    answer = ask(client, ALICE)
+    assert answer.status_code == status and answer.json()["error"]["type"] == kind
+    assert "/x" not in answer.text and "bug" not in answer.text
+    assert charges(service_dir, "analyst/alice/orders") == 0
+    monkeypatch.undo()
+    assert ask(client, ALICE).status_code == 200

@@ -8,6 +8,8 @@
     │   │                service's curator.toml, a survey's configuration) is wrong; the message
     │   │                names the key.
     │   ├── BudgetExceededError: the charge would take the budget past its total.
+    │   ├── LedgerBusyError: a budget ledger could not be used just now (locked too long, its
+    │   │                    database unreachable); nothing was charged: try again.
     │   ├── UnsupportedChargeError: the budget cannot account this kind of guarantee.
     │   ├── UnsupportedEventError: an accountant has no sound bound for this event.
     │   ├── GridTooLargeError (raised by dpcurator.accounting): a privacy loss distribution's grid
@@ -36,6 +38,7 @@ __all__ = [
     "ConfigError",
     "DPCuratorError",
     "InternalError",
+    "LedgerBusyError",
     "LedgerIntegrityError",
     "UnsupportedChargeError",
     "UnsupportedEventError",
@@ -71,6 +74,11 @@ class UnsupportedChargeError(UserError):
 
 class UnsupportedEventError(UserError):
     """An accountant has no sound bound for this event; nothing was composed."""
+
+
+class LedgerBusyError(UserError):
+    """A budget ledger could not be used just now (locked by another writer for too long,
+    its database unreachable or the transaction stopped); nothing was charged: try again."""
 
 
 class LedgerIntegrityError(DPCuratorError):

@@ -48,7 +48,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from dpcurator.errors import LedgerIntegrityError, UserError
+from dpcurator.errors import LedgerBusyError, LedgerIntegrityError, UserError
 
 from ._chain import FORMAT, VERSION
 from ._ledger import Cursor, Ledger
@@ -220,11 +220,11 @@ class PostgresLedger(Ledger):
         for secret in self._secrets:
             text = text.replace(secret, "***")
         if isinstance(exc, pg_errors.LockNotAvailable):
-            return UserError(f"ledger {self.where} stayed locked by another connection for "
-                             f"{LOCK_TIMEOUT_S:.0f} s; nothing was charged, try again")
+            return LedgerBusyError(f"ledger {self.where} stayed locked by another connection "
+                                   f"for {LOCK_TIMEOUT_S:.0f} s; nothing was charged, try again")
         if isinstance(exc, pg_errors.QueryCanceled | pg_errors.TransactionRollback):
-            return UserError(f"ledger {self.where}: the database stopped the transaction "
-                             f"({text}); nothing was charged, try again")
+            return LedgerBusyError(f"ledger {self.where}: the database stopped the "
+                                   f"transaction ({text}); nothing was charged, try again")
         if isinstance(exc, pg_errors.InsufficientPrivilege | pg_errors.ReadOnlySqlTransaction):
             return UserError(f"ledger {self.where}: the database refused ({text}); the role "
                              "must be able to create the ledger's schema the first time, and "
@@ -233,8 +233,8 @@ class PostgresLedger(Ledger):
             return UserError(f"ledger {self.where} cannot store this request's text ({text}); "
                              "nothing was charged")
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-            return UserError(f"cannot use the ledger {self.where}: {text}. No answer was "
-                             "released; try again")
+            return LedgerBusyError(f"cannot use the ledger {self.where}: {text}. No answer "
+                                   "was released; try again")
         return LedgerIntegrityError(
             f"ledger {self.where} cannot be read as a ledger ({text}); its tables were "
             "dropped or changed: restore it from a backup. Nothing was charged")

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dpcurator.errors import LedgerIntegrityError, UserError
+from dpcurator.errors import LedgerBusyError, LedgerIntegrityError, UserError
 
 from ._chain import FORMAT, VERSION
 from ._ledger import Ledger
@@ -168,7 +168,7 @@ class SQLiteLedger(Ledger):
                 db.execute("COMMIT")
             except sqlite3.OperationalError as exc:
                 if "locked" in str(exc) or "busy" in str(exc):
-                    raise UserError(
+                    raise LedgerBusyError(
                         f"ledger {self.where} stayed locked by another process for "
                         f"{BUSY_TIMEOUT_S:.0f} s; nothing was charged, try again") from None
                 raise self._damaged(exc) from None

@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dpcurator.errors import LedgerIntegrityError
+from dpcurator.errors import LedgerBusyError, LedgerIntegrityError
 
 from ._config import AnalystConfig, OwnerConfig, ServiceConfig
 from ._dashboard import add_dashboard
@@ -318,6 +318,15 @@ def create_app(config: ServiceConfig | Service, *, docs: bool = True) -> FastAPI
         return _error(503, "ledger_unavailable", "the budget ledger does not verify: nothing "
                       "was charged, and nothing will be until its owner restores it (GET "
                       "/healthz says what failed and when it was last verified)", request)
+
+    @app.exception_handler(LedgerBusyError)
+    def _ledger_busy(request: Request, exc: LedgerBusyError) -> JSONResponse:
+        """A ledger locked for too long or its database unreachable (a bug hunt: answered 500,
+        'a bug in dpcurator', where nothing was charged and a retry would do)."""
+        _log.warning("the ledger could not be used: %s", exc)
+        return _error(503, "ledger_busy", "the budget ledger could not be used just now "
+                      "(locked, or its database unreachable); nothing was charged: try again",
+                      request)
 
     @app.exception_handler(RequestValidationError)
     def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

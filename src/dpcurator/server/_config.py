@@ -366,6 +366,12 @@ def _total(value: Any, where: str) -> Total:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+#: The largest rate a limit takes: a bucket's refill is the seconds elapsed times the rate, and
+#: PostgreSQL's double overflowed on 1e308 two seconds apart (a bug hunt: every request of
+#: that analyst refused from then on, 503)
+MAX_RATE = 1e6
+
+
 def _limits(spec: dict[str, Any]) -> Limits:
     _only(spec, {"max_body_bytes", "requests_per_second", "burst",
                  "address_requests_per_second", "address_burst"}, "[limits]")
@@ -373,8 +379,9 @@ def _limits(spec: dict[str, Any]) -> Limits:
     rates = {}
     for key in ("requests_per_second", "address_requests_per_second"):
         rate = spec.get(key, getattr(default, key))
-        if not _is_number(rate) or not 0 < rate < math.inf:
-            raise ConfigError(f"[limits] {key} must be a positive number")
+        if not _is_number(rate) or not 0 < rate <= MAX_RATE:
+            raise ConfigError(f"[limits] {key} must be a positive number of at most "
+                              f"{MAX_RATE:.0e}")
         rates[key] = float(rate)
     return Limits(
         max_body_bytes=_positive_int(spec.get("max_body_bytes", default.max_body_bytes),

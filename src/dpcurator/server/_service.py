@@ -68,7 +68,9 @@ from dpcurator.errors import (
     BudgetExceededError,
     DPCuratorError,
     InternalError,
+    LedgerBusyError,
     LedgerIntegrityError,
+    UserError,
 )
 from dpcurator.ledger import (
     AccountState,
@@ -417,6 +419,13 @@ class Service:
             raise ServiceError(409, "idempotency_conflict", str(exc)) from None
         except LedgerIntegrityError:
             raise _ledger_unavailable() from None
+        except LedgerBusyError:
+            raise  # 503, nothing charged (the app's handler)
+        except UserError as exc:  # the ledger refused to record the request (the query's own
+            _log.warning("the ledger refused a request: %s", exc)  # errors are ServiceErrors)
+            raise ServiceError(400, "ledger_refused", "the budget ledger cannot record this "
+                               "request (its text may hold a character the ledger's database "
+                               "cannot store, such as NUL); nothing was charged") from None
         request = reservation.request
         if request.release is not None:  # a retry of an answered request, or a free one
             return self._response(analyst, name, request.id, json.loads(request.release),
