@@ -172,6 +172,10 @@ class TableSet:
                 f"SELECT count(*) FROM {relations[spec.name]} AS t0 {' '.join(joins)} "
                 f"WHERE {current}.{q(root.unit)} IS NOT NULL")
             total = first.scalar(f"SELECT count(*) FROM {relations[spec.name]}")
+            if reached > total:  # a row met several keys: it would count for several units
+                raise UserError(f"rows of {spec.name} reach several units along their path "
+                                f"({reached} matches for {total} rows): its keys must compare "
+                                "exactly with their targets (declare columns of one type)")
             broken[spec.name] = total - reached
         return LinkReport(broken, missing)
 

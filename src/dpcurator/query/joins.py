@@ -45,7 +45,7 @@ from sqlglot import exp
 
 from dpcurator.errors import InternalError
 from dpcurator.query.errors import QueryError, UnknownColumnError, UnsupportedQueryError
-from dpcurator.query.schema import UNIT, Schema, column_kind
+from dpcurator.query.schema import UNIT, Schema, join_key_refusal
 
 __all__ = ["UNIT_COLUMN", "JoinSource", "JoinedTable", "flatten", "flatten_plan", "rekey",
            "rekey_auto"]
@@ -227,13 +227,10 @@ def _equalities(on: exp.Expression, columns: _Columns, joined: str, before: list
                                f"(equi-joins); got {term.sql()}; filter rows with WHERE")
         left = columns.resolve(term.this, "ON")
         right = columns.resolve(term.expression, "ON")
-        kinds = [column_kind(columns.schema.table(columns.aliases[a]).type_of(c))
-                 for a, c in (left, right)]
-        if kinds[0] != kinds[1] or kinds[0] == "other":
-            # an implicit cast between kinds could fail on a value, after the charge
-            raise _unsupported(f"ON {term.sql()} compares a {kinds[0]} column with a "
-                               f"{kinds[1]} one: join on columns of the same kind (numbers, "
-                               "text, dates)")
+        refusal = join_key_refusal(
+            *(columns.schema.table(columns.aliases[a]).type_of(c) for a, c in (left, right)))
+        if refusal is not None:  # a cast could fail on a value, or match a row twice
+            raise _unsupported(f"ON {term.sql()}: {refusal}")
         if left[0] == right[0]:
             raise _unsupported(f"ON {term.sql()} compares two columns of one table; filter "
                                "rows with WHERE")

@@ -55,6 +55,51 @@ _NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "
             "NUMERIC")
 
 
+#: Integer types whose values compare exactly with one another's on every engine (a wider
+#: integer holds each; DuckDB compares BIGINT with UBIGINT as HUGEINT)
+_JOIN_INTEGERS = {"TINYINT", "SMALLINT", "INTEGER", "INT", "INT2", "INT4", "INT8", "BIGINT",
+                  "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "LONG", "SHORT", "BYTE"}
+_JOIN_TEXT = {"VARCHAR", "TEXT", "STRING", "CHARACTERVARYING"}  # (PostgreSQL's spelling)
+#: Never a join key: floating point (-0.0 equals 0.0; an integer key compared as a double
+#: meets two of them at 2^53), intervals, nested values
+_NOT_KEYS = ("FLOAT", "DOUBLE", "REAL", "INTERVAL", "STRUCT", "MAP", "LIST", "ARRAY", "UNION",
+             "JSON", "VARIANT")
+
+
+def join_key_class(sql_type: str) -> str | None:
+    """The class of types a join key of this type may be equated with (None: never a key).
+
+    Two columns are joined only within one class: integer types together, text types
+    together, any other type only with itself (a DECIMAL(p, s) with the same p and s, DATE
+    with DATE, ...). Across classes the engine casts to a common type, which can fail on one
+    value after the charge (DuckDB: DECIMAL(38, 0) = DECIMAL(38, 10) on 10^30) or make one
+    row equal to two keys (a DOUBLE against BIGINT keys 2^53 and 2^53 + 1: one order reached
+    two customers and counted twice; a bug hunt)."""
+    upper = "".join(sql_type.upper().split())
+    base = upper.split("(")[0]
+    if base in _JOIN_INTEGERS:
+        return "integer"
+    if base in _JOIN_TEXT:
+        return "text"
+    if base.startswith(_NOT_KEYS) or "[" in upper:
+        return None
+    return upper
+
+
+def join_key_refusal(left: str, right: str) -> str | None:
+    """Why columns of these two types cannot be equated in a join, or None."""
+    classes = (join_key_class(left), join_key_class(right))
+    if None in classes:
+        bad = left if classes[0] is None else right
+        return (f"a column of type {bad} cannot be a join key (floating point, intervals and "
+                "nested values do not compare exactly)")
+    if classes[0] != classes[1]:
+        return (f"a {left} column cannot be equated with a {right} one: join keys must be of "
+                "the same type (integers of any width together, text together), else the "
+                "engine's conversion could fail on a value, or match one row to two keys")
+    return None
+
+
 def column_kind(sql_type: str) -> ColumnKind:
     """A coarse kind for a SQL type name (DuckDB, PostgreSQL or Spark spelling)."""
     upper = sql_type.upper()
@@ -272,11 +317,10 @@ def declare(columns: Mapping[str, Mapping[str, str]], privacy_unit: Any,
                                               for c, t in columns[target].items()), True)
         declared = Link(name, probe.column(column, f"the path of {name!r}"), target,
                         target_spec.column(target_column, f"the path of {name!r}"))
-        kinds = (column_kind(probe.type_of(declared.column)),
-                 column_kind(target_spec.type_of(declared.target_column)))
-        if kinds[0] != kinds[1] or kinds[0] == "other":
-            raise QueryError(f"the path {declared} joins a {kinds[0]} column to a {kinds[1]} "
-                             "one: a path joins columns of the same kind")
+        refusal = join_key_refusal(probe.type_of(declared.column),
+                                   target_spec.type_of(declared.target_column))
+        if refusal is not None:
+            raise QueryError(f"the path {declared} cannot join its columns: {refusal}")
         specs[name] = TableSpec(name, cols, True, link=declared)
     schema = Schema(tuple(specs[n] for n in names))
     for spec in schema.private:  # a cycle never reaches a unit column
