@@ -251,6 +251,27 @@ def test_a_key_of_an_integer_group_key_must_be_a_whole_number() -> None:
     assert len(c.sql(sql, epsilon=1.0, keys=["3", " 1"]).keys) == 2
 
 
+def test_a_key_of_a_decimal_group_key_keeps_its_scale_and_a_huge_key_is_a_user_error(
+        ) -> None:
+    """keys=[1.234] for a DECIMAL(10, 2) key: DuckDB and Spark rounded it to 1.23 and released
+    that partition's count labelled 1.234 (PostgreSQL gave 0); keys=[2**63] raised pyarrow's
+    OverflowError (a bug hunt). Both are refused before anything is charged."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE data AS SELECT i AS uid, CAST(1.23 AS DECIMAL(10, 2)) AS price, "
+                "i % 3 AS h FROM range(40) t(i)")
+    c = dp.Curator.from_duckdb(con, "data", privacy_unit="uid", budget=dp.PureDP(10.0),
+                               source=SeededRandom(1), cache=False)
+    sql = "SELECT price, COUNT(*) AS n FROM data GROUP BY price"
+    with pytest.raises(UserError, match="3 decimal places where the group key types"):
+        c.sql(sql, epsilon=1.0, keys=[1.234])
+    with pytest.raises(UserError, match="too large"):
+        c.sql("SELECT h, COUNT(*) AS n FROM data GROUP BY h", epsilon=1.0, keys=[2**63])
+    assert c.remaining.epsilon == 10.0
+    assert len(c.sql(sql, epsilon=1.0, keys=[1.23, 1.2, 4.5]).keys) == 3
+
+
 def test_private_key_intervals_at_a_huge_epsilon_do_not_fail() -> None:
     """Private keys at epsilon 1,000: the noise is so narrow that the shortest interval holds
     all of its mass, and the conditional interval took log(0) (a bug hunt: the release was

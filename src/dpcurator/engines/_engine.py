@@ -233,6 +233,31 @@ def _check_integral_keys(values: Sequence[Sequence[Any]], integral: Sequence[boo
             if not ok:
                 raise UserError(f"key #{index + 1} is not a whole number, so it names no "
                                 f"partition of the integer group key types {list(types)}")
+    scales = [_decimal_scale(t) for t in types]
+    for index, row in enumerate(values):
+        for value, scale in zip(row, scales, strict=False):
+            if scale is None or value is None or isinstance(value, bool | int):
+                continue
+            try:
+                exponent = decimal.Decimal(str(value).strip()).as_tuple().exponent
+                digits = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+            except (decimal.InvalidOperation, ValueError):
+                continue  # not a number: the conversion's own check refuses it
+            if digits > scale:
+                raise UserError(
+                    f"key #{index + 1} has {digits} decimal places where the group key types "
+                    f"{list(types)} keep {scale}: it would be rounded onto another partition, "
+                    "and that partition's count released under this key (a bug hunt)")
+
+
+_DECIMAL_TYPE = re.compile(r"^\s*(?:DECIMAL|NUMERIC)\s*\(\s*\d+\s*,\s*(\d+)\s*\)\s*$",
+                           re.IGNORECASE)
+
+
+def _decimal_scale(sql_type: str) -> int | None:
+    """The scale s of a DECIMAL(p, s) or NUMERIC(p, s) type, else None."""
+    match = _DECIMAL_TYPE.match(sql_type)
+    return int(match.group(1)) if match else None
 
 
 def key_text(value: Any, engine: str, *, intervals: bool = False) -> str | None:

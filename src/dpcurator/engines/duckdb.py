@@ -371,3 +371,6 @@ def _keys_arrow(values: tuple[tuple[Any, ...], ...], width: int) -> Any:
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         raise UserError("keys must have one type per group key column (mixed types in a "
                         "column of keys)") from None
+    except OverflowError:  # an int beyond 64 bits (a bug hunt: pyarrow's error escaped)
+        raise UserError("a key is an integer too large for a group key (beyond 64 bits)"
+                        ) from None
