@@ -13,12 +13,13 @@ import pandas as pd
 import pytest
 
 import dpcurator as dp
+from _outcomes import outcome
 from dpcurator.engines import _postgres_expressions as pe
 from dpcurator.engines import _total
 from dpcurator.engines import duckdb as dd
 from dpcurator.engines import spark as sp
 from dpcurator.engines.duckdb import DuckDBEngine
-from dpcurator.errors import InternalError, UserError
+from dpcurator.errors import UserError
 from dpcurator.noise import SeededRandom
 
 
@@ -34,20 +35,6 @@ def frame(secret: str = "SECRET123") -> pd.DataFrame:
 def curator(df: pd.DataFrame) -> dp.Curator:
     return dp.Curator.from_pandas(df, privacy_unit="uid", budget=dp.PureDP(10),
                                   source=SeededRandom(1), cache=False)
-
-
-def outcome(c: dp.Curator, query: str) -> str:
-    """'released', or 'refused' (a UserError, nothing charged); never an error after it."""
-    before = c.remaining.epsilon
-    try:
-        c.sql(query, epsilon=1.0)
-    except UserError:
-        assert c.remaining.epsilon == before, "refused after the charge"
-        return "refused"
-    except InternalError as exc:  # pragma: no cover - the bug
-        raise AssertionError(f"failed after the charge: {query}") from exc
-    assert c.remaining.epsilon == before - 1.0
-    return "released"
 
 
 def test_neighbours_differing_in_one_value_are_both_released() -> None:

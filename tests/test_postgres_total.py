@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import dpcurator as dp
-from dpcurator.errors import InternalError, UserError
+from _outcomes import outcome
 from dpcurator.noise import SeededRandom
 
 psycopg = pytest.importorskip("psycopg")
@@ -67,20 +67,6 @@ def make(postgres_url: str) -> Iterator[Make]:
         curator.close()
     admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
     admin.close()
-
-
-def outcome(c: dp.Curator, query: str) -> str:
-    """'released', or 'refused' (a UserError, nothing charged); never an error after it."""
-    before = c.remaining.epsilon
-    try:
-        c.sql(query, epsilon=1.0)
-    except UserError:
-        assert c.remaining.epsilon == before, "refused after the charge"
-        return "refused"
-    except InternalError as exc:  # pragma: no cover - the bug
-        raise AssertionError(f"failed after the charge: {query}") from exc
-    assert c.remaining.epsilon == before - 1.0
-    return "released"
 
 
 def count(where: str) -> str:

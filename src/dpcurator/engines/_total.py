@@ -87,6 +87,7 @@ that differs, so an override is one entry, never a copy of the rule.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
 from sqlglot import exp
@@ -98,6 +99,8 @@ from dpcurator.query import expressions as ex
 __all__ = [
     "COMPARED",
     "RULES",
+    "TOTALS",
+    "Cache",
     "Evaluates",
     "Handler",
     "Rules",
@@ -719,3 +722,26 @@ def number_arguments(wrap: Callable[[exp.Expr], exp.Expr], base: Handler = keep)
         result = base(t, node)
         return result if fits else wrap(result)
     return rule
+
+
+#: expressions made total, kept per dialect (a sqlglot parse costs milliseconds)
+TOTALS = 256
+
+
+class Cache:
+    """An engine's expressions made total, keyed on their text (one dialect serves one
+    relation, so the types its rules asked are the same), the least recently used dropped
+    beyond ``TOTALS``; each use gets a copy."""
+
+    def __init__(self) -> None:
+        self._nodes: OrderedDict[str, exp.Expr] = OrderedDict()
+
+    def get(self, text: str, make: Callable[[str], exp.Expr]) -> exp.Expr:
+        node = self._nodes.get(text)
+        if node is None:
+            node = self._nodes[text] = make(text)
+            while len(self._nodes) > TOTALS:
+                self._nodes.popitem(last=False)
+        else:
+            self._nodes.move_to_end(text)
+        return node.copy()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,9 +87,6 @@ RULES: _total.Rules = {
     exp.Right: _total.number_arguments(_under_try, _total.RULES[exp.Right]),
 }
 
-TOTALS = 256  # expressions made total, kept per engine (a sqlglot parse costs milliseconds)
-
-
 class DuckDBDialect(Dialect):
     """DuckDB's primitives: TRY per operation, TRY_CAST, isnan, ROUND, HUGEINT sums,
     md5_number. ``type_of`` and ``evaluates`` are the engine's (the types of expressions
@@ -104,19 +100,11 @@ class DuckDBDialect(Dialect):
                  evaluates: _total.Evaluates | None = None) -> None:
         self.type_of = type_of
         self.evaluates = evaluates
-        # keyed on the text: one dialect serves one relation (its engine's)
-        self._totals: OrderedDict[str, exp.Expr] = OrderedDict()
+        self._totals = _total.Cache()
 
     def total(self, text: str) -> exp.Expr:
-        node = self._totals.get(text)
-        if node is None:
-            node = _total.total(text, RULES, "DuckDB", self.type_of, self.evaluates)
-            self._totals[text] = node
-            while len(self._totals) > TOTALS:
-                self._totals.popitem(last=False)
-        else:
-            self._totals.move_to_end(text)
-        return node.copy()
+        return self._totals.get(text, lambda t: _total.total(t, RULES, "DuckDB", self.type_of,
+                                                             self.evaluates))
 
     def condition(self, text: str) -> exp.Expr:
         return _total.as_condition(_total.Total(RULES, "DuckDB", self.type_of,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -206,9 +205,6 @@ RULES: _total.Rules = {
 }
 
 
-TOTALS = 256  # expressions made total, kept per engine (a sqlglot parse costs milliseconds)
-
-
 class SparkDialect(Dialect):
     """Spark SQL's primitives. ``type_of`` is the engine's (the types of expressions over its
     relation, analysed: no row is read): ceil and floor ask it."""
@@ -228,22 +224,13 @@ class SparkDialect(Dialect):
 
     def __init__(self, type_of: _total.TypeOf | None = None) -> None:
         self.type_of = type_of
-        # keyed on the text: one dialect serves one relation (its engine's)
-        self._totals: OrderedDict[str, exp.Expr] = OrderedDict()
+        self._totals = _total.Cache()
 
     def hash_kind(self, sql_type: str) -> Any:
         return "timestamp" if sql_type == "TIMESTAMP_NTZ" else super().hash_kind(sql_type)
 
     def total(self, text: str) -> exp.Expr:
-        node = self._totals.get(text)
-        if node is None:
-            node = _total.total(text, RULES, "Spark", self.type_of)
-            self._totals[text] = node
-            while len(self._totals) > TOTALS:
-                self._totals.popitem(last=False)
-        else:
-            self._totals.move_to_end(text)
-        return node.copy()
+        return self._totals.get(text, lambda t: _total.total(t, RULES, "Spark", self.type_of))
 
     def exact_sum(self, node: exp.Expr) -> exp.Expr:
         return exp.Sum(this=cast(node, "DECIMAL(38, 0)"))
