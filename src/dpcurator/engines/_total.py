@@ -449,7 +449,7 @@ def _bare(node: exp.Expr) -> exp.Expr:
     return node
 
 
-def _constant(node: exp.Expr) -> bool:
+def is_constant(node: exp.Expr) -> bool:
     return not any(isinstance(n, exp.Column) for n in node.walk())
 
 
@@ -532,7 +532,7 @@ def unify(t: Total, operands: Sequence[exp.Expr]) -> dict[int, exp.Expr] | None:
     if answer is None:
         return None
     known.update(zip(asked, answer, strict=True))
-    data = [i for i in typed if not _constant(operands[i])] or typed
+    data = [i for i in typed if not is_constant(operands[i])] or typed
     constants = [i for i in typed if i not in data]
     families = {_family(known[i]) for i in data}
     if not families:  # literals only: alike, or TRY (a constant: free)
@@ -573,7 +573,7 @@ def unify(t: Total, operands: Sequence[exp.Expr]) -> dict[int, exp.Expr] | None:
 Slot = tuple[exp.Expr, str, int | None]
 
 
-def _slots(node: exp.Expr) -> list[list[Slot]]:
+def operand_slots(node: exp.Expr) -> list[list[Slot]]:
     """The groups of operands that one node brings to a common type, as (parent, key,
     index in a list or None)."""
     def listed(parent: exp.Expr, key: str) -> list[Slot]:
@@ -600,14 +600,14 @@ def _slots(node: exp.Expr) -> list[list[Slot]]:
     return [[(node, "this", None), (node, "expression", None)]]  # comparisons, NULLIF
 
 
-def _get(slot: Slot) -> exp.Expr:
+def slot_value(slot: Slot) -> exp.Expr:
     parent, key, index = slot
     value = parent.args[key]
     out: exp.Expr = value[index] if index is not None else value
     return out
 
 
-def _put(slot: Slot, value: exp.Expr) -> None:
+def set_slot(slot: Slot, value: exp.Expr) -> None:
     parent, key, index = slot
     if index is None:
         parent.set(key, value)
@@ -642,19 +642,16 @@ def _conditions(t: Total, node: exp.Expr) -> None:
     elif isinstance(node, exp.If) and not isinstance(node.parent, exp.Case):
         slots = [(node, "this", None)]
     for slot in slots:
-        value = _get(slot)
+        value = slot_value(slot)
         if isinstance(value, exp.Expr):
-            _put(slot, as_condition(t, value))
+            set_slot(slot, as_condition(t, value))
 
 
-_COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
+COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
              exp.NullSafeNEQ, exp.In, exp.Between, exp.Nullif, exp.Coalesce, exp.Greatest,
              exp.Least, exp.Case, exp.If)
 
 
-# Public names of the operand slots, for an engine's rules that convert operands.
-COMPARED = _COMPARED
-operand_slots, slot_value, set_slot, is_constant = _slots, _get, _put, _constant
 
 
 def implicit_casts(wrap: Callable[[exp.Expr], exp.Expr], base: Handler = keep) -> Handler:
@@ -664,18 +661,18 @@ def implicit_casts(wrap: Callable[[exp.Expr], exp.Expr], base: Handler = keep) -
     ``base``."""
     def rule(t: Total, node: exp.Expr) -> exp.Expr:
         _conditions(t, node)
-        if not isinstance(node, _COMPARED) or (
+        if not isinstance(node, COMPARED) or (
                 isinstance(node, exp.If) and isinstance(node.parent, exp.Case)):
             return base(t, node)
         safe = True
-        for group in _slots(node):
-            present = [s for s in group if isinstance(_get(s), exp.Expr)]
-            out = unify(t, [_get(s) for s in present])
+        for group in operand_slots(node):
+            present = [s for s in group if isinstance(slot_value(s), exp.Expr)]
+            out = unify(t, [slot_value(s) for s in present])
             if out is None:
                 safe = False
                 continue
             for i, value in out.items():
-                _put(present[i], value)
+                set_slot(present[i], value)
         result = base(t, node)
         return result if safe else wrap(result)
     return rule
@@ -687,7 +684,7 @@ def number_arguments(wrap: Callable[[exp.Expr], exp.Expr], base: Handler = keep)
     fail on a value: under ``wrap`` unless each argument's type converts without failing; an
     INTERVAL of a literal is evaluated once, before the charge."""
     def rule(t: Total, node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Interval) and _constant(node):
+        if isinstance(node, exp.Interval) and is_constant(node):
             if t.evaluates is not None and not t.evaluates(node):
                 raise UserError(f"the interval {node.sql(dialect='duckdb')} is not valid")
             return base(t, node) if t.evaluates is not None else wrap(base(t, node))
