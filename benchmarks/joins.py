@@ -539,10 +539,17 @@ def main() -> None:
                                    {"max_unit_sums": {"l_extendedprice": UNIT_SUM}}),
             **({} if public else {"max_partitions": k})}
 
+        caps_chosen: list[float] = []  # "dpcurator unit"'s caps, rows (COUNT) or V (SUM)
+
         def release(which: str, cur: dp.Curator, opts: dict[str, Any],
                     errors: dict[str, list[float]] = errors, truth: dict[Any, float] = truth,
-                    sql: str = sql, privacy: dict[str, Any] = privacy) -> None:
-            out = cur.sql(sql, **opts, **privacy).to_pandas()
+                    sql: str = sql, privacy: dict[str, Any] = privacy,
+                    caps_chosen: list[float] = caps_chosen) -> None:
+            answer = cur.sql(sql, **opts, **privacy)
+            if which == "dpcurator unit":
+                caps_chosen.append(float(answer.max_unit_rows or next(
+                    iter(answer.max_unit_sums.values()))))
+            out = answer.to_pandas()
             errors[which] += relative_errors(
                 {key: float(value) for key, value in zip(out.iloc[:, 0], out["answer"],
                                                          strict=True)}, truth)
@@ -572,13 +579,18 @@ def main() -> None:
                     for which, values in errors.items()}
         print("median relative error: " + ", ".join(
             f"{w} {v:.4f}" for w, v in accuracy.items() if v is not None))
+        if caps_chosen:
+            print("dpcurator unit's caps chosen: median "
+                  f"{statistics.median(caps_chosen):,.4g}, range {min(caps_chosen):,.4g} to "
+                  f"{max(caps_chosen):,.4g}")
         unit_paired = statistics.median(
             a / b for a, b in zip(times["dpcurator unit caps"], times["unit by hand"],
                                   strict=True))
         results["questions"][name] = {"sql": sql, "public_keys": public,
                                       "max_partitions": k, "times": summary,
                                       "unit_caps_over_unit_by_hand": unit_paired,
-                                      "median_relative_error": accuracy}
+                                      "median_relative_error": accuracy,
+                                      "unit_caps_chosen": caps_chosen}
         truths[name] = truth
         if args.ours_grid:
             results["questions"][name]["hindsight"] = hindsight(

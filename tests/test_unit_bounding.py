@@ -222,6 +222,60 @@ def test_private_keys_are_selected_with_the_partition_cap() -> None:
         assert sum(result.selection_units) == int(customers.clip(upper=k).sum())
 
 
+@pytest.mark.parametrize("sql", [BY_MODE, SUM_BY_MODE])
+def test_with_private_keys_the_caps_are_chosen_for_the_keys_released(
+        monkeypatch: Any, sql: str) -> None:
+    """With private keys the caps on each customer's total are chosen after the selection,
+    their targets counting the G partitions it released (TPC-H's five market segments: a
+    choice aiming at one partition lands above the best cap). The engine runs three times:
+    the profile, the selection's unit counts, the measures under the caps chosen; and the
+    release says what the caps aimed at."""
+    from dpcurator.curator import _auto_bounds
+    from dpcurator.engines import DuckDBEngine
+
+    aimed: list[int] = []
+    for name in ("choose_unit_rows", "choose_unit_sum"):
+        real = getattr(_auto_bounds, name)
+
+        def spy(auto_plan: Any, *args: Any, real: Any = real) -> Any:
+            aimed.append(auto_plan.partitions)
+            return real(auto_plan, *args)
+
+        monkeypatch.setattr(_auto_bounds, name, spy)
+    runs: list[Any] = []
+    exact = DuckDBEngine.compute_exact_aggregates
+
+    def compute(self: Any, bounded: Any, key: int) -> Any:
+        runs.append(bounded)
+        return exact(self, bounded, key)
+
+    monkeypatch.setattr(DuckDBEngine, "compute_exact_aggregates", compute)
+    data = tables(3, customers=3000, orders=12000, items=50000)
+    cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
+    release = cur.sql(sql, epsilon=1.0, delta=1e-6, bounding="unit")
+    assert sorted(k[0] for k in release.keys) == MODES
+    assert aimed == [3]  # one choice, aimed at the three modes released
+    profile, selection, measures = runs
+    assert profile.profile is not None and selection.profile is None
+    assert selection.selection_units and not selection.measures and not selection.histograms
+    chosen = release.bounds_chosen
+    # the count's cap M is its measure's outer cap; a sum's V is its values' clamp
+    cap = chosen.get("max_unit_rows") or chosen["max_unit_sums"]["l_extendedprice"]
+    assert {m.outer if m.value is None else m.value.hi for m in measures.measures} == {cap}
+    assert "aimed at the 3 partitions the selection released" in chosen["unit_method"]
+
+
+def test_with_private_keys_and_nothing_released_the_caps_are_still_stated() -> None:
+    """When the selection releases no key the measures are not computed again, and the
+    release is empty, with the caps chosen for one partition stated."""
+    data = tables(3, customers=60, orders=200, items=600)
+    cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
+    release = cur.sql(BY_MODE, epsilon=0.05, delta=1e-12, bounding="unit")
+    assert release.keys == ()
+    assert release.bounds_chosen["max_unit_rows"] >= 1
+    assert "aimed at the 0 partitions" in release.bounds_chosen["unit_method"]
+
+
 def test_with_private_keys_the_partition_cap_takes_a_quarter_of_the_caps_weight() -> None:
     """With private keys the partition cap only sizes the selection's count, so it weighs
     1/4 in the bounds' share and the cap on each customer's total keeps the rest (0.02 and

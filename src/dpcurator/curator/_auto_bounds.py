@@ -1304,17 +1304,20 @@ def choose_floor(auto_plan: AutoPlan, stats: Profile, index: int, column: str,
 
 def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
                   columns: Sequence[str], source: RandomSource | None,
-                  rows_for: Sequence[tuple[int, int]] | None = None
-                  ) -> tuple[Plan, dict[str, Any]]:
+                  rows_for: Sequence[tuple[int, int]] | None = None, *,
+                  defer_unit_caps: bool = False) -> tuple[Plan, dict[str, Any]]:
     """The plan with its bounds chosen from ``profile`` (the engine's rows for a
     ``BoundedQuery.profile`` of ``columns``), and what the release says about them; the caps
-    among those ``rows_for`` allows (``_choose_joint``)."""
+    among those ``rows_for`` allows (``_choose_joint``). ``defer_unit_caps``
+    (``defers_unit_caps``): ``bounding="unit"``'s caps are left at the widest
+    (``widest_unit_caps``), to be chosen once the keys are selected (``choose_unit_caps``)."""
     auto = auto_plan.auto
     stats = Profile(profile)
     eps = auto_plan.epsilons
     chosen: dict[str, Any] = {}
     if auto.choices == 0:
-        return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source)
+        return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source,
+                           defer_unit_caps)
     factors = None
     if VALUES in eps:  # the row cap's factor per magnitude, from its own noisy histogram
         factors = value_factors(auto_plan, stats, source)
@@ -1391,7 +1394,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
                         "caps and the first magnitude (Amin et al. 2019's bias-variance "
                         "rule, penalties ramping above it); epsilons " +
                         ", ".join(f"{name} {value:.3g}" for name, value in eps.items()))
-    return _with_outer(auto_plan, final, chosen, stats, source)
+    return _with_outer(auto_plan, final, chosen, stats, source, defer_unit_caps)
 
 
 def needs_retry(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any],
@@ -1653,14 +1656,62 @@ def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], sta
     return plan.replace(aggregates=aggregates, max_unit_sums=tuple(sums.items())), chosen
 
 
+def defers_unit_caps(plan: Plan) -> bool:
+    """Whether ``bounding="unit"``'s caps are chosen after the private selection of the keys
+    (``choose_unit_caps``): where the keys are private and a cap is left to the data. Their
+    targets count the G partitions whose noise the answer pays (``AutoPlan.target``); before
+    the selection G is unknown, and a choice aiming at one partition lands above the best
+    cap wherever several are released (TPC-H's count by market segment, five released: caps
+    of 140 to 198 rows where 128 is best). Public numbers only."""
+    auto = plan.auto
+    return plan.bounding == "unit" and plan.private_keys and auto is not None and \
+        bool(outer_names(auto))
+
+
+def widest_unit_caps(plan: Plan, auto: AutoBounds) -> Plan:
+    """The plan with ``auto``'s caps on each unit's total at the widest candidates, which the
+    candidates' proof compiled (``_candidates``): the first pass of a query whose caps are
+    chosen after the selection (``defers_unit_caps``). Only the selection reads that pass,
+    and a unit's selection count does not depend on these caps
+    (``dpcurator.query.bounding``, stage 3, ``select``)."""
+    sums = dict(plan.max_unit_sums)
+    for column in auto.unit_sums:
+        sums[column] = float(MAX_UNIT_SUM)
+    aggregates = tuple(type(a)(a.column, Bounds(-sums[a.column], sums[a.column]), a.name)
+                       if isinstance(a, Sum) and a.column in sums else a
+                       for a in plan.aggregates)
+    rows = UNIT_ROW_CANDIDATES[-1] if auto.unit_rows else plan.max_unit_rows
+    return plan.replace(aggregates=aggregates, max_unit_rows=rows,
+                        max_unit_sums=tuple(sums.items()))
+
+
+def choose_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any],
+                     profile: Sequence[tuple[Any, ...]], partitions: int,
+                     source: RandomSource | None) -> tuple[Plan, dict[str, Any]]:
+    """``bounding="unit"``'s caps chosen once the private selection released ``partitions``
+    keys (``defers_unit_caps``): as ``_with_unit_caps`` chooses them, with G that number
+    (at least 1) instead of 1. The choices spend the epsilons they always had; G, an output
+    of the selection (a mechanism of its own), only moves their targets: the choices run
+    after it, on the same profile, and compose with it as before (adaptive composition)."""
+    aimed = replace(auto_plan, partitions=max(1, partitions))
+    plan, chosen = _with_unit_caps(aimed, plan, chosen, Profile(profile), source)
+    chosen["unit_method"] += (f"; aimed at the {partitions:,} partitions the selection "
+                              "released")
+    return plan, chosen
+
+
 def _with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
-                source: RandomSource | None) -> tuple[Plan, dict[str, Any]]:
+                source: RandomSource | None, defer_unit_caps: bool = False
+                ) -> tuple[Plan, dict[str, Any]]:
     """The plan with a total interval's outer cap chosen, when asked (``choose_outer``), or
-    ``bounding="unit"``'s caps (``_with_unit_caps``)."""
+    ``bounding="unit"``'s caps (``_with_unit_caps``; the widest, for now, where they are
+    chosen after the keys: ``defer_unit_caps``)."""
     auto = auto_plan.auto
     if not outer_names(auto):
         return plan, chosen
     if plan.bounding == "unit":
+        if defer_unit_caps:
+            return widest_unit_caps(plan, auto), chosen
         return _with_unit_caps(auto_plan, plan, chosen, stats, source)
     cost = "rho" if auto_plan.request.rho is not None else "epsilon"
     if auto.unit_rows:  # never below the inner caps, chosen or given (``choose_outer``)

@@ -14,6 +14,8 @@ only the engine runs and the noise is drawn:
     chosen   = self._choose_bounds(compiled, key)      # bounds from the data: among the proven
     exact    = engine.compute_exact_aggregates(...)    # bounding inside the engine
     kept     = select_partitions(compiled, exact)      # _release_stages (private keys)
+                                                       # (bounding="unit": its caps chosen
+                                                       # now, and the engine run again)
     noisy    = add_noise(compiled, exact, kept)        # secure exact noise
     values   = estimate(compiled.estimators, noisy)    # post-processing
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -32,6 +34,7 @@ from dpcurator.accounting import RDP, ZCDP, ApproxDP, Neighbouring, PureDP
 from dpcurator.accounting.filters import Amount
 from dpcurator.engines import (
     Engine,
+    ExactAggregates,
     PostgresTable,
     TableSet,
     column_kind,
@@ -62,12 +65,22 @@ from dpcurator.query.schema import Schema as Declared
 from dpcurator.query.schema import declare, folded
 from dpcurator.query.sql import parse_sql, too_deep_error
 
-from ._auto_bounds import VALUES, choose_bounds, chosen_again, needs_retry, outer_names
+from ._auto_bounds import (
+    VALUES,
+    AutoPlan,
+    choose_bounds,
+    choose_unit_caps,
+    chosen_again,
+    defers_unit_caps,
+    needs_retry,
+    outer_names,
+)
+from ._candidates import Candidates
 from ._compile import CompiledQuery, compile_query
 from ._estimators import Intervals, describe_with_error_95, estimate, estimate_totals
 from ._prepared import PreparedQuery, ResolvedQuery, charge_cost, profile_query
 from ._privacy import PrivacyRequest, check_delta
-from ._release_stages import add_noise, describe_selection, select_partitions
+from ._release_stages import Partitions, add_noise, describe_selection, select_partitions
 from ._resolve import Defaults, match_column, resolve_plan
 from ._schema import Schema, schema_parts
 from ._warnings import after_noise, before_charge, collect, take_chosen
@@ -701,9 +714,11 @@ class Curator:
         return smaller, new_cost
 
     def _choose_bounds(self, compiled: CompiledQuery, key: int
-                       ) -> tuple[CompiledQuery, dict[str, Any]]:
+                       ) -> tuple[CompiledQuery, dict[str, Any], _Deferred | None]:
         """Choose the bounds a charged query left to the data (``_auto_bounds``) among the
-        candidates proven to compile before the charge (``_candidates``), and bind them."""
+        candidates proven to compile before the charge (``_candidates``), and bind them;
+        ``bounding="unit"``'s caps are left at the widest where they are chosen after the
+        keys (the third value: ``_auto_bounds.defers_unit_caps``, ``_unit_caps_for``)."""
         auto, candidates = compiled.auto, compiled.candidates
         if auto is None or candidates is None:
             raise InternalError("bounds to choose without proven candidates; this is a bug")
@@ -711,8 +726,11 @@ class Curator:
             profile_query(compiled), key).profile
         if profile is None:
             raise InternalError("the engine returned no profile; this is a bug")
+        defer = defers_unit_caps(compiled.plan)
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
-                                     self._source, candidates.rows_for)
+                                     self._source, candidates.rows_for, defer_unit_caps=defer)
+        if defer:
+            return candidates.bind(plan, chosen), chosen, _Deferred(auto, profile, candidates)
         retry, again = compiled.retry, compiled.retry_candidates
         if retry is not None and again is not None and needs_retry(
                 auto, compiled.plan, chosen, candidates.rows_for):
@@ -721,22 +739,46 @@ class Curator:
             plan, second = choose_bounds(retry, compiled.plan, profile, auto.auto.columns,
                                          self._source, again.rows_for)
             chosen = chosen_again(auto, retry, chosen, second)
-            return again.bind(plan, chosen), chosen
-        return candidates.bind(plan, chosen), chosen
+            return again.bind(plan, chosen), chosen, None
+        return candidates.bind(plan, chosen), chosen, None
+
+    def _unit_caps_for(self, deferred: _Deferred, compiled: CompiledQuery,
+                       chosen: dict[str, Any], first: ExactAggregates, kept: Partitions,
+                       key: int) -> tuple[CompiledQuery, ExactAggregates, Partitions]:
+        """``bounding="unit"``'s caps chosen for the keys the selection kept
+        (``_auto_bounds.choose_unit_caps``), and the engine run again with them for the
+        measures the noise is added to (the first run computed the selection's unit counts
+        alone, which the caps do not move); the keys' rows in that second run."""
+        plan, chosen = choose_unit_caps(deferred.auto, compiled.plan, chosen, deferred.profile,
+                                        len(kept.keys), self._source)
+        compiled = deferred.candidates.bind(plan, chosen)
+        if not kept.keys:  # nothing to measure: no partition, no measure
+            return compiled, ExactAggregates([], {m.name: [] for m in compiled.bounded.measures},
+                                             sql=first.sql), kept
+        exact = self._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded, key)
+        where = {k: i for i, k in enumerate(exact.keys)}
+        return compiled, exact, replace(kept, rows=[where.get(k, -1) for k in kept.keys])
 
     def _answer(self, compiled: CompiledQuery, statements: tuple[str, ...], level: float,
                 privacy: PureDP | ApproxDP | ZCDP, warned: tuple[str, ...] = ()) -> Release:
         """Run a charged query: one call per stage, the data's shape after each. ``warned``:
         the prepared query's warnings, which the release repeats (``_warnings``)."""
         key = int(resolve_source(self._source).words(1)[0])  # the engine's sampling key
-        chosen = None
+        chosen = deferred = None
         if compiled.auto is not None:
-            compiled, chosen = self._choose_bounds(compiled, key)
-            warned = collect(warned, take_chosen(chosen), before_charge(compiled))
-        exact = self._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded, key)
+            compiled, chosen, deferred = self._choose_bounds(compiled, key)
+        # the selection's pass alone first where the caps are chosen for its keys
+        bounded = compiled.bounded if deferred is None else \
+            replace(compiled.bounded, measures=(), histograms=())
+        exact = self._engine_of(compiled.plan).compute_exact_aggregates(bounded, key)
         # exact: E partitions found, each with its exact integer measures and histograms
         kept = select_partitions(compiled, exact)
         # kept: P released keys, each with its row in exact (-1: no row, a public key unseen)
+        if deferred is not None and chosen is not None:  # the caps, for the P keys kept
+            compiled, exact, kept = self._unit_caps_for(deferred, compiled, chosen, exact,
+                                                         kept, key)
+        if chosen is not None:
+            warned = collect(warned, take_chosen(chosen), before_charge(compiled))
         noisy = add_noise(compiled, exact, kept)
         # noisy: per aggregate, its noisy integer measures (P,) each, or noisy trees (P, 2047)
         values = estimate(compiled.estimators, noisy)
@@ -759,6 +801,16 @@ class Curator:
             _intervals=intervals, kinds=kinds, selection=selection, chosen=chosen,
             totals=totals, warnings=warned,
             secure=bool(getattr(resolve_source(self._source), "secure", False)))
+
+
+@dataclass(frozen=True)
+class _Deferred:
+    """What choosing ``bounding="unit"``'s caps after the selection needs (``_unit_caps_for``):
+    the choices' plan, the profile's rows, the proven candidates."""
+
+    auto: AutoPlan
+    profile: Sequence[tuple[Any, ...]]
+    candidates: Candidates
 
 
 def _with_confidence(release: Release, level: float, cached: bool) -> Release:
