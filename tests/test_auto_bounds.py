@@ -552,10 +552,10 @@ def capture_choice_inputs(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     captured: dict[str, object] = {}
     real = session.choose_bounds
 
-    def spy(auto_plan: object, plan: object, *args: object) -> object:
+    def spy(auto_plan: object, plan: object, *args: object, **options: object) -> object:
         if "auto_plan" not in captured:
             captured.update(auto_plan=auto_plan, plan=plan)
-        return real(auto_plan, plan, *args)  # type: ignore[arg-type]
+        return real(auto_plan, plan, *args, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session, "choose_bounds", spy)
     return captured
@@ -707,11 +707,12 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
     switched: list[bool] = []
     real = session.choose_bounds
 
-    def spy(auto_plan: Any, plan: object, profile: object, *args: object) -> object:
+    def spy(auto_plan: Any, plan: object, profile: object, *args: object,
+            **options: Any) -> object:
         epsilon = auto_plan.epsilons["max_partitions+max_rows_per_partition"]
         switched.append(auto_bounds._per_k_rows(auto_plan, auto_bounds.ROW_FACTOR, epsilon,
                                                 auto_plan.partitions))
-        return real(auto_plan, plan, profile, *args)  # type: ignore[arg-type]
+        return real(auto_plan, plan, profile, *args, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session, "choose_bounds", spy)
     rng = np.random.default_rng(2)
@@ -751,11 +752,12 @@ def test_under_gaussian_noise_the_switch_reads_the_largest_partition_cap(
     switched: list[tuple[bool, bool]] = []
     real = session.choose_bounds
 
-    def spy(auto_plan: Any, plan: object, profile: object, *args: object) -> object:
+    def spy(auto_plan: Any, plan: object, profile: object, *args: object,
+            **options: Any) -> object:
         epsilon = auto_plan.epsilons["max_partitions+max_rows_per_partition"]
         switched.append(tuple(auto_bounds._per_k_rows(  # type: ignore[arg-type]
             auto_plan, auto_bounds.ROW_FACTOR, epsilon, k) for k in (auto_plan.partitions, 1)))
-        return real(auto_plan, plan, profile, *args)  # type: ignore[arg-type]
+        return real(auto_plan, plan, profile, *args, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session, "choose_bounds", spy)
     frame = clear_frame(400)

@@ -637,9 +637,9 @@ def test_bounds_are_chosen_from_the_joined_rows(monkeypatch: pytest.MonkeyPatch)
     profiles: list[Any] = []
     real = session.choose_bounds
 
-    def spy(auto_plan: Any, plan: Any, profile: Any, *args: Any) -> Any:
+    def spy(auto_plan: Any, plan: Any, profile: Any, *args: Any, **options: Any) -> Any:
         profiles.append(profile)
-        return real(auto_plan, plan, profile, *args)
+        return real(auto_plan, plan, profile, *args, **options)
 
     monkeypatch.setattr(session, "choose_bounds", spy)
     data = tables(7)
