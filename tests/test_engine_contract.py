@@ -837,6 +837,31 @@ def test_ranking_only_the_units_beyond_k_partitions_changes_no_result(
     assert ranked_few == ranked_all
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_the_selections_pass_alone_counts_the_units_the_measured_query_counts(
+        make: Make, k: int) -> None:
+    """``bounding="unit"`` with private keys and caps chosen from the data runs the
+    selection first with no measure (``Curator._answer``), then the measures under the caps
+    chosen for the keys it released: the pass with no measure finds the same partitions and
+    the same unit counts as the query with its measures, at any caps."""
+    df = frame(4, units=150, rows=400)
+    found = []
+    for outer in (1, 7, 4096):
+        count = MeasureSpec("total", "unit_rows", weight=3, outer=outer)
+        q = BoundedQuery("uid", GROUP, None, None, k, 3, "rescale", "select", (count,),
+                         selection_units=True)
+        result = make(df).compute_exact_aggregates(q, 11)
+        assert result.selection_units is not None
+        found.append(sorted(zip(result.keys, result.selection_units, strict=True)))
+    alone = make(df).compute_exact_aggregates(
+        BoundedQuery("uid", GROUP, None, None, k, 3, "rescale", "select", (),
+                     selection_units=True), 11)
+    assert not alone.measures and alone.selection_units is not None
+    assert found[0] == found[1] == found[2] == \
+        sorted(zip(alone.keys, alone.selection_units, strict=True))
+    assert len(found[0]) > 1
+
+
 @pytest.mark.parametrize(("column", "keys"), [
     ("g", ["a", "b", "zz", "it's", "ä", "", "missing"]),  # text: quotes, unicode, empty
     ("gi", [-3, 0, 2, 3, 99, -(2**63)]),  # integers, negative and absent
