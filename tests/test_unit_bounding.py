@@ -20,6 +20,7 @@ import pytest
 
 import dpcurator as dp
 from dpcurator.errors import UserError
+from dpcurator.noise import SeededRandom
 from dpcurator.query import Query, QueryError
 from test_joins import FOUR, NATIONS, _neighbour, flat, schema_curator, tables
 
@@ -274,6 +275,24 @@ def test_with_private_keys_and_nothing_released_the_caps_are_still_stated() -> N
     assert release.keys == ()
     assert release.bounds_chosen["max_unit_rows"] >= 1
     assert "aimed at the 0 partitions" in release.bounds_chosen["unit_method"]
+
+
+def test_a_nan_key_keeps_its_measure_across_the_two_runs() -> None:
+    """The keys the selection released are found again in the measures' run: a float NaN
+    key too, which equals no NaN of another run (it was measured as 0: only its noise)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i % 20000 AS u, CASE WHEN i % 3 = 0 THEN "
+                "'NaN'::DOUBLE ELSE (i % 3)::DOUBLE END AS g FROM range(150000) r(i)")
+    cur = dp.Curator.from_duckdb(con, "t", privacy_unit="u", budget=dp.ApproxDP(100, 1e-3),
+                                 source=SeededRandom(1))
+    release = cur.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=1.0,
+                      delta=1e-6, bounding="unit")
+    got = release.to_pandas()
+    assert len(got) == 3 and got.g.isna().sum() == 1
+    # each key holds 50,000 rows; the noise's scale is below 100 (wrong w.p. below 1e-9)
+    assert (abs(got.n - 50_000) < 2_500).all(), got
 
 
 def test_with_private_keys_the_partition_cap_takes_a_quarter_of_the_caps_weight() -> None:

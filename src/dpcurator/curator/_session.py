@@ -756,8 +756,9 @@ class Curator:
             return compiled, ExactAggregates([], {m.name: [] for m in compiled.bounded.measures},
                                              sql=first.sql), kept
         exact = self._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded, key)
-        where = {k: i for i, k in enumerate(exact.keys)}
-        return compiled, exact, replace(kept, rows=[where.get(k, -1) for k in kept.keys])
+        where = {_matchable(k): i for i, k in enumerate(exact.keys)}
+        return compiled, exact, replace(kept, rows=[where.get(_matchable(k), -1)
+                                                    for k in kept.keys])
 
     def _answer(self, compiled: CompiledQuery, statements: tuple[str, ...], level: float,
                 privacy: PureDP | ApproxDP | ZCDP, warned: tuple[str, ...] = ()) -> Release:
@@ -811,6 +812,15 @@ class _Deferred:
     auto: AutoPlan
     profile: Sequence[tuple[Any, ...]]
     candidates: Candidates
+
+
+_NAN = object()
+
+
+def _matchable(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A partition's key, comparable across two runs of the engine: a float NaN, which
+    equals no NaN of another run, as one marker."""
+    return tuple(_NAN if isinstance(v, float) and math.isnan(v) else v for v in key)
 
 
 def _with_confidence(release: Release, level: float, cached: bool) -> Release:
