@@ -264,6 +264,10 @@ def test_with_private_keys_the_caps_are_chosen_for_the_keys_released(
     cap = chosen.get("max_unit_rows") or chosen["max_unit_sums"]["l_extendedprice"]
     assert {m.outer if m.value is None else m.value.hi for m in measures.measures} == {cap}
     assert "aimed at the 3 partitions the selection released" in chosen["unit_method"]
+    explained = cur.explain(sql, epsilon=1.0, delta=1e-6, bounding="unit")
+    assert "keys are selected first" in explained["bounds_to_choose"]["order"]
+    assert "order" not in cur.explain(sql, epsilon=1.0, keys=MODES,
+                                      bounding="unit")["bounds_to_choose"]
 
 
 def test_with_private_keys_and_nothing_released_the_caps_are_still_stated() -> None:

@@ -636,6 +636,11 @@ class Curator:
             if compiled.plan.bounding == "unit":
                 explained["bounds_to_choose"].update(
                     max_unit_rows=auto.auto.unit_rows, max_unit_sums=list(auto.auto.unit_sums))
+            if defers_unit_caps(compiled.plan):
+                explained["bounds_to_choose"]["order"] = (
+                    "the keys are selected first (a pass over the data counting each unit in "
+                    "its first max_partitions partitions), then the caps on each unit's total "
+                    "are chosen for the keys released, and a second pass measures them")
             if outers:
                 explained["outer_caps_to_choose"] = {
                     "caps": outers, "epsilons": {k: auto.epsilons[k] for k in outers},
