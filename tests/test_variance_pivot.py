@@ -12,10 +12,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import integrate, special
 
+import dpcurator as dp
+
 from dpcurator.curator._variance import _continuous_tail, sum_upper
+from dpcurator.noise import SeededRandom
 
 
 def _laplace_tail(b: float, x: float) -> float:
@@ -103,3 +107,27 @@ def test_the_search_tail_covers_the_exact_tail_of_three_noises(geometric: bool) 
                     sum_upper("laplace", squares.scale, second, dk + b * np.abs(zs))
                     + sum_upper("laplace", squares.scale, second, dk - b * np.abs(zs)))))
                 assert exact <= bound[k] + 1e-12, (geometric, reach, b, dk, exact, bound[k])
+
+
+@pytest.mark.parametrize("rho", [None, 0.5])
+def test_the_interval_does_not_depend_on_the_columns_unit(rho: float | None) -> None:
+    """The same values in units 1e90 times smaller, with bounds to match (widths down to
+    1e-100 are accepted), give the same intervals scaled by 1e-180: the noises' tail is
+    computed in units of its first scale. It squared the scales, which underflowed below
+    widths of about 1e-85: every weight 0 / 0, and every interval the point estimate alone,
+    covering no partition (a bug hunt). Seeded releases: deterministic."""
+    groups = np.repeat(np.arange(60), 20)
+    base = np.random.default_rng(0).uniform(0, 1, groups.size)
+    widths = []
+    for scale in (1.0, 1e-90):
+        frame = pd.DataFrame({"u": np.arange(groups.size), "g": groups, "x": base * scale})
+        budget = dp.PureDP(100) if rho is None else dp.ZCDP(100)
+        cur = dp.Curator.from_pandas(frame, privacy_unit="u", budget=budget,
+                                     source=SeededRandom(1))
+        privacy: dict[str, float] = {"epsilon": 1.0} if rho is None else {"rho": rho}
+        release = cur.sql("SELECT g, VARIANCE(x) AS v FROM data GROUP BY g",
+                          keys=list(range(60)), bounds={"x": (0, scale)}, **privacy)
+        low, high = release.interval("v", 0.95)
+        assert np.all(high > low)
+        widths.append((high - low) / scale**2)
+    assert np.allclose(widths[0], widths[1], rtol=1e-6)

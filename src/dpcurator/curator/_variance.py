@@ -84,10 +84,13 @@ def _continuous_tail(kind: str, b1: float, b2: FloatArray, b3: FloatArray, d: Fl
     fractions of the product of their characteristic functions 1 / (1 + b^2 t^2)), after
     raising each scale to at least 1e-9 b1 and the sorted scales to 1% apart: a larger
     scale only makes the tail heavier (Anderson), and 1% apart keeps the cancellation in
-    the sum below 1e-12."""
-    d = np.asarray(d, dtype=np.float64)
-    b2, b3 = np.broadcast_arrays(np.asarray(b2, dtype=np.float64),
-                                 np.asarray(b3, dtype=np.float64))
+    the sum below 1e-12. Computed in units of b1 (the tail depends only on the ratios), so
+    that squares of tiny scales do not underflow: bounds 1e-85 wide made every weight 0 / 0
+    and every interval a point that covered nothing (a bug hunt)."""
+    d = np.asarray(d, dtype=np.float64) / b1
+    b2, b3 = np.broadcast_arrays(np.asarray(b2, dtype=np.float64) / b1,
+                                 np.asarray(b3, dtype=np.float64) / b1)
+    b1 = 1.0
     if kind == "gaussian":
         sigma = np.sqrt(b1 * b1 + b2 * b2 + b3 * b3)
         return np.asarray(np.clip(2 * special.ndtr(-d / sigma), 0.0, 1.0), dtype=np.float64)
