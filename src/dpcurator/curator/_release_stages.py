@@ -8,8 +8,10 @@ checked and every mechanism built before the charge.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -26,7 +28,7 @@ from ._compile import CompiledQuery
 from ._estimators import TOTAL, Noisy
 from ._quantiles import BINS, QuantileTree
 
-__all__ = ["Partitions", "add_noise", "describe_selection", "select_partitions"]
+__all__ = ["Partitions", "add_noise", "describe_selection", "key_token", "select_partitions"]
 
 _INT64_SAFE = 2**61
 
@@ -161,4 +163,42 @@ def _add_noise(values: list[int], mechanism: DiscreteLaplace | DiscreteGaussian
 
 
 def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple((v is not None, type(v).__name__, v if v is not None else 0) for v in key)
+    """The release's order of private keys, the same whatever order an engine returned them
+    in (each key gets its noise by its place): NULL first, then by type, then by value; a
+    NaN (float or decimal) after its type's numbers, and nested values (lists, structs) by
+    their text, as neither compares with <."""
+    return tuple(_sort_part(v) for v in key)
+
+
+def _sort_part(value: Any) -> tuple[Any, ...]:
+    if value is None:
+        return (False, "NoneType", 0, 0)
+    if _is_nan(value):
+        return (True, type(value).__name__, 1, 0)
+    if isinstance(value, list | tuple | dict):
+        return (True, type(value).__name__, 0, repr(value))
+    return (True, type(value).__name__, 0, value)
+
+
+_NAN = ("NaN",)  # a NaN's token (``key_token``): equal across the engine's runs
+
+
+def key_token(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A partition's key as a hashable value equal across two runs of the engine: a NaN
+    (which equals no other NaN) as one token, lists and structs as tuples."""
+    return tuple(_token(v) for v in key)
+
+
+def _token(value: Any) -> Any:
+    if _is_nan(value):
+        return _NAN
+    if isinstance(value, list | tuple):
+        return ("list", tuple(_token(v) for v in value))
+    if isinstance(value, dict):
+        return ("struct", tuple((k, _token(v)) for k, v in value.items()))
+    return value
+
+
+def _is_nan(value: Any) -> bool:
+    return (isinstance(value, float) and math.isnan(value)) or \
+        (isinstance(value, Decimal) and value.is_nan())
