@@ -1390,9 +1390,10 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     chosen["share"] = auto.spent_share
     if VALUES in eps:  # the histogram, on top of the share (``plan_auto``)
         chosen["values_share"] = auto_plan.values_share
-    chosen["method"] = ("permute-and-flip over steps of 2^(1/4), one joint choice of the "
-                        "caps and the first magnitude (Amin et al. 2019's bias-variance "
-                        "rule, penalties ramping above it); epsilons " +
+    joint = "the caps and the first magnitude" if columns else "the caps"
+    chosen["method"] = (f"permute-and-flip over steps of 2^(1/4), one joint choice of {joint} "
+                        "(Amin et al. 2019's bias-variance rule, penalties ramping above it); "
+                        "epsilons " +
                         ", ".join(f"{name} {value:.3g}" for name, value in eps.items()))
     return _with_outer(auto_plan, final, chosen, stats, source, defer_unit_caps)
 
@@ -1582,6 +1583,16 @@ def unit_thin_threshold(auto_plan: AutoPlan) -> tuple[float, float]:
     return _threshold(floor, ROW_FACTOR_VALUES * auto_plan.target(1, per_partition=False)), floor
 
 
+def unit_rows_threshold(auto_plan: AutoPlan) -> float:
+    """The units ``bounding="unit"``'s cap on a unit's rows needs to be chosen from the
+    data, as ``unit_thin_threshold`` for the sums: with fewer, its statistic is within the
+    noise of every candidate's, and the cap chosen may cut most rows unseen. Public numbers
+    only: stated before the charge where no sum's noisy count checks it
+    (``_warnings.thin_rule_stated``)."""
+    floor = auto_plan.floor(OUTER, len(UNIT_ROW_CANDIDATES))
+    return _threshold(floor, ROW_FACTOR * auto_plan.target(1, per_partition=False))
+
+
 def unit_thin(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
               ) -> tuple[bool, int | None, str | None]:
     """The thin-data rule of ``bounding="unit"``'s caps on a unit's sum (whether the widest
@@ -1596,7 +1607,8 @@ def unit_thin(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
     says so; below ``THIN_WARN`` F the caps chosen are kept with a warning."""
     threshold, floor = unit_thin_threshold(auto_plan)
     widest = (f"too few units for epsilon to choose the caps on each unit's sum from the data "
-              f"(the choice needs about {threshold:,.0f} units with a nonzero sum); the widest "
+              f"(the choice needs about {threshold:,.0f} units' worth with a nonzero sum, a "
+              "unit spread over more than 8 partitions weighing 1/2 to 1); the widest "
               f"caps ({MAX_UNIT_SUM:.3g}) were used, so the answer is as uncertain as its "
               "interval says: give max_unit_sums, or raise epsilon, or the share of it spent "
               "choosing them (bounds_share)")
@@ -1613,7 +1625,8 @@ def unit_thin(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
         return True, noisy, widest
     if noisy < THIN_WARN * floor:
         return False, noisy, (
-            f"thin data for this epsilon (about {max(noisy, 0):,} units with a nonzero sum): "
+            f"thin data for this epsilon (about {max(noisy, 0):,} units' worth with a nonzero "
+            "sum): "
             f"the caps on each unit's total chosen from the data cannot locate a tail of "
             f"fewer than about {floor:,.0f} units; units beyond them are cut unseen (give "
             "max_unit_rows and max_unit_sums to be sure)")

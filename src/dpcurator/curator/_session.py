@@ -80,7 +80,13 @@ from ._compile import CompiledQuery, compile_query
 from ._estimators import Intervals, describe_with_error_95, estimate, estimate_totals
 from ._prepared import PreparedQuery, ResolvedQuery, charge_cost, profile_query
 from ._privacy import PrivacyRequest, check_delta
-from ._release_stages import Partitions, add_noise, describe_selection, select_partitions
+from ._release_stages import (
+    Partitions,
+    add_noise,
+    describe_selection,
+    key_token,
+    select_partitions,
+)
 from ._resolve import Defaults, match_column, resolve_plan
 from ._schema import Schema, schema_parts
 from ._warnings import after_noise, before_charge, collect, take_chosen
@@ -761,8 +767,9 @@ class Curator:
             return compiled, ExactAggregates([], {m.name: [] for m in compiled.bounded.measures},
                                              sql=first.sql), kept
         exact = self._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded, key)
-        where = {_matchable(k): i for i, k in enumerate(exact.keys)}
-        return compiled, exact, replace(kept, rows=[where.get(_matchable(k), -1)
+        exact.sql = [*first.sql, *exact.sql]  # the release shows both passes' statements
+        where = {key_token(k): i for i, k in enumerate(exact.keys)}
+        return compiled, exact, replace(kept, rows=[where.get(key_token(k), -1)
                                                     for k in kept.keys])
 
     def _answer(self, compiled: CompiledQuery, statements: tuple[str, ...], level: float,
@@ -817,15 +824,6 @@ class _Deferred:
     auto: AutoPlan
     profile: Sequence[tuple[Any, ...]]
     candidates: Candidates
-
-
-_NAN = object()
-
-
-def _matchable(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A partition's key, comparable across two runs of the engine: a float NaN, which
-    equals no NaN of another run, as one marker."""
-    return tuple(_NAN if isinstance(v, float) and math.isnan(v) else v for v in key)
 
 
 def _with_confidence(release: Release, level: float, cached: bool) -> Release:

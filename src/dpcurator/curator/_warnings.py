@@ -23,7 +23,15 @@ import numpy as np
 
 from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 
-from ._auto_bounds import UNITS, AutoPlan, thin_threshold, unit_thin_threshold
+from ._auto_bounds import (
+    OUTER,
+    UNITS,
+    AutoPlan,
+    defers_unit_caps,
+    thin_threshold,
+    unit_rows_threshold,
+    unit_thin_threshold,
+)
 from ._compile import CompiledQuery
 from ._estimators import Estimator
 from ._total import inner_unit_rows, inner_unit_sum
@@ -78,11 +86,25 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
         threshold = unit_thin_threshold(auto)[0]
         if threshold < THIN_STATED:
             return []
+        # with private keys the caps aim at the keys released (``defers_unit_caps``): the
+        # threshold stated is one partition's, the least it can be
+        keys = (" if one key is released, and more for more keys (the caps are chosen for "
+                "the keys the selection releases)") if defers_unit_caps(compiled.plan) else ""
         return [f"At this epsilon the caps on each unit's sum of "
                 f"{', '.join(auto.auto.unit_sums)} are chosen from the data only if about "
-                f"{threshold:,.0f} units or more have a nonzero sum (a noisy count); below that "
+                f"{threshold:,.0f} units' worth or more have a nonzero sum (a noisy count; a "
+                f"unit spread over more than 8 partitions weighs 1/2 to 1){keys}; below that "
                 f"the widest caps ({MAX_UNIT_SUM:.3g}) are used and the answer is as uncertain "
                 "as its interval says. Give max_unit_sums to avoid it."]
+    if OUTER in auto.epsilons and compiled.plan.bounding == "unit":  # a COUNT(*) alone
+        threshold = unit_rows_threshold(auto)
+        if threshold < THIN_STATED:
+            return []
+        return [f"At this epsilon the cap on each unit's rows is chosen from the data "
+                f"reliably only with about {threshold:,.0f} units or more; with fewer, it is "
+                "chosen within the noise and may cut most of their rows unseen, the count "
+                "falling far below the truth with an interval about the capped count only. "
+                "Give max_unit_rows to avoid it."]
     if not auto.auto.columns or auto.auto.choices == 0:
         return []
     rows_for = compiled.candidates.rows_for if compiled.candidates is not None else None
