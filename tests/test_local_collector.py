@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -136,11 +138,43 @@ def test_hadamard_transform_counts() -> None:
     assert counts.tolist() == [int(hr.supports(reports, v).sum()) for v in range(20)]
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1", True, 51.0])
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1", True, 51.0, 1e9])
 def test_bad_epsilon_names_the_parameter(bad: Any) -> None:
-    for name in ("rr", "grr", "olh", "duchi"):
-        with pytest.raises(ValueError, match="epsilon"):
+    """Every mechanism checks epsilon before using it: OUE and SUE used to compute e^epsilon
+    first (a raw NaN error, or minutes of CPU for 1e9)."""
+    for name in MECHANISMS:
+        with pytest.raises(ValueError, match="epsilon must be"):
             make_randomizer(name, bad, categories=3)
+
+
+NO_SIGNAL = [  # private (ratio <= e^epsilon) but p* <= q*: nothing can be estimated
+    ("grr", {"p": "3/10"}, "1/k = 1/3"), ("grr", {"p": "1/3"}, "1/k = 1/3"),
+    ("hadamard", {"p": "1/2"}, "1/2"), ("hadamard", {"p": "1/3"}, "1/2"),
+    ("oue", {"p": "1/3", "q": "1/3"}, "params.q"), ("sue", {"p": "1/4", "q": "1/3"}, "params.q"),
+    ("olh", {"p": "1/5"}, "1/g = 1/5"),
+]
+
+
+@pytest.mark.parametrize(("name", "edit", "rule"), NO_SIGNAL,
+                         ids=[f"{c[0]}-{'-'.join(c[1].values())}" for c in NO_SIGNAL])
+def test_configuration_without_signal_is_refused(name: str, edit: dict[str, str],
+                                                 rule: str) -> None:
+    """p* <= q* is refused by the client, by from_config and by the constructors, before any
+    report or estimate (it used to give inverted intervals and negative or NaN errors)."""
+    cfg = make_randomizer(name, 1.0, categories=3).config()
+    if name == "olh":
+        cfg["params"]["g"] = 5
+    cfg["params"].update(edit)
+    with pytest.raises(local.ConfigError, match=re.escape(f"params.p must exceed {rule}")):
+        local.client.check_config(cfg)
+    with pytest.raises(local.ConfigError, match=r"params\.p must exceed"):
+        local.from_config(cfg)
+    params: dict[str, Any] = {key: Fraction(value) for key, value in edit.items()}
+    if name == "olh":
+        params["g"] = 5
+    oracle = type(make_randomizer(name, 1.0, categories=3))
+    with pytest.raises(ValueError, match=r"carry no signal.*p\* must exceed q\*"):
+        oracle(1.0, 3, **params)
 
 
 def test_two_coin_below_ln2_is_refused() -> None:

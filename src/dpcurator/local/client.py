@@ -334,6 +334,29 @@ def loss_ratio(config: dict[str, Any]) -> Fraction:
     return Fraction(grid, m) ** 2
 
 
+def _check_signal(config: dict[str, Any]) -> None:
+    """Refuse parameters under which a report supports its own answer no more often than
+    another answer (p* <= q*): private, but nothing can be estimated from such reports."""
+    mech, params = config["mechanism"], config["params"]
+    if mech in ("rr", "two-coin", "duchi", "piecewise"):
+        return  # p, rho > 0 and m < grid (checked by loss_ratio) always carry a signal
+    p = Fraction(params["p"])
+    if mech in ("sue", "oue"):
+        floor, rule = Fraction(params["q"]), "params.q"
+    elif mech == "grr":
+        k = len(config["categories"])
+        floor, rule = Fraction(1, k), f"1/k = 1/{k}"
+    elif mech == "olh":
+        floor, rule = Fraction(1, params["g"]), f"1/g = 1/{params['g']}"
+    else:  # hadamard: a report lands in the answer's half of the columns w.p. p
+        floor, rule = Fraction(1, 2), "1/2"
+    if not p > floor:
+        raise ConfigError(
+            f"params.p must exceed {rule} for a {mech} survey, got p = {params['p']}: "
+            "otherwise a report supports its own answer no more often than any other, and no "
+            "estimate can be made from the reports")
+
+
 def check_config(config: Any) -> dict[str, Any]:
     """Validate a survey configuration and prove its epsilon; return it unchanged."""
     if not isinstance(config, dict):
@@ -344,6 +367,7 @@ def check_config(config: Any) -> dict[str, Any]:
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1000:
         raise ConfigError("epsilon must be a number in (0, 1000)")
     ratio = loss_ratio(config)
+    _check_signal(config)
     if not at_most_exp(ratio, float(eps)):
         raise ConfigError(
             "the configuration's parameters do not give the epsilon it promises: refusing to "

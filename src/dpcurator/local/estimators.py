@@ -206,6 +206,8 @@ def frequency_arrays(counts: npt.ArrayLike, n: int, p_star: list[Fraction],
     p = np.array([float(x) for x in p_star])
     q = np.array([float(x) for x in q_star])
     gap = p - q
+    if not np.all(gap > 0):
+        raise UserError("p* must exceed q* for every category: these reports carry no signal")
     share = c / n
     value = (share - q) / gap
     se = np.sqrt(share * (1 - share) / n) / gap

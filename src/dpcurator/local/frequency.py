@@ -52,6 +52,7 @@ from dpcurator.local._base import (
     Reports,
     Row,
     check_confidence,
+    check_epsilon,
     check_int_field,
     check_method,
     fraction_text,
@@ -113,6 +114,22 @@ class SupportOracle(LocalRandomizer):
     def _count_supports(self, reports: Reports) -> IntArray:
         return np.array([np.count_nonzero(self.supports(reports, v)) for v in range(self.k)],
                         dtype=np.int64)
+
+    def _verify(self) -> None:
+        """Also refuse parameters that are private but carry no signal: p*_v <= q*_v, where a
+        report supports its own answer no more often than another (the estimate divides by
+        p* - q*)."""
+        super()._verify()
+        p, q = self.support_probabilities()
+        for pv, qv in zip(p, q, strict=True):
+            if not pv > qv:
+                raise UserError(
+                    f"the {self.mechanism} parameters {self._params_text()} carry no signal: a "
+                    f"report supports its own answer with probability p* = {fraction_text(pv)} "
+                    f"and another answer with q* = {fraction_text(qv)}; p* must exceed q*")
+
+    def _params_text(self) -> str:
+        return str(self.config().get("params", {}))
 
     def accumulator(self) -> CountAccumulator:
         return CountAccumulator(self)
@@ -463,6 +480,7 @@ class SymmetricUnaryEncoding(_UnaryEncoding):
     def __init__(self, epsilon: float, categories: Sequence[Any] | int,
                  source: RandomSource | None = None, *, p: Fraction | None = None,
                  q: Fraction | None = None) -> None:
+        epsilon = check_epsilon(epsilon)  # before exp_lower uses it (NaN, inf, 1e9)
         if p is None or q is None:
             half = client.exp_lower(Fraction(epsilon) / 2)
             p, q = half / (half + 1), 1 / (half + 1)
@@ -477,6 +495,7 @@ class OptimizedUnaryEncoding(_UnaryEncoding):
     def __init__(self, epsilon: float, categories: Sequence[Any] | int,
                  source: RandomSource | None = None, *, p: Fraction | None = None,
                  q: Fraction | None = None) -> None:
+        epsilon = check_epsilon(epsilon)  # before exp_lower uses it (NaN, inf, 1e9)
         if p is None or q is None:
             e = client.exp_lower(epsilon)
             p, q = Fraction(1, 2), 1 / (e + 1)
