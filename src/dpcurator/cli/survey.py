@@ -55,6 +55,8 @@ survey_app = typer.Typer(
 )
 
 _MECH_HELP = f"Mechanism: {', '.join(MECHANISMS)}, or auto (the lowest-variance one)."
+_METHOD_HELP = ("Intervals: exact (Clopper-Pearson; the default for yes/no and categories) or "
+                "normal (asymptotic; the default for numbers).")
 
 
 class _Refused(UserError):
@@ -72,6 +74,13 @@ def _emit(result: dict[str, Any], as_json: bool) -> None:
 
 def _fail(message: str, as_json: bool) -> None:
     fail(message, as_json)
+
+
+def _method(method: str | None, exact: bool) -> str | None:
+    """--exact, else --method; None leaves the mechanism's default."""
+    if exact and method not in (None, "exact"):
+        raise _Refused("--exact contradicts --method")
+    return "exact" if exact else method
 
 
 def _categories(categories: str | None, k: int | None, count: int | None) -> list[Any] | None:
@@ -147,7 +156,8 @@ def simulate(
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
-    exact: bool = typer.Option(False, "--exact", help="Exact (Clopper-Pearson) intervals."),
+    method: str | None = typer.Option(None, "--method", help=_METHOD_HELP),
+    exact: bool = typer.Option(False, "--exact", help="Same as --method exact."),
     project: bool = typer.Option(False, "--project", help="Project estimates (biased)."),
     seed: int | None = typer.Option(
         None, "--seed", help="INSECURE reproducible randomness, for tests and demos only."),
@@ -197,7 +207,7 @@ def simulate(
             with open(reports, "w", encoding="utf-8") as handle:
                 for row in rand.report_rows(out):
                     handle.write(json.dumps(row) + "\n")
-        est = rand.estimate(out, confidence=confidence, method="exact" if exact else "normal",
+        est = rand.estimate(out, confidence=confidence, method=_method(method, exact),
                             project=project)
     except (_Refused, ValueError, DPCuratorError) as exc:
         _fail(str(exc), as_json)
@@ -223,7 +233,8 @@ def estimate(
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
-    exact: bool = typer.Option(False, "--exact", help="Exact (Clopper-Pearson) intervals."),
+    method: str | None = typer.Option(None, "--method", help=_METHOD_HELP),
+    exact: bool = typer.Option(False, "--exact", help="Same as --method exact."),
     project: bool = typer.Option(False, "--project", help="Project estimates (biased)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -247,7 +258,7 @@ def estimate(
             collector.read(reports)
         except OSError:
             raise _Refused(f"cannot read the reports file {str(reports)!r}") from None
-        est = collector.estimate(confidence=confidence, method="exact" if exact else "normal",
+        est = collector.estimate(confidence=confidence, method=_method(method, exact),
                                  project=project)
     except (_Refused, ValueError, ConfigError, DPCuratorError) as exc:
         _fail(str(exc), as_json)

@@ -166,9 +166,10 @@ class Collector:
 
     # -- results ------------------------------------------------------------------------------
 
-    def estimate(self, *, confidence: float = 0.95, method: str = "normal",
+    def estimate(self, *, confidence: float = 0.95, method: str | None = None,
                  project: bool = False) -> SurveyEstimate:
-        """The randomizer's estimate from every good report seen so far."""
+        """The randomizer's estimate from every good report seen so far (``method`` None: the
+        randomizer's default interval)."""
         self._flush()
         if self._acc.n == 0:
             raise UserError(f"no valid report to estimate from ({self.bad_count} bad reports)")

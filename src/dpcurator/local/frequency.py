@@ -99,9 +99,15 @@ class CountAccumulator(Accumulator):
 
 
 class SupportOracle(LocalRandomizer):
-    """The shared machinery of every frequency oracle: support counts and their estimates."""
+    """The shared machinery of every frequency oracle: support counts and their estimates.
+
+    Intervals default to "exact" (Clopper-Pearson): the asymptotic "normal" one covers far less
+    than its level for rare categories (83% for a 95% interval at a 1% share, n = 200) and has
+    zero width when no report supports a category, while "exact" costs about the same.
+    """
 
     k: int
+    default_method: ClassVar[str] = "exact"
 
     @abstractmethod
     def support_probabilities(self) -> tuple[list[Fraction], list[Fraction]]:
@@ -168,7 +174,6 @@ class SupportOracle(LocalRandomizer):
         self, reports: Reports | Accumulator, confidence: float, method: str
     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, int]:
         confidence = check_confidence(confidence)
-        method = check_method(method)
         counts, n = self.support_counts(reports)
         p, q = self.support_probabilities()
         return (*frequency_arrays(counts, n, p, q, confidence, method), n)
@@ -206,14 +211,16 @@ class FrequencyOracle(SupportOracle):
         """The exact parameters, JSON-ready (rationals as 'numerator/denominator')."""
 
     def estimate(self, reports: Reports | Accumulator, *, confidence: float = 0.95,
-                 method: str = "normal", project: bool = False) -> FrequencyEstimate:
+                 method: str | None = None, project: bool = False) -> FrequencyEstimate:
         """Each category's share: unbiased, with exact-variance standard errors and intervals.
 
-        ``method``: "normal" (asymptotic) or "exact" (Clopper-Pearson, coverage >= confidence
-        per category). ``project=True`` projects the estimates onto the probability simplex
-        (explicit post-processing: estimates become biased; intervals stay those of the
-        unbiased estimator). See ``dpcurator.local.estimators``.
+        ``method``: "exact" (Clopper-Pearson, coverage >= confidence per category; the default)
+        or "normal" (asymptotic: it under-covers for rare categories). ``project=True`` projects
+        the estimates onto the probability simplex (explicit post-processing: estimates become
+        biased; intervals stay those of the unbiased estimator). See
+        ``dpcurator.local.estimators``.
         """
+        method = check_method(method, self.default_method)
         value, se, low, high, n = self._frequency_arrays(reports, confidence, method)
         shown = project_simplex(value) if project else value
         return FrequencyEstimate(
@@ -315,11 +322,13 @@ class BinaryResponse(SupportOracle):
             yield {"mechanism": self.mechanism, "y": int(y)}
 
     def estimate(self, reports: Reports | Accumulator, *, confidence: float = 0.95,
-                 method: str = "normal", project: bool = False) -> RateEstimate:
+                 method: str | None = None, project: bool = False) -> RateEstimate:
         """The share of "yes": mu_hat = (mean - q*) / (p* - q*), unbiased (Lalanne eq. (10)).
 
-        ``method="exact"`` inverts Clopper-Pearson; ``project=True`` clips mu_hat to [0, 1].
+        ``method``: "exact" (the default) inverts Clopper-Pearson; "normal" is the references'
+        asymptotic interval, eq. (15). ``project=True`` clips mu_hat to [0, 1].
         """
+        method = check_method(method, self.default_method)
         value, se, low, high, n = self._frequency_arrays(reports, confidence, method)
         shown = float(np.clip(value[1], 0.0, 1.0)) if project else float(value[1])
         return RateEstimate(mechanism=self.mechanism, epsilon=self.epsilon, n=n,

@@ -215,11 +215,12 @@ class Duchi(NumericRandomizer):
         return MomentAccumulator(lambda r: r.astype(np.int64), squares=False)  # z^2 = 1
 
     def estimate(self, reports: Reports | Accumulator, *, confidence: float = 0.95,
-                 method: str = "normal", project: bool = False) -> MeanEstimate:
+                 method: str | None = None, project: bool = False) -> MeanEstimate:
         """The mean answer: C * (mean sign), unbiased. ``method="exact"`` inverts
         Clopper-Pearson on the number of + signs (Binomial(n, (1 + rho mu)/2) for sampled
         respondents). ``project`` clips the estimate to [low, high]."""
-        confidence, method = check_confidence(confidence), check_method(method)
+        confidence = check_confidence(confidence)
+        method = check_method(method, self.default_method)
         acc = self._accumulated(reports)
         assert isinstance(acc, MomentAccumulator)
         n = acc.n
@@ -337,14 +338,15 @@ class Piecewise(NumericRandomizer):
         return MomentAccumulator(self._codes)
 
     def estimate(self, reports: Reports | Accumulator, *, confidence: float = 0.95,
-                 method: str = "normal", project: bool = False) -> MeanEstimate:
+                 method: str | None = None, project: bool = False) -> MeanEstimate:
         """The mean answer: the mean of the reports' values, unbiased.
 
         ``method="normal"`` uses the reports' sample variance; ``"exact"`` is Hoeffding's bound
         for outputs in [-C, C] (coverage >= confidence for every n, wider). ``project`` clips the
         estimate to [low, high].
         """
-        confidence, method = check_confidence(confidence), check_method(method)
+        confidence = check_confidence(confidence)
+        method = check_method(method, self.default_method)
         acc = self._accumulated(reports)
         assert isinstance(acc, MomentAccumulator)
         n = acc.n
