@@ -182,6 +182,17 @@ def test_two_coin_below_ln2_is_refused() -> None:
         make_randomizer("two-coin", 0.5)
 
 
+@pytest.mark.parametrize("name", ["duchi", "piecewise"])
+def test_range_whose_width_overflows_is_refused(name: str) -> None:
+    """[-1e308, 1e308] has a width of inf: every answer used to map to the middle."""
+    with pytest.raises(ValueError, match=r"high - low must be a finite number"):
+        make_randomizer(name, 1.0, low=-1e308, high=1e308)
+    cfg = make_randomizer(name, 1.0, low=-1e307, high=1e307).config()
+    cfg["low"], cfg["high"] = -1e308, 1e308
+    with pytest.raises(local.ConfigError, match=r"high - low must be a finite number"):
+        local.client.check_config(cfg)
+
+
 def test_unknown_categories_and_out_of_range_values() -> None:
     grr = make_randomizer("grr", 1.0, categories=["bus", "car"])
     with pytest.raises(ValueError, match="not among the survey's 2 categories"):

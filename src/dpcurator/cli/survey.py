@@ -19,7 +19,8 @@ Output keys:
 - numbers (duchi, piecewise): ``estimate``, ``interval`` (in the answers' units), ``epsilon``,
   ``n``;
 - plan: ``n`` (the required number of respondents), ``margin``, ``confidence``, ``rate`` (null:
-  worst case over the unknown rate), ``report_variance``, ``figure``.
+  worst case over the unknown rate), ``report_variance``, ``figure``, ``figure_epsilons`` (the
+  curves drawn: 0.5, 1, 2 and the given epsilon, less those the mechanism cannot reach).
 """
 
 from __future__ import annotations
@@ -289,16 +290,20 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     from dpcurator.local import plot_interval_widths, report_variance, sample_size
+    from dpcurator.local.planning import minimum_epsilon
 
     try:
         cats = _categories(categories, k, None)
         rand = _build(mechanism, epsilon, cats, low, high, None)
         needed = sample_size(rand, margin, confidence, rate)
         variance = report_variance(rand, rate)
-        written = None
+        written, curves = None, None
         if figure is not None:
+            # the usual curves, less those the mechanism cannot reach (two-coin: eps > ln 2)
+            curves = sorted(e for e in {0.5, 1.0, 2.0, epsilon}
+                            if e > minimum_epsilon(rand.mechanism))
             written = str(plot_interval_widths(
-                figure, mechanism=rand.mechanism, epsilons=sorted({0.5, 1.0, 2.0, epsilon}),
+                figure, mechanism=rand.mechanism, epsilons=curves,
                 confidence=confidence, rate=rate, categories=None if cats is None else len(cats),
                 low=low, high=high))
     except (_Refused, ValueError, DPCuratorError) as exc:
@@ -306,7 +311,7 @@ def plan(
         return
     _emit({"n": needed, "mechanism": rand.mechanism, "epsilon": epsilon, "margin": margin,
            "confidence": confidence, "rate": rate, "worst_case": rate is None,
-           "report_variance": variance, "figure": written}, as_json)
+           "report_variance": variance, "figure": written, "figure_epsilons": curves}, as_json)
 
 
 @survey_app.command(help="Print the survey configuration that respondents' client.py uses.")

@@ -259,6 +259,8 @@ def _range(config: dict[str, Any]) -> tuple[Fraction, Fraction]:
     assert isinstance(low, int | float) and isinstance(high, int | float)
     if not low < high:
         raise ConfigError("low must be smaller than high")
+    if not math.isfinite(_as_float(high) - _as_float(low)):
+        raise ConfigError("high - low must be a finite number (the range's width overflows)")
     return Fraction(low), Fraction(high)
 
 

@@ -107,6 +107,9 @@ class NumericRandomizer(LocalRandomizer):
         if not self.low < self.high:
             raise UserError(f"low must be smaller than high, got [{low!r}, {high!r}]")
         self._width = self.high - self.low
+        if not math.isfinite(self._width):  # every answer would map to the same position
+            raise UserError(f"high - low must be a finite number, got [{low!r}, {high!r}] whose "
+                            "width overflows; rescale the answers")
 
     def _config_body(self) -> dict[str, Any]:
         return {"low": self.low, "high": self.high, "params": self._params()}

@@ -27,6 +27,15 @@ from dpcurator.local.survey import make_randomizer
 
 __all__ = ["interval_half_width", "plot_interval_widths", "report_variance", "sample_size"]
 
+_FIGURE_EPSILONS = (0.5, 1.0, 2.0, 4.0)
+
+
+def minimum_epsilon(mechanism: str) -> float:
+    """The epsilon a mechanism must exceed: ln 2 for the two-coin survey, else 0."""
+    from dpcurator.mechanisms.randomized_response import RandomizedResponse
+
+    return RandomizedResponse.MINIMUM_EPSILON["two-coin"] if mechanism == "two-coin" else 0.0
+
 
 def report_variance(randomizer: LocalRandomizer, rate: float | None = None) -> float:
     """One report's variance contribution V (n times the estimate's variance), worst case over
@@ -63,7 +72,7 @@ def interval_half_width(randomizer: LocalRandomizer, n: int, confidence: float =
 
 
 def plot_interval_widths(path: str | Path, *, mechanism: str = "rr",
-                         epsilons: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
+                         epsilons: Sequence[float] | None = None,
                          sample_sizes: Sequence[int] | None = None, confidence: float = 0.95,
                          rate: float | None = None, categories: int | None = None,
                          low: float = 0.0, high: float = 1.0) -> Path:
@@ -71,7 +80,11 @@ def plot_interval_widths(path: str | Path, *, mechanism: str = "rr",
     epsilon, plus the no-privacy curve for a proportion (Lalanne, lesson 1, Figure 2).
 
     The format follows the file's suffix (.png, .svg, .pdf). Returns the path written.
+    ``epsilons`` defaults to those of 0.5, 1, 2 and 4 that the mechanism can reach (two-coin
+    needs epsilon > ln 2).
     """
+    if epsilons is None:
+        epsilons = [e for e in _FIGURE_EPSILONS if e > minimum_epsilon(mechanism)]
     import matplotlib
 
     matplotlib.use("Agg")
