@@ -98,6 +98,13 @@ def test_estimate_csv(tmp_path: Path) -> None:
     assert out["n"] == 4 and out["bad_reports"] == 1 and out["errors"][0]["line"] == 5
 
 
+def test_survey_help_lists_every_command() -> None:
+    from dpcurator.cli import app
+
+    result = runner.invoke(app, ["--help"])
+    assert "simulate, estimate, plan, config" in result.stdout
+
+
 def test_plan_two_coin_figure_leaves_out_unreachable_epsilons(tmp_path: Path) -> None:
     """Two-coin needs epsilon > ln 2: the figure's usual 0.5 curve is left out (it used to fail
     the whole command with an epsilon the user never gave)."""

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import dpcurator.local as local
+from dpcurator.errors import UserError
 from dpcurator.local import (
     Collector,
     FrequencyOracle,
@@ -87,6 +88,37 @@ def test_csv_without_the_report_fields_is_refused(tmp_path: Any) -> None:
     path.write_text("seed,value\n1,2\n", encoding="utf-8")
     with pytest.raises(ReportError, match="line 1: the CSV header"):
         Collector(_make("olh")).read(path)
+
+
+def test_csv_with_a_utf8_byte_order_mark_is_read(tmp_path: Any) -> None:
+    """Excel's "CSV UTF-8" starts with a BOM; the header used to read as "\\ufeffy"."""
+    path = tmp_path / "r.csv"
+    path.write_bytes(b"\xef\xbb\xbfy\n1\n0\n1\n")
+    collector = Collector(_make("rr"))
+    collector.read(path)
+    assert collector.n == 3 and collector.bad_count == 0
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: local.sample_size(local.Duchi(1.0), 0.1, rate=float("nan")), "rate must be"),
+    (lambda: local.sample_size(local.Duchi(1.0), 0.1, rate=float("inf")), "rate must be"),
+    (lambda: local.sample_size(local.Duchi(1.0), 0.1, rate=2.0), "rate (the expected mean)"),
+    (lambda: local.sample_size(_make("rr"), 0.1, rate="x"), "rate must be"),
+    (lambda: local.sample_size(_make("rr"), 1e-300), "margin=1e-300 is too small"),
+    (lambda: local.interval_half_width(_make("rr"), "3"), "n must be a positive integer"),
+    (lambda: local.interval_half_width(_make("rr"), float("nan")), "n must be"),
+    (lambda: Collector(_make("rr"), chunk_size="a"), "chunk_size must be an integer"),
+    (lambda: Collector(_make("rr"), max_errors=1.5), "max_errors must be an integer"),
+    (lambda: local.Piecewise(1.0, grid_bits=1.5), "grid_bits must be an integer"),
+    (lambda: local.Piecewise(1.0, grid_bits=True), "grid_bits must be an integer"),
+    (lambda: HadamardResponse(1.0, 2**40), "at most 2^32 - 1 categories"),
+], ids=["rate-nan", "rate-inf", "rate-range", "rate-text", "margin-tiny", "n-text", "n-nan",
+        "chunk-text", "max-errors-float", "grid-float", "grid-bool", "hadamard-k"])
+def test_bad_parameters_name_the_parameter(call: Any, message: str) -> None:
+    """A UserError naming the parameter, not a raw TypeError, ZeroDivisionError or MemoryError
+    (Hadamard's limit on k is checked before the categories are built)."""
+    with pytest.raises(UserError, match=re.escape(message)):
+        call()
 
 
 def test_no_valid_report_is_a_clear_error(tmp_path: Any) -> None:

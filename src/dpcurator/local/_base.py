@@ -34,7 +34,7 @@ IntArray = npt.NDArray[np.int64]
 Reports = npt.NDArray[Any]
 Row = tuple[Any, ...]  # one parsed report: ints (a bytes object for unary encodings)
 
-MAX_EPSILON = 50.0  # beyond this a local report is practically the raw answer
+MAX_EPSILON = client.MAX_EPSILON  # beyond this a local report is practically the raw answer
 
 
 class ReportError(UserError):

@@ -49,6 +49,7 @@ from typing import Any
 
 __all__ = [
     "FORMAT",
+    "MAX_EPSILON",
     "ConfigError",
     "at_most_exp",
     "check_config",
@@ -63,6 +64,9 @@ __all__ = [
 
 #: The configuration format this client understands.
 FORMAT = "dpcurator-survey/1"
+#: The largest epsilon a local survey may promise (the library's cap too): beyond it a report
+#: is practically the raw answer.
+MAX_EPSILON = 50.0
 
 RandBelow = Callable[[int], int]
 
@@ -366,8 +370,9 @@ def check_config(config: Any) -> dict[str, Any]:
     if config.get("format") != FORMAT:
         raise ConfigError(f"format must be {FORMAT!r}")
     eps = config.get("epsilon")
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1000:
-        raise ConfigError("epsilon must be a number in (0, 1000)")
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps <= MAX_EPSILON:
+        raise ConfigError(f"epsilon must be a number in (0, {MAX_EPSILON:g}] (a larger one "
+                          f"leaves respondents no privacy), got {eps!r}")
     ratio = loss_ratio(config)
     _check_signal(config)
     if not at_most_exp(ratio, float(eps)):
@@ -497,10 +502,19 @@ def _bernoulli_or_zero(p: Fraction, randbelow: RandBelow) -> bool:
 # Command line.
 
 
+def _usage() -> str:
+    """The usage block of the module docstring (the paragraph that shows the commands)."""
+    for block in (__doc__ or "").split("\n\n"):
+        if "python client.py" in block:
+            lines = [line.strip() for line in block.splitlines()]
+            return "usage:\n" + "\n".join("  " + line for line in lines)
+    return "usage: python client.py SURVEY.json [ANSWER ...]"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print(__doc__.split("\n\n")[1] if __doc__ else "usage: client.py CONFIG [ANSWER ...]")
+        print(_usage(), file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
     try:
         with open(args[0], encoding="utf-8") as handle:

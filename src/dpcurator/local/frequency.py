@@ -832,10 +832,13 @@ class HadamardResponse(FrequencyOracle):
 
     def __init__(self, epsilon: float, categories: Sequence[Any] | int,
                  source: RandomSource | None = None, *, p: Fraction | None = None) -> None:
+        # Before the categories are built: k labels as text would exhaust memory first.
+        if isinstance(categories, int) and not isinstance(categories, bool) and (
+                categories >= 2**32):
+            raise UserError(f"hadamard response supports at most 2^32 - 1 categories, got "
+                            f"k={categories}")
         super().__init__(epsilon, categories, source)
         self.columns = 1 << self.k.bit_length()  # smallest power of two > k
-        if self.columns > 2**32:
-            raise UserError("hadamard response supports at most 2^32 - 1 categories")
         if p is None:
             e = client.exp_lower(self.epsilon)
             p = e / (e + 1)

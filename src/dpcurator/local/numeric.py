@@ -280,8 +280,9 @@ class Piecewise(NumericRandomizer):
         super().__init__(epsilon, low, high, source)
         if grid_bits is None:
             grid_bits = min(40, max(31, math.ceil(21 + self.epsilon / (2 * math.log(2)))))
-        if not 1 <= grid_bits <= 40:
-            raise UserError(f"grid_bits must be in [1, 40], got {grid_bits!r}")
+        if isinstance(grid_bits, bool) or not isinstance(grid_bits, int) or not (
+                1 <= grid_bits <= 40):
+            raise UserError(f"grid_bits must be an integer in [1, 40], got {grid_bits!r}")
         self.grid = 1 << grid_bits
         if m is None:
             half = client.exp_lower(Fraction(self.epsilon) / 2)

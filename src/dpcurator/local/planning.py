@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,15 @@ def minimum_epsilon(mechanism: str) -> float:
 def report_variance(randomizer: LocalRandomizer, rate: float | None = None) -> float:
     """One report's variance contribution V (n times the estimate's variance), worst case over
     the unknown rate (or mean, for numeric mechanisms, in units) unless ``rate`` is given."""
-    if rate is not None and isinstance(randomizer, SupportOracle) and not 0 <= rate <= 1:
-        raise UserError(f"rate must lie in [0, 1], got {rate!r}")
+    if rate is not None:
+        if isinstance(rate, bool) or not isinstance(rate, Real) or not math.isfinite(rate):
+            raise UserError(f"rate must be a finite number, got {rate!r}")
+        if isinstance(randomizer, SupportOracle) and not 0 <= rate <= 1:
+            raise UserError(f"rate must lie in [0, 1], got {rate!r}")
+        if isinstance(randomizer, NumericRandomizer) and not (
+                randomizer.low <= rate <= randomizer.high):
+            raise UserError(f"rate (the expected mean) must lie in [low, high] = "
+                            f"[{randomizer.low:g}, {randomizer.high:g}], got {rate!r}")
     if isinstance(randomizer, SupportOracle | NumericRandomizer):
         return randomizer.report_variance(rate)
     raise UserTypeError(f"cannot plan for {type(randomizer).__name__}")
@@ -56,6 +64,9 @@ def sample_size(randomizer: LocalRandomizer, margin: float, confidence: float = 
                         f"got {margin!r}")
     z = z_value(check_confidence(confidence))
     v = report_variance(randomizer, rate)
+    if z * math.sqrt(v) / margin > 1e9:  # also where margin * margin underflows to 0
+        raise UserError(f"margin={margin!r} is too small: it would need more than 10^18 "
+                        "respondents")
     n = math.ceil(z * z * v / (margin * margin))
     # Guard the float rounding of the ceiling: the margin at n must really be <= margin.
     while z * math.sqrt(v / n) > margin:
@@ -66,8 +77,8 @@ def sample_size(randomizer: LocalRandomizer, margin: float, confidence: float = 
 def interval_half_width(randomizer: LocalRandomizer, n: int, confidence: float = 0.95,
                         rate: float | None = None) -> float:
     """The normal interval's half-width z sqrt(V / n) at n reports."""
-    if n < 1:
-        raise UserError(f"n must be a positive number of reports, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, Integral) or n < 1:
+        raise UserError(f"n must be a positive integer number of reports, got {n!r}")
     return z_value(check_confidence(confidence)) * math.sqrt(report_variance(randomizer, rate) / n)
 
 
