@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpcurator.cli.survey import survey_app
+from dpcurator.local import plot_interval_widths
 
 runner = CliRunner()
 
@@ -97,6 +98,24 @@ def test_estimate_csv(tmp_path: Path) -> None:
     assert out["n"] == 4 and out["bad_reports"] == 1 and out["errors"][0]["line"] == 5
 
 
+def test_survey_help_lists_every_command() -> None:
+    from dpcurator.cli import app
+
+    result = runner.invoke(app, ["--help"])
+    assert "simulate, estimate, plan, config" in result.stdout
+
+
+def test_plan_two_coin_figure_leaves_out_unreachable_epsilons(tmp_path: Path) -> None:
+    """Two-coin needs epsilon > ln 2: the figure's usual 0.5 curve is left out (it used to fail
+    the whole command with an epsilon the user never gave)."""
+    fig = tmp_path / "tc.svg"
+    out = _run("plan", "-m", "two-coin", "-e", "1.5", "--margin", "0.01", "--figure", str(fig),
+               "--json")
+    assert out["figure"] == str(fig) and fig.stat().st_size > 1000
+    assert out["figure_epsilons"] == [1.0, 1.5, 2.0]
+    assert plot_interval_widths(tmp_path / "tc.png", mechanism="two-coin").stat().st_size > 1000
+
+
 def test_plan(tmp_path: Path) -> None:
     out = _run("plan", "-m", "rr", "-e", "1", "--margin", "0.01", "--json")
     assert out["n"] == 44971 and out["worst_case"] is True and out["rate"] is None
@@ -106,6 +125,7 @@ def test_plan(tmp_path: Path) -> None:
     drawn = _run("plan", "-m", "oue", "-e", "1", "--k", "16", "--margin", "0.02", "--figure",
                  str(fig), "--json")
     assert drawn["figure"] == str(fig) and fig.stat().st_size > 1000
+    assert drawn["figure_epsilons"] == [0.5, 1.0, 2.0]
     numeric = _run("plan", "-m", "duchi", "-e", "1", "--margin", "1", "--low", "0", "--high",
                    "100", "--json")
     assert numeric["n"] > 0
@@ -121,6 +141,8 @@ def test_plan(tmp_path: Path) -> None:
     (("plan", "-m", "rr", "-e", "1", "--margin", "-1"), "margin"),
     (("estimate", "/nonexistent/r.jsonl", "-m", "rr", "-e", "1"), "cannot read"),
     (("estimate", "/nonexistent/r.jsonl"), "--config"),
+    (("simulate", "-m", "duchi", "-e", "1", "--n", "10", "--true-rate", "0", "--low", "-1e308",
+      "--high", "1e308"), "high - low must be a finite number"),
 ])
 def test_errors_are_one_json_object(args: tuple[str, ...], message: str) -> None:
     out = _run(*args, "--json", code=2)

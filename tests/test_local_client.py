@@ -131,6 +131,28 @@ def test_client_runs_alone_in_isolated_mode(tmp_path: Path) -> None:
     assert "do not give the epsilon" in refused.stderr
 
 
+def test_client_help_prints_the_usage() -> None:
+    """--help printed the docstring's intro line instead of the commands."""
+    done = subprocess.run([sys.executable, "-I", str(CLIENT), "--help"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("usage:")
+    assert 'python client.py survey.json "answer"' in done.stdout
+    bare = subprocess.run([sys.executable, "-I", str(CLIENT)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert bare.returncode == 2 and "python client.py survey.json" in bare.stderr
+
+
+@pytest.mark.parametrize("epsilon", [50.5, 900, float("nan")])
+def test_client_refuses_epsilon_above_the_library_cap(epsilon: float) -> None:
+    """The client accepted any promised epsilon below 1000; the library caps surveys at 50."""
+    cfg = make_randomizer("rr", 1.0).config()
+    cfg["epsilon"] = epsilon
+    with pytest.raises(client.ConfigError, match=r"epsilon must be a number in \(0, 50\]"):
+        client.check_config(cfg)
+    cfg["epsilon"] = 50
+    client.check_config(cfg)
+
+
 def test_client_imports_only_the_standard_library() -> None:
     source = CLIENT.read_text(encoding="utf-8")
     imported = {line.split()[1].split(".")[0] for line in source.splitlines()

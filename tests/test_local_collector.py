@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
 
 import dpcurator.local as local
+from dpcurator.errors import UserError
 from dpcurator.local import (
     Collector,
     FrequencyOracle,
@@ -87,6 +90,37 @@ def test_csv_without_the_report_fields_is_refused(tmp_path: Any) -> None:
         Collector(_make("olh")).read(path)
 
 
+def test_csv_with_a_utf8_byte_order_mark_is_read(tmp_path: Any) -> None:
+    """Excel's "CSV UTF-8" starts with a BOM; the header used to read as "\\ufeffy"."""
+    path = tmp_path / "r.csv"
+    path.write_bytes(b"\xef\xbb\xbfy\n1\n0\n1\n")
+    collector = Collector(_make("rr"))
+    collector.read(path)
+    assert collector.n == 3 and collector.bad_count == 0
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: local.sample_size(local.Duchi(1.0), 0.1, rate=float("nan")), "rate must be"),
+    (lambda: local.sample_size(local.Duchi(1.0), 0.1, rate=float("inf")), "rate must be"),
+    (lambda: local.sample_size(local.Duchi(1.0), 0.1, rate=2.0), "rate (the expected mean)"),
+    (lambda: local.sample_size(_make("rr"), 0.1, rate="x"), "rate must be"),
+    (lambda: local.sample_size(_make("rr"), 1e-300), "margin=1e-300 is too small"),
+    (lambda: local.interval_half_width(_make("rr"), "3"), "n must be a positive integer"),
+    (lambda: local.interval_half_width(_make("rr"), float("nan")), "n must be"),
+    (lambda: Collector(_make("rr"), chunk_size="a"), "chunk_size must be an integer"),
+    (lambda: Collector(_make("rr"), max_errors=1.5), "max_errors must be an integer"),
+    (lambda: local.Piecewise(1.0, grid_bits=1.5), "grid_bits must be an integer"),
+    (lambda: local.Piecewise(1.0, grid_bits=True), "grid_bits must be an integer"),
+    (lambda: HadamardResponse(1.0, 2**40), "at most 2^32 - 1 categories"),
+], ids=["rate-nan", "rate-inf", "rate-range", "rate-text", "margin-tiny", "n-text", "n-nan",
+        "chunk-text", "max-errors-float", "grid-float", "grid-bool", "hadamard-k"])
+def test_bad_parameters_name_the_parameter(call: Any, message: str) -> None:
+    """A UserError naming the parameter, not a raw TypeError, ZeroDivisionError or MemoryError
+    (Hadamard's limit on k is checked before the categories are built)."""
+    with pytest.raises(UserError, match=re.escape(message)):
+        call()
+
+
 def test_no_valid_report_is_a_clear_error(tmp_path: Any) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text("nonsense\n", encoding="utf-8")
@@ -136,16 +170,59 @@ def test_hadamard_transform_counts() -> None:
     assert counts.tolist() == [int(hr.supports(reports, v).sum()) for v in range(20)]
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1", True, 51.0])
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1", True, 51.0, 1e9])
 def test_bad_epsilon_names_the_parameter(bad: Any) -> None:
-    for name in ("rr", "grr", "olh", "duchi"):
-        with pytest.raises(ValueError, match="epsilon"):
+    """Every mechanism checks epsilon before using it: OUE and SUE used to compute e^epsilon
+    first (a raw NaN error, or minutes of CPU for 1e9)."""
+    for name in MECHANISMS:
+        with pytest.raises(ValueError, match="epsilon must be"):
             make_randomizer(name, bad, categories=3)
+
+
+NO_SIGNAL = [  # private (ratio <= e^epsilon) but p* <= q*: nothing can be estimated
+    ("grr", {"p": "3/10"}, "1/k = 1/3"), ("grr", {"p": "1/3"}, "1/k = 1/3"),
+    ("hadamard", {"p": "1/2"}, "1/2"), ("hadamard", {"p": "1/3"}, "1/2"),
+    ("oue", {"p": "1/3", "q": "1/3"}, "params.q"), ("sue", {"p": "1/4", "q": "1/3"}, "params.q"),
+    ("olh", {"p": "1/5"}, "1/g = 1/5"),
+]
+
+
+@pytest.mark.parametrize(("name", "edit", "rule"), NO_SIGNAL,
+                         ids=[f"{c[0]}-{'-'.join(c[1].values())}" for c in NO_SIGNAL])
+def test_configuration_without_signal_is_refused(name: str, edit: dict[str, str],
+                                                 rule: str) -> None:
+    """p* <= q* is refused by the client, by from_config and by the constructors, before any
+    report or estimate (it used to give inverted intervals and negative or NaN errors)."""
+    cfg = make_randomizer(name, 1.0, categories=3).config()
+    if name == "olh":
+        cfg["params"]["g"] = 5
+    cfg["params"].update(edit)
+    with pytest.raises(local.ConfigError, match=re.escape(f"params.p must exceed {rule}")):
+        local.client.check_config(cfg)
+    with pytest.raises(local.ConfigError, match=r"params\.p must exceed"):
+        local.from_config(cfg)
+    params: dict[str, Any] = {key: Fraction(value) for key, value in edit.items()}
+    if name == "olh":
+        params["g"] = 5
+    oracle = type(make_randomizer(name, 1.0, categories=3))
+    with pytest.raises(ValueError, match=r"carry no signal.*p\* must exceed q\*"):
+        oracle(1.0, 3, **params)
 
 
 def test_two_coin_below_ln2_is_refused() -> None:
     with pytest.raises(ValueError, match="ln 2"):
         make_randomizer("two-coin", 0.5)
+
+
+@pytest.mark.parametrize("name", ["duchi", "piecewise"])
+def test_range_whose_width_overflows_is_refused(name: str) -> None:
+    """[-1e308, 1e308] has a width of inf: every answer used to map to the middle."""
+    with pytest.raises(ValueError, match=r"high - low must be a finite number"):
+        make_randomizer(name, 1.0, low=-1e308, high=1e308)
+    cfg = make_randomizer(name, 1.0, low=-1e307, high=1e307).config()
+    cfg["low"], cfg["high"] = -1e308, 1e308
+    with pytest.raises(local.ConfigError, match=r"high - low must be a finite number"):
+        local.client.check_config(cfg)
 
 
 def test_unknown_categories_and_out_of_range_values() -> None:

@@ -123,7 +123,7 @@ def test_binary_estimator_is_the_references_and_covers_exactly(name: str) -> Non
     values = np.empty(R)
     normal_misses = exact_misses = 0
     for r in range(R):
-        est = rand.estimate(reports[r])
+        est = rand.estimate(reports[r], method="normal")
         values[r] = est.estimate
         normal_misses += not est.interval[0] <= rate <= est.interval[1]
         exact = rand.estimate(reports[r], method="exact").interval
@@ -155,6 +155,47 @@ def test_exact_interval_for_categories_covers() -> None:
         misses += (shares < low) | (shares > high)
     for m in misses:
         _check_exact_coverage(int(m))
+
+
+def test_default_interval_holds_its_level_for_rare_categories() -> None:
+    """The default interval covers at least 95% for rare shares and never has zero width.
+
+    GRR at epsilon = 5, k = 4, shares (0.9, 0.07, 0.02, 0.01), n = 200 sampled respondents, and
+    rr at epsilon = 4 for a 2% rate, n = 300: about 3 reports support the 1% category, where the
+    asymptotic interval covered 83% and was the point [0, 0] in 5% of surveys. Over R2 = 10,000
+    surveys a correct interval (coverage >= 95%) misses a Binomial(R2, <= 0.05) number of times;
+    each of the 5 checks allows up to the 1 - 2e-7 quantile of Binomial(R2, 0.05) (about 6.1%),
+    so a correct implementation fails with probability below 1e-6 (union bound). Widths are
+    positive for every survey and category: no report stream makes a share certain here.
+    """
+    r2 = 10_000
+    rng = np.random.default_rng(11)
+    limit = stats.binom.isf(2e-7, r2, ALPHA)
+    shares = np.array([0.9, 0.07, 0.02, 0.01])
+    grr = make_randomizer("grr", 5.0, categories=4, source=SeededRandom(12))
+    assert isinstance(grr, FrequencyOracle)
+    reports = grr.randomize_indices(rng.choice(4, size=r2 * 200, p=shares)).reshape(r2, 200)
+    counts = np.stack([np.bincount(row, minlength=4) for row in reports])
+    first = grr.estimate(reports[0])
+    assert first.method == "exact"  # the default
+    p, q = grr.support_probabilities()
+    _, _, low, high = frequency_arrays(counts, 200, p, q, 1 - ALPHA, first.method)
+    assert np.array_equal(first.intervals[0], low[0])
+    assert np.array_equal(first.intervals[1], high[0])
+    misses = ((shares < low) | (shares > high)).sum(axis=0)
+    assert np.all(misses <= limit), (misses, limit)
+    assert np.all(high > low)
+
+    rr = BinaryResponse(4.0, "rr", SeededRandom(13))
+    yes = rr.randomize(rng.random(r2 * 300) < 0.02).reshape(r2, 300).sum(axis=1)
+    method = rr.estimate(rr.randomize(np.zeros(300, dtype=bool))).method
+    assert method == "exact"
+    p, q = rr.support_probabilities()
+    _, _, low, high = frequency_arrays(np.stack([300 - yes, yes], axis=1), 300, p, q,
+                                       1 - ALPHA, method)
+    rr_misses = int(((low[:, 1] > 0.02) | (high[:, 1] < 0.02)).sum())
+    assert rr_misses <= limit, (rr_misses, limit)
+    assert np.all(high > low)
 
 
 @pytest.mark.parametrize("name", ["duchi", "piecewise"])

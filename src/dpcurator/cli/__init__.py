@@ -27,7 +27,7 @@ app.add_typer(account_app, name="account", help="Privacy accounting: DP-SGD, com
 app.add_typer(ledger_app, name="ledger", help="The owner's view of a budget ledger: verify, "
               "show, export, raise, migrate.")
 app.add_typer(serve_app, name="serve")
-app.add_typer(survey_app, name="survey", help="Local-DP surveys: simulate, estimate, plan.")
+app.add_typer(survey_app, name="survey", help="Local-DP surveys: simulate, estimate, plan, config.")
 
 
 @app.callback()

@@ -19,7 +19,8 @@ Output keys:
 - numbers (duchi, piecewise): ``estimate``, ``interval`` (in the answers' units), ``epsilon``,
   ``n``;
 - plan: ``n`` (the required number of respondents), ``margin``, ``confidence``, ``rate`` (null:
-  worst case over the unknown rate), ``report_variance``, ``figure``.
+  worst case over the unknown rate), ``report_variance``, ``figure``, ``figure_epsilons`` (the
+  curves drawn: 0.5, 1, 2 and the given epsilon, less those the mechanism cannot reach).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ survey_app = typer.Typer(
 )
 
 _MECH_HELP = f"Mechanism: {', '.join(MECHANISMS)}, or auto (the lowest-variance one)."
+_METHOD_HELP = ("Intervals: exact (Clopper-Pearson; the default for yes/no and categories) or "
+                "normal (asymptotic; the default for numbers).")
 
 
 class _Refused(UserError):
@@ -72,6 +75,13 @@ def _emit(result: dict[str, Any], as_json: bool) -> None:
 
 def _fail(message: str, as_json: bool) -> None:
     fail(message, as_json)
+
+
+def _method(method: str | None, exact: bool) -> str | None:
+    """--exact, else --method; None leaves the mechanism's default."""
+    if exact and method not in (None, "exact"):
+        raise _Refused("--exact contradicts --method")
+    return "exact" if exact else method
 
 
 def _categories(categories: str | None, k: int | None, count: int | None) -> list[Any] | None:
@@ -147,7 +157,8 @@ def simulate(
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
-    exact: bool = typer.Option(False, "--exact", help="Exact (Clopper-Pearson) intervals."),
+    method: str | None = typer.Option(None, "--method", help=_METHOD_HELP),
+    exact: bool = typer.Option(False, "--exact", help="Same as --method exact."),
     project: bool = typer.Option(False, "--project", help="Project estimates (biased)."),
     seed: int | None = typer.Option(
         None, "--seed", help="INSECURE reproducible randomness, for tests and demos only."),
@@ -197,7 +208,7 @@ def simulate(
             with open(reports, "w", encoding="utf-8") as handle:
                 for row in rand.report_rows(out):
                     handle.write(json.dumps(row) + "\n")
-        est = rand.estimate(out, confidence=confidence, method="exact" if exact else "normal",
+        est = rand.estimate(out, confidence=confidence, method=_method(method, exact),
                             project=project)
     except (_Refused, ValueError, DPCuratorError) as exc:
         _fail(str(exc), as_json)
@@ -223,7 +234,8 @@ def estimate(
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
-    exact: bool = typer.Option(False, "--exact", help="Exact (Clopper-Pearson) intervals."),
+    method: str | None = typer.Option(None, "--method", help=_METHOD_HELP),
+    exact: bool = typer.Option(False, "--exact", help="Same as --method exact."),
     project: bool = typer.Option(False, "--project", help="Project estimates (biased)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -247,7 +259,7 @@ def estimate(
             collector.read(reports)
         except OSError:
             raise _Refused(f"cannot read the reports file {str(reports)!r}") from None
-        est = collector.estimate(confidence=confidence, method="exact" if exact else "normal",
+        est = collector.estimate(confidence=confidence, method=_method(method, exact),
                                  project=project)
     except (_Refused, ValueError, ConfigError, DPCuratorError) as exc:
         _fail(str(exc), as_json)
@@ -278,16 +290,20 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     from dpcurator.local import plot_interval_widths, report_variance, sample_size
+    from dpcurator.local.planning import minimum_epsilon
 
     try:
         cats = _categories(categories, k, None)
         rand = _build(mechanism, epsilon, cats, low, high, None)
         needed = sample_size(rand, margin, confidence, rate)
         variance = report_variance(rand, rate)
-        written = None
+        written, curves = None, None
         if figure is not None:
+            # the usual curves, less those the mechanism cannot reach (two-coin: eps > ln 2)
+            curves = sorted(e for e in {0.5, 1.0, 2.0, epsilon}
+                            if e > minimum_epsilon(rand.mechanism))
             written = str(plot_interval_widths(
-                figure, mechanism=rand.mechanism, epsilons=sorted({0.5, 1.0, 2.0, epsilon}),
+                figure, mechanism=rand.mechanism, epsilons=curves,
                 confidence=confidence, rate=rate, categories=None if cats is None else len(cats),
                 low=low, high=high))
     except (_Refused, ValueError, DPCuratorError) as exc:
@@ -295,7 +311,7 @@ def plan(
         return
     _emit({"n": needed, "mechanism": rand.mechanism, "epsilon": epsilon, "margin": margin,
            "confidence": confidence, "rate": rate, "worst_case": rate is None,
-           "report_variance": variance, "figure": written}, as_json)
+           "report_variance": variance, "figure": written, "figure_epsilons": curves}, as_json)
 
 
 @survey_app.command(help="Print the survey configuration that respondents' client.py uses.")

@@ -34,7 +34,7 @@ IntArray = npt.NDArray[np.int64]
 Reports = npt.NDArray[Any]
 Row = tuple[Any, ...]  # one parsed report: ints (a bytes object for unary encodings)
 
-MAX_EPSILON = 50.0  # beyond this a local report is practically the raw answer
+MAX_EPSILON = client.MAX_EPSILON  # beyond this a local report is practically the raw answer
 
 
 class ReportError(UserError):
@@ -94,6 +94,8 @@ class LocalRandomizer(ABC):
     mechanism: str
     #: The JSON fields of one report, besides "mechanism".
     report_fields: ClassVar[tuple[str, ...]] = ("y",)
+    #: The interval ``estimate`` gives when no ``method`` is named.
+    default_method: ClassVar[str] = "normal"
 
     def __init__(self, epsilon: float, source: RandomSource | None) -> None:
         self._epsilon = check_epsilon(epsilon)
@@ -169,8 +171,9 @@ class LocalRandomizer(ABC):
 
     @abstractmethod
     def estimate(self, reports: Reports | Accumulator, *, confidence: float = 0.95,
-                 method: str = "normal", project: bool = False) -> SurveyEstimate:
-        """Estimate the population figure from reports (or an accumulator that saw them)."""
+                 method: str | None = None, project: bool = False) -> SurveyEstimate:
+        """Estimate the population figure from reports (or an accumulator that saw them);
+        ``method`` None is the mechanism's ``default_method``."""
 
     def _accumulated(self, reports: Reports | Accumulator) -> Accumulator:
         if isinstance(reports, Accumulator):
@@ -256,7 +259,10 @@ def check_confidence(confidence: Any) -> float:
     return c
 
 
-def check_method(method: Any) -> str:
+def check_method(method: Any, default: str = "normal") -> str:
+    """The interval method by name; None is the mechanism's ``default``."""
+    if method is None:
+        return default
     if method not in ("normal", "exact"):
         raise UserError(f"method must be 'normal' or 'exact' (Clopper-Pearson), got {method!r}")
     return str(method)

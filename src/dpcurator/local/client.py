@@ -49,6 +49,7 @@ from typing import Any
 
 __all__ = [
     "FORMAT",
+    "MAX_EPSILON",
     "ConfigError",
     "at_most_exp",
     "check_config",
@@ -63,6 +64,9 @@ __all__ = [
 
 #: The configuration format this client understands.
 FORMAT = "dpcurator-survey/1"
+#: The largest epsilon a local survey may promise (the library's cap too): beyond it a report
+#: is practically the raw answer.
+MAX_EPSILON = 50.0
 
 RandBelow = Callable[[int], int]
 
@@ -259,6 +263,8 @@ def _range(config: dict[str, Any]) -> tuple[Fraction, Fraction]:
     assert isinstance(low, int | float) and isinstance(high, int | float)
     if not low < high:
         raise ConfigError("low must be smaller than high")
+    if not math.isfinite(_as_float(high) - _as_float(low)):
+        raise ConfigError("high - low must be a finite number (the range's width overflows)")
     return Fraction(low), Fraction(high)
 
 
@@ -334,6 +340,29 @@ def loss_ratio(config: dict[str, Any]) -> Fraction:
     return Fraction(grid, m) ** 2
 
 
+def _check_signal(config: dict[str, Any]) -> None:
+    """Refuse parameters under which a report supports its own answer no more often than
+    another answer (p* <= q*): private, but nothing can be estimated from such reports."""
+    mech, params = config["mechanism"], config["params"]
+    if mech in ("rr", "two-coin", "duchi", "piecewise"):
+        return  # p, rho > 0 and m < grid (checked by loss_ratio) always carry a signal
+    p = Fraction(params["p"])
+    if mech in ("sue", "oue"):
+        floor, rule = Fraction(params["q"]), "params.q"
+    elif mech == "grr":
+        k = len(config["categories"])
+        floor, rule = Fraction(1, k), f"1/k = 1/{k}"
+    elif mech == "olh":
+        floor, rule = Fraction(1, params["g"]), f"1/g = 1/{params['g']}"
+    else:  # hadamard: a report lands in the answer's half of the columns w.p. p
+        floor, rule = Fraction(1, 2), "1/2"
+    if not p > floor:
+        raise ConfigError(
+            f"params.p must exceed {rule} for a {mech} survey, got p = {params['p']}: "
+            "otherwise a report supports its own answer no more often than any other, and no "
+            "estimate can be made from the reports")
+
+
 def check_config(config: Any) -> dict[str, Any]:
     """Validate a survey configuration and prove its epsilon; return it unchanged."""
     if not isinstance(config, dict):
@@ -341,9 +370,11 @@ def check_config(config: Any) -> dict[str, Any]:
     if config.get("format") != FORMAT:
         raise ConfigError(f"format must be {FORMAT!r}")
     eps = config.get("epsilon")
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1000:
-        raise ConfigError("epsilon must be a number in (0, 1000)")
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps <= MAX_EPSILON:
+        raise ConfigError(f"epsilon must be a number in (0, {MAX_EPSILON:g}] (a larger one "
+                          f"leaves respondents no privacy), got {eps!r}")
     ratio = loss_ratio(config)
+    _check_signal(config)
     if not at_most_exp(ratio, float(eps)):
         raise ConfigError(
             "the configuration's parameters do not give the epsilon it promises: refusing to "
@@ -471,10 +502,19 @@ def _bernoulli_or_zero(p: Fraction, randbelow: RandBelow) -> bool:
 # Command line.
 
 
+def _usage() -> str:
+    """The usage block of the module docstring (the paragraph that shows the commands)."""
+    for block in (__doc__ or "").split("\n\n"):
+        if "python client.py" in block:
+            lines = [line.strip() for line in block.splitlines()]
+            return "usage:\n" + "\n".join("  " + line for line in lines)
+    return "usage: python client.py SURVEY.json [ANSWER ...]"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print(__doc__.split("\n\n")[1] if __doc__ else "usage: client.py CONFIG [ANSWER ...]")
+        print(_usage(), file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
     try:
         with open(args[0], encoding="utf-8") as handle:

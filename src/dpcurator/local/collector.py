@@ -18,6 +18,7 @@ import io
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,9 @@ class Collector:
 
     def __init__(self, randomizer: LocalRandomizer, *, chunk_size: int = 1 << 15,
                  max_errors: int = 20) -> None:
-        if chunk_size < 1 or max_errors < 0:
-            raise UserError("chunk_size must be >= 1 and max_errors >= 0")
+        for name, value, least in (("chunk_size", chunk_size, 1), ("max_errors", max_errors, 0)):
+            if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
+                raise UserError(f"{name} must be an integer >= {least}, got {value!r}")
         self.randomizer = randomizer
         self._acc: Accumulator = randomizer.accumulator()
         self._buffer: list[Row] = []
@@ -103,8 +105,9 @@ class Collector:
         self._flush()
 
     def read_csv(self, path: str | Path) -> None:
-        """A CSV file with a header naming the report fields (e.g. ``y``, or ``seed,y``)."""
-        with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        """A CSV file with a header naming the report fields (e.g. ``y``, or ``seed,y``); a
+        UTF-8 byte order mark (Excel's "CSV UTF-8") is skipped."""
+        with open(path, encoding="utf-8-sig", errors="replace", newline="") as handle:
             self._read_csv(handle)
         self._flush()
 
@@ -166,9 +169,10 @@ class Collector:
 
     # -- results ------------------------------------------------------------------------------
 
-    def estimate(self, *, confidence: float = 0.95, method: str = "normal",
+    def estimate(self, *, confidence: float = 0.95, method: str | None = None,
                  project: bool = False) -> SurveyEstimate:
-        """The randomizer's estimate from every good report seen so far."""
+        """The randomizer's estimate from every good report seen so far (``method`` None: the
+        randomizer's default interval)."""
         self._flush()
         if self._acc.n == 0:
             raise UserError(f"no valid report to estimate from ({self.bad_count} bad reports)")

@@ -31,7 +31,14 @@ Intervals, per category at level ``confidence``:
   the sampled model. For a fixed set of answers C_v is Poisson-binomial, whose tails are within
   the binomial ones (Hoeffding 1956, Theorem 4), so the interval stays conservative there too.
 
-Both are clipped to [0, 1] (which can only help coverage); the point estimates are never clipped.
+Frequency oracles default to ``"exact"``: the normal interval holds its level only when C_v and
+n - C_v are large, so for a rare category it under-covers (83% for a 95% interval at a 1% share,
+GRR, epsilon = 5, k = 4, n = 200), and when no report supports v it is the single point
+f_hat_v. Computing Clopper-Pearson costs about as much (two beta quantiles per category).
+
+Both are clipped to [0, 1] (which can only help coverage), unless the interval lies wholly
+outside [0, 1] (then it is kept: clipped, it would be a single point that reads as certain); the
+point estimates are never clipped.
 ``project=True`` replaces the estimates by their Euclidean projection onto the probability simplex
 (post-processing: no privacy cost, but biased); intervals are those of the unbiased estimator.
 """
@@ -135,8 +142,8 @@ class SurveyEstimate:
 class RateEstimate(SurveyEstimate):
     """The share of "yes" answers to a yes/no question.
 
-    ``estimate`` is unbiased (it may leave [0, 1]); ``interval`` is clipped to [0, 1];
-    ``standard_error`` is the plug-in sqrt(v(p, mu_hat) / n).
+    ``estimate`` is unbiased (it may leave [0, 1]); ``interval`` is clipped to [0, 1] (see the
+    module); ``standard_error`` is the plug-in sqrt(v(p, mu_hat) / n).
     """
 
     estimate: float
@@ -206,6 +213,8 @@ def frequency_arrays(counts: npt.ArrayLike, n: int, p_star: list[Fraction],
     p = np.array([float(x) for x in p_star])
     q = np.array([float(x) for x in q_star])
     gap = p - q
+    if not np.all(gap > 0):
+        raise UserError("p* must exceed q* for every category: these reports carry no signal")
     share = c / n
     value = (share - q) / gap
     se = np.sqrt(share * (1 - share) / n) / gap
@@ -215,7 +224,11 @@ def frequency_arrays(counts: npt.ArrayLike, n: int, p_star: list[Fraction],
     else:
         z = z_value(confidence)
         low, high = value - z * se, value + z * se
-    return value, se, np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
+    # An interval wholly outside [0, 1] (a sure miss) is kept: clipped, it would be one point,
+    # which reads as certainty.
+    outside = (high < 0.0) | (low > 1.0)
+    return (value, se, np.where(outside, low, np.clip(low, 0.0, 1.0)),
+            np.where(outside, high, np.clip(high, 0.0, 1.0)))
 
 
 def mean_interval(estimate: float, variance: float, n: int,

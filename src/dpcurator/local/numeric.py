@@ -107,6 +107,9 @@ class NumericRandomizer(LocalRandomizer):
         if not self.low < self.high:
             raise UserError(f"low must be smaller than high, got [{low!r}, {high!r}]")
         self._width = self.high - self.low
+        if not math.isfinite(self._width):  # every answer would map to the same position
+            raise UserError(f"high - low must be a finite number, got [{low!r}, {high!r}] whose "
+                            "width overflows; rescale the answers")
 
     def _config_body(self) -> dict[str, Any]:
         return {"low": self.low, "high": self.high, "params": self._params()}
@@ -215,11 +218,12 @@ class Duchi(NumericRandomizer):
         return MomentAccumulator(lambda r: r.astype(np.int64), squares=False)  # z^2 = 1
 
     def estimate(self, reports: Reports | Accumulator, *, confidence: float = 0.95,
-                 method: str = "normal", project: bool = False) -> MeanEstimate:
+                 method: str | None = None, project: bool = False) -> MeanEstimate:
         """The mean answer: C * (mean sign), unbiased. ``method="exact"`` inverts
         Clopper-Pearson on the number of + signs (Binomial(n, (1 + rho mu)/2) for sampled
         respondents). ``project`` clips the estimate to [low, high]."""
-        confidence, method = check_confidence(confidence), check_method(method)
+        confidence = check_confidence(confidence)
+        method = check_method(method, self.default_method)
         acc = self._accumulated(reports)
         assert isinstance(acc, MomentAccumulator)
         n = acc.n
@@ -276,8 +280,9 @@ class Piecewise(NumericRandomizer):
         super().__init__(epsilon, low, high, source)
         if grid_bits is None:
             grid_bits = min(40, max(31, math.ceil(21 + self.epsilon / (2 * math.log(2)))))
-        if not 1 <= grid_bits <= 40:
-            raise UserError(f"grid_bits must be in [1, 40], got {grid_bits!r}")
+        if isinstance(grid_bits, bool) or not isinstance(grid_bits, int) or not (
+                1 <= grid_bits <= 40):
+            raise UserError(f"grid_bits must be an integer in [1, 40], got {grid_bits!r}")
         self.grid = 1 << grid_bits
         if m is None:
             half = client.exp_lower(Fraction(self.epsilon) / 2)
@@ -337,14 +342,15 @@ class Piecewise(NumericRandomizer):
         return MomentAccumulator(self._codes)
 
     def estimate(self, reports: Reports | Accumulator, *, confidence: float = 0.95,
-                 method: str = "normal", project: bool = False) -> MeanEstimate:
+                 method: str | None = None, project: bool = False) -> MeanEstimate:
         """The mean answer: the mean of the reports' values, unbiased.
 
         ``method="normal"`` uses the reports' sample variance; ``"exact"`` is Hoeffding's bound
         for outputs in [-C, C] (coverage >= confidence for every n, wider). ``project`` clips the
         estimate to [low, high].
         """
-        confidence, method = check_confidence(confidence), check_method(method)
+        confidence = check_confidence(confidence)
+        method = check_method(method, self.default_method)
         acc = self._accumulated(reports)
         assert isinstance(acc, MomentAccumulator)
         n = acc.n

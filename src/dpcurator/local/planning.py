@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,28 @@ from dpcurator.local.survey import make_randomizer
 
 __all__ = ["interval_half_width", "plot_interval_widths", "report_variance", "sample_size"]
 
+_FIGURE_EPSILONS = (0.5, 1.0, 2.0, 4.0)
+
+
+def minimum_epsilon(mechanism: str) -> float:
+    """The epsilon a mechanism must exceed: ln 2 for the two-coin survey, else 0."""
+    from dpcurator.mechanisms.randomized_response import RandomizedResponse
+
+    return RandomizedResponse.MINIMUM_EPSILON["two-coin"] if mechanism == "two-coin" else 0.0
+
 
 def report_variance(randomizer: LocalRandomizer, rate: float | None = None) -> float:
     """One report's variance contribution V (n times the estimate's variance), worst case over
     the unknown rate (or mean, for numeric mechanisms, in units) unless ``rate`` is given."""
-    if rate is not None and isinstance(randomizer, SupportOracle) and not 0 <= rate <= 1:
-        raise UserError(f"rate must lie in [0, 1], got {rate!r}")
+    if rate is not None:
+        if isinstance(rate, bool) or not isinstance(rate, Real) or not math.isfinite(rate):
+            raise UserError(f"rate must be a finite number, got {rate!r}")
+        if isinstance(randomizer, SupportOracle) and not 0 <= rate <= 1:
+            raise UserError(f"rate must lie in [0, 1], got {rate!r}")
+        if isinstance(randomizer, NumericRandomizer) and not (
+                randomizer.low <= rate <= randomizer.high):
+            raise UserError(f"rate (the expected mean) must lie in [low, high] = "
+                            f"[{randomizer.low:g}, {randomizer.high:g}], got {rate!r}")
     if isinstance(randomizer, SupportOracle | NumericRandomizer):
         return randomizer.report_variance(rate)
     raise UserTypeError(f"cannot plan for {type(randomizer).__name__}")
@@ -47,6 +64,9 @@ def sample_size(randomizer: LocalRandomizer, margin: float, confidence: float = 
                         f"got {margin!r}")
     z = z_value(check_confidence(confidence))
     v = report_variance(randomizer, rate)
+    if z * math.sqrt(v) / margin > 1e9:  # also where margin * margin underflows to 0
+        raise UserError(f"margin={margin!r} is too small: it would need more than 10^18 "
+                        "respondents")
     n = math.ceil(z * z * v / (margin * margin))
     # Guard the float rounding of the ceiling: the margin at n must really be <= margin.
     while z * math.sqrt(v / n) > margin:
@@ -57,13 +77,13 @@ def sample_size(randomizer: LocalRandomizer, margin: float, confidence: float = 
 def interval_half_width(randomizer: LocalRandomizer, n: int, confidence: float = 0.95,
                         rate: float | None = None) -> float:
     """The normal interval's half-width z sqrt(V / n) at n reports."""
-    if n < 1:
-        raise UserError(f"n must be a positive number of reports, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, Integral) or n < 1:
+        raise UserError(f"n must be a positive integer number of reports, got {n!r}")
     return z_value(check_confidence(confidence)) * math.sqrt(report_variance(randomizer, rate) / n)
 
 
 def plot_interval_widths(path: str | Path, *, mechanism: str = "rr",
-                         epsilons: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
+                         epsilons: Sequence[float] | None = None,
                          sample_sizes: Sequence[int] | None = None, confidence: float = 0.95,
                          rate: float | None = None, categories: int | None = None,
                          low: float = 0.0, high: float = 1.0) -> Path:
@@ -71,7 +91,11 @@ def plot_interval_widths(path: str | Path, *, mechanism: str = "rr",
     epsilon, plus the no-privacy curve for a proportion (Lalanne, lesson 1, Figure 2).
 
     The format follows the file's suffix (.png, .svg, .pdf). Returns the path written.
+    ``epsilons`` defaults to those of 0.5, 1, 2 and 4 that the mechanism can reach (two-coin
+    needs epsilon > ln 2).
     """
+    if epsilons is None:
+        epsilons = [e for e in _FIGURE_EPSILONS if e > minimum_epsilon(mechanism)]
     import matplotlib
 
     matplotlib.use("Agg")
