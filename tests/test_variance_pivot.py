@@ -17,7 +17,6 @@ import pytest
 from scipy import integrate, special
 
 import dpcurator as dp
-
 from dpcurator.curator._variance import _continuous_tail, sum_upper
 from dpcurator.noise import SeededRandom
 
