@@ -627,8 +627,9 @@ class Curator:
                 "max_rows_per_partition": auto.auto.max_rows_per_partition,
                 "columns": list(auto.auto.columns), "share": auto.auto.spent_share,
                 "epsilons": {k: v for k, v in auto.epsilons.items() if k not in outers},
-                "note": "chosen from the data when the query runs; the plan, SQL and noise "
-                        "above show placeholder bounds (caps of 1, bounds (0, 1))"}
+                "note": "chosen from the data when the query runs; the plan, SQL, noise and "
+                        "partition selection above show placeholder bounds (caps of 1, bounds "
+                        "(0, 1))"}
             if VALUES in auto.epsilons:  # a sum's row cap's histogram, on top of the share
                 explained["bounds_to_choose"]["values_share"] = auto.values_share
             if compiled.retry is not None:  # where the data is too thin for the first choice
