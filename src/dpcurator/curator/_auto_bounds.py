@@ -1654,9 +1654,7 @@ def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], sta
             chosen["warnings"] = [*chosen.get("warnings", ()), thin[2]]
     if auto.unit_sums:
         chosen["max_unit_sums"] = {c: sums[c] for c in auto.unit_sums}
-    aggregates = tuple(type(a)(a.column, Bounds(-sums[a.column], sums[a.column]), a.name)
-                       if isinstance(a, Sum) and a.column in sums else a
-                       for a in plan.aggregates)
+    aggregates = _clamped_by_caps(plan, sums)
     if "method" not in chosen:
         cost = "rho" if auto_plan.request.rho is not None else "epsilon"
         chosen[cost] = auto_plan.spent
@@ -1667,6 +1665,13 @@ def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], sta
         ", ".join(f"{n} {v:.3g}" for n, v in auto_plan.epsilons.items()
                   if n in outer_names(auto)))
     return plan.replace(aggregates=aggregates, max_unit_sums=tuple(sums.items())), chosen
+
+
+def _clamped_by_caps(plan: Plan, sums: dict[str, float]) -> tuple[Any, ...]:
+    """The plan's aggregates, each SUM of a column in ``sums`` clamped to [-V, V] by its cap
+    V (``bounding="unit"``: the unit's sum of |value| is capped at V)."""
+    return tuple(type(a)(a.column, Bounds(-sums[a.column], sums[a.column]), a.name)
+                 if isinstance(a, Sum) and a.column in sums else a for a in plan.aggregates)
 
 
 def defers_unit_caps(plan: Plan) -> bool:
@@ -1690,9 +1695,7 @@ def widest_unit_caps(plan: Plan, auto: AutoBounds) -> Plan:
     sums = dict(plan.max_unit_sums)
     for column in auto.unit_sums:
         sums[column] = float(MAX_UNIT_SUM)
-    aggregates = tuple(type(a)(a.column, Bounds(-sums[a.column], sums[a.column]), a.name)
-                       if isinstance(a, Sum) and a.column in sums else a
-                       for a in plan.aggregates)
+    aggregates = _clamped_by_caps(plan, sums)
     rows = UNIT_ROW_CANDIDATES[-1] if auto.unit_rows else plan.max_unit_rows
     return plan.replace(aggregates=aggregates, max_unit_rows=rows,
                         max_unit_sums=tuple(sums.items()))

@@ -648,10 +648,8 @@ def _conditions(t: Total, node: exp.Expr) -> None:
 
 
 COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
-             exp.NullSafeNEQ, exp.In, exp.Between, exp.Nullif, exp.Coalesce, exp.Greatest,
-             exp.Least, exp.Case, exp.If)
-
-
+            exp.NullSafeNEQ, exp.In, exp.Between, exp.Nullif, exp.Coalesce, exp.Greatest,
+            exp.Least, exp.Case, exp.If)
 
 
 def implicit_casts(wrap: Callable[[exp.Expr], exp.Expr], base: Handler = keep) -> Handler:
