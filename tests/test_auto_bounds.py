@@ -511,14 +511,20 @@ def test_the_share_spent_choosing_is_the_users_to_set() -> None:
 def test_the_cli_and_the_service_config_take_a_share(tmp_path: pytest.TempPathFactory) -> None:
     from dpcurator.server._config import ConfigError, load_config
 
+    # The CLI draws secure noise, so the data must keep the thin-data retry (which reports
+    # the retry's share in all, 0.5) out of reach: it fires below a noisy count of a few
+    # hundred units (Laplace of scale 1/0.038 = 26 here). With 500 units it fired in 1 of
+    # 150 seeded runs (CI caught it); with 3,000 it needs noise below -2,500, about 95
+    # scales: probability under 1e-40.
     path = f"{tmp_path}/data.csv"
-    clear_frame(500).to_csv(path, index=False)
+    clear_frame(3000).to_csv(path, index=False)
     result = CliRunner().invoke(app, [
         "query", path, "--sql", "SELECT g, SUM(x) AS s FROM data GROUP BY g",
         "--privacy-unit", "u", "--epsilon", "1", "--delta", "1e-6", "--bounds-share", "0.2",
         "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
+    assert "first_choice" not in out["bounds_chosen"]
     assert out["bounds_chosen"]["share"] == 0.2
     bad = CliRunner().invoke(app, ["query", path, "--sql", "SELECT COUNT(*) AS n FROM data",
                                    "--privacy-unit", "u", "--epsilon", "1",
