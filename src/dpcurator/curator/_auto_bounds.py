@@ -354,6 +354,14 @@ K_LAMBDA = 8.0
 #: 1.30 / 1.33x, median 1.24 / 1.16 / 1.13x, worst 4.4 / 4.6 / 8.9x; SUM (per k) geometric
 #: mean 1.89 -> 1.85x, 90th percentile 4.2 -> 3.3x with 3 against 2.
 ROW_LAMBDA_COUNTS = 3.0
+#: ``bounding="unit"``'s cap on a unit's rows in all ramps at 2.5 per octave, not ``LAMBDA``:
+#: its one choice (eight steps an octave) has no joint partner, and with 4 a tail of a few
+#: hundred heavy units at epsilon 0.3 priced every cap above the light units' rows out
+#: (UNIT_ROW_CANDIDATES' M of 6 to 70 where 128 to 512 is best). On the family's 56 shapes
+#: (``benchmarks/auto_bounds_unit.py``, 8 releases each, against the best fixed M in
+#: hindsight): with 4 median 0.97x, geometric mean 1.13x, worst 18.1x, 45 within 1.25x;
+#: with 2.5 0.98x, 1.00x, 3.1x, 46; with 2 1.04x, 1.05x, 3.9x, 44.
+UNIT_ROW_LAMBDA = 2.5
 CAP = 2.0
 #: With private keys the row cap's ramp is at least ROW_LAMBDA_PRIVATE per octave. The keys
 #: are unknown, so the targets count one partition (G = 1) where the noise is paid in every
@@ -1544,17 +1552,18 @@ def value_factors(auto_plan: AutoPlan, stats: Profile, source: RandomSource | No
 def choose_unit_rows(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
                      ) -> int:
     """``bounding="unit"``'s cap M on a unit's rows in all: permute-and-flip over
-    ``UNIT_ROW_CANDIDATES`` (eight steps an octave) with the penalties of the module docstring
-    (``_penalties``, ramp ``LAMBDA``, capped at ``CAP`` times the floor), the statistic U(M)
-    the units with more than M rows (``Profile.unit_rows``, exact on the grid), the target
-    ``ROW_FACTOR`` G s: Amin et al.'s point, where the rows the cap removes per unit of M (the
-    U(M) units beyond it lose one each) meet the noise's rate (G partitions, each with noise
-    of standard deviation s M). One unit moves U by at most 1, so each penalty too."""
+    ``UNIT_ROW_CANDIDATES`` (eight steps an octave) with the penalties of the module
+    docstring (``_penalties``, ramp ``UNIT_ROW_LAMBDA``, capped at ``CAP`` times the floor),
+    the statistic U(M) the units with more than M rows (``Profile.unit_rows``, exact on the
+    grid), the target ``ROW_FACTOR`` G s: Amin et al.'s point, where the rows the cap
+    removes per unit of M (the U(M) units beyond it lose one each) meet the noise's rate (G
+    partitions, each with noise of standard deviation s M). One unit moves U by at most 1,
+    so each penalty too."""
     epsilon = auto_plan.epsilons[OUTER]
     caps = UNIT_ROW_CANDIDATES
     target = ROW_FACTOR * auto_plan.target(1, per_partition=False)
     cap = CAP * auto_plan.floor(OUTER, len(caps))
-    penalties = _penalties(stats.unit_rows(caps), caps, target, cap, epsilon, LAMBDA)
+    penalties = _penalties(stats.unit_rows(caps), caps, target, cap, epsilon, UNIT_ROW_LAMBDA)
     return int(caps[_release(-penalties, epsilon, source)])
 
 
