@@ -38,7 +38,7 @@ from dpcurator.errors import DPCuratorError, UserError
 # The respondent's client is standard library only: its list of mechanisms (the same as
 # dpcurator.local.survey.MECHANISMS) and ConfigError are all that the help text and the
 # except clauses need. The randomizers (numpy, numba) are imported by the commands.
-from dpcurator.local.client import MECHANISMS, ConfigError
+from dpcurator.local.client import MAX_CATEGORIES, MECHANISMS, ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -229,7 +229,7 @@ def estimate(
     config: str | None = typer.Option(
         None, "--config", help="The survey's configuration (instead of mechanism/epsilon)."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    k: int | None = typer.Option(None, "--k", min=2, max=1_000_000,
+    k: int | None = typer.Option(None, "--k", min=2, max=MAX_CATEGORIES,
                                   help="Categories 0..k-1."),
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
@@ -281,7 +281,7 @@ def plan(
     rate: float | None = typer.Option(
         None, "--rate", help="Expected rate (or mean); default: worst case over all rates."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    k: int | None = typer.Option(None, "--k", min=2, max=1_000_000,
+    k: int | None = typer.Option(None, "--k", min=2, max=MAX_CATEGORIES,
                                   help="Number of categories."),
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
@@ -320,7 +320,7 @@ def config(
     mechanism: str = typer.Option("auto", "--mechanism", "-m", help=_MECH_HELP),
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Epsilon per respondent."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    k: int | None = typer.Option(None, "--k", min=2, max=1_000_000,
+    k: int | None = typer.Option(None, "--k", min=2, max=MAX_CATEGORIES,
                                   help="Categories 0..k-1."),
     low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
     high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),

@@ -8,7 +8,7 @@ from typing import Any
 
 from dpcurator.errors import UserError
 from dpcurator.local import client
-from dpcurator.local._base import LocalRandomizer, check_epsilon
+from dpcurator.local._base import MAX_CATEGORIES, LocalRandomizer, check_epsilon
 from dpcurator.local.frequency import (
     BinaryResponse,
     FrequencyOracle,
@@ -48,8 +48,9 @@ def choose_mechanism(k: int, epsilon: float,
     to the earlier name in ``candidates`` (shorter reports first by default).
     """
     eps = check_epsilon(epsilon)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-        raise UserError(f"k must be an integer >= 2, got {k!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_CATEGORIES:
+        # checked here: each candidate refused (below) would leave no mechanism to name
+        raise UserError(f"k must be an integer in [2, {MAX_CATEGORIES:,}], got {k!r}")
     unknown = [c for c in candidates if c not in _ORACLES]
     if unknown or not candidates:
         raise UserError(f"candidates must be among {', '.join(CATEGORICAL)}")
@@ -63,6 +64,9 @@ def choose_mechanism(k: int, epsilon: float,
         var = float(q[0] * (1 - q[0]) / (p[0] - q[0]) ** 2)
         if var < best_var * (1 - 1e-12):
             best, best_var = name, var
+    if not best:
+        raise UserError(f"none of the candidates {', '.join(candidates)} can run at "
+                        f"epsilon={eps!r} with k={k}; try grr or oue")
     return best
 
 
