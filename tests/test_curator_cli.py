@@ -161,3 +161,23 @@ def test_explain_shows_the_cost_and_the_warnings_and_charges_nothing(shop: Path,
     code, out = run(*common[:-5], "--explain", "--json")  # bounded intervals (the default)
     assert code == 0, out
     assert json.loads(out)["warnings"] == []
+
+
+def test_json_says_which_options_bounding_unit_did_not_use(shop: Path) -> None:
+    """``--bounding unit --intervals total --total-share 0.2``: the total intervals were
+    quietly not measured (under caps on each unit's total the intervals are the bounded
+    ones); ``--json`` and ``--explain --json`` now carry the sentence saying so."""
+    common = [str(shop), "--sql", SUM_BY_REGION, "--privacy-unit", "uid", "--epsilon", "1",
+              "--keys", str(shop.parent / "regions.csv"), "--bounding", "unit",
+              "--max-unit-rows", "10", "--max-unit-sums", "amount=1000", "--intervals",
+              "total", "--total-share", "0.2", "--json"]
+    said = ("The curator's intervals='total' and the curator's total_share=0.2 were not "
+            "used: under bounding='unit'")
+    code, out = run(*common)
+    assert code == 0, out
+    payload = json.loads(out)
+    assert sum(w.startswith(said) for w in payload["warnings"]) == 1, payload["warnings"]
+    assert payload["privacy"]["epsilon"] == 1.0
+    code, out = run(*common, "--explain")
+    assert code == 0, out
+    assert any(w.startswith(said) for w in json.loads(out)["warnings"])

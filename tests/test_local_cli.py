@@ -147,3 +147,42 @@ def test_plan(tmp_path: Path) -> None:
 def test_errors_are_one_json_object(args: tuple[str, ...], message: str) -> None:
     out = _run(*args, "--json", code=2)
     assert message in out["error"]
+
+
+def test_auto_with_a_range_runs_a_numeric_survey() -> None:
+    """``-m auto --low 0 --high 100`` ran a yes/no survey (and then refused --true-rate 30 as
+    outside [0, 1]); a range asks for a numeric survey, as the help text says."""
+    out = _run("simulate", "-m", "auto", "-e", "1", "--n", "20000", "--true-rate", "30",
+               "--low", "0", "--high", "100", "--seed", "4", "--json")
+    assert out["mechanism"] == "duchi" and out["low"] == 0 and out["high"] == 100
+    assert abs(out["estimate"] - out["true_mean"]) < 10
+    config = json.loads(runner.invoke(survey_app, ["config", "-e", "1", "--high", "5"]).stdout)
+    assert config["mechanism"] == "duchi" and (config["low"], config["high"]) == (0, 5)
+    yes_no = _run("simulate", "-m", "auto", "-e", "1", "--n", "100", "--true-rate", "0.5",
+                  "--json")
+    assert yes_no["mechanism"] == "rr"  # no range, no categories: unchanged
+
+
+@pytest.mark.parametrize("args", [
+    ("simulate", "-m", "auto", "-e", "1", "--n", "10", "--true-frequencies", "0.5,0.5",
+     "--low", "0"),
+    ("config", "-m", "auto", "-e", "1", "--k", "3", "--high", "9"),
+    ("simulate", "-m", "rr", "-e", "1", "--n", "10", "--true-rate", "0.5", "--high", "9"),
+    ("plan", "-m", "oue", "-e", "1", "--k", "4", "--margin", "0.1", "--low", "-1"),
+])
+def test_a_range_is_refused_where_it_would_be_ignored(args: tuple[str, ...]) -> None:
+    out = _run(*args, "--json", code=2)
+    assert "--low/--high" in out["error"] and "--mechanism" in out["error"]
+
+
+def test_make_randomizer_auto_reads_a_range_as_a_numeric_question() -> None:
+    from dpcurator.errors import UserError
+    from dpcurator.local import Duchi, make_randomizer
+    from dpcurator.local.survey import choose_numeric
+
+    rand = make_randomizer("auto", 1.0, low=-3, high=3)
+    assert isinstance(rand, Duchi) and (rand.low, rand.high) == (-3, 3)
+    assert make_randomizer("auto", 1.0).mechanism == "rr"
+    assert all(choose_numeric(e) == "duchi" for e in (0.01, 0.5, 1.0, 4.0, 50.0))
+    with pytest.raises(UserError, match="both categories and a range"):
+        make_randomizer("auto", 1.0, categories=3, high=2)

@@ -111,7 +111,7 @@ def test_csv_with_a_utf8_byte_order_mark_is_read(tmp_path: Any) -> None:
     (lambda: Collector(_make("rr"), max_errors=1.5), "max_errors must be an integer"),
     (lambda: local.Piecewise(1.0, grid_bits=1.5), "grid_bits must be an integer"),
     (lambda: local.Piecewise(1.0, grid_bits=True), "grid_bits must be an integer"),
-    (lambda: HadamardResponse(1.0, 2**40), "at most 2^32 - 1 categories"),
+    (lambda: HadamardResponse(1.0, 2**40), "k (the number of categories) must be an integer"),
 ], ids=["rate-nan", "rate-inf", "rate-range", "rate-text", "margin-tiny", "n-text", "n-nan",
         "chunk-text", "max-errors-float", "grid-float", "grid-bool", "hadamard-k"])
 def test_bad_parameters_name_the_parameter(call: Any, message: str) -> None:
@@ -119,6 +119,40 @@ def test_bad_parameters_name_the_parameter(call: Any, message: str) -> None:
     (Hadamard's limit on k is checked before the categories are built)."""
     with pytest.raises(UserError, match=re.escape(message)):
         call()
+
+
+@pytest.mark.parametrize("k", [local.client.MAX_CATEGORIES + 1, 10**9, 2**40])
+@pytest.mark.parametrize("mechanism", ["grr", "sue", "oue", "olh", "hadamard", "auto"])
+def test_a_huge_category_count_is_refused_before_anything_is_allocated(
+        mechanism: str, k: int) -> None:
+    """k = 10^9 categories raised MemoryError (a list of 10^9 labels, then per-category
+    arrays) instead of an error naming k; every frequency oracle, and the chooser of "auto",
+    now refuses k above the limit with the limit in the message, having allocated nothing of
+    size k (peak under 1 MB where 10^9 labels need gigabytes)."""
+    import tracemalloc
+
+    limit = f"{local.client.MAX_CATEGORIES:,}"
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserError, match=rf"\bk\b.*\[2, {limit}\], got {k}"):
+            make_randomizer(mechanism, 1.0, categories=k)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+
+
+def test_too_many_category_labels_are_refused_by_library_and_client() -> None:
+    labels = list(range(local.client.MAX_CATEGORIES + 1))
+    with pytest.raises(UserError, match=r"at most 1,000,000 labels \(k, the number of "):
+        local.GeneralizedRR(1.0, labels)
+    config = {"format": local.client.FORMAT, "mechanism": "grr", "epsilon": 1.0,
+              "categories": labels, "params": {"p": "1/2"}}
+    with pytest.raises(local.ConfigError, match="at most 1,000,000 labels"):
+        local.client.check_config(config)
+    with pytest.raises(UserError, match=r"k must be an integer in \[2, 1,000,000\]"):
+        local.choose_mechanism(len(labels), 1.0)
+    assert local.GeneralizedRR(1.0, 200).k == 200  # well within: unchanged
 
 
 def test_no_valid_report_is_a_clear_error(tmp_path: Any) -> None:

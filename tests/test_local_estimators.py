@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from dpcurator.local import (
@@ -299,3 +301,45 @@ def test_chooser_follows_wang_et_al(epsilon: float) -> None:
         assert choose_mechanism(k, epsilon) == expected, (k, epsilon)
     assert make_randomizer("auto", 1.0, categories=100).mechanism == "oue"
     assert choose_mechanism(100, 1.0, candidates=("olh", "hadamard")) == "olh"
+
+
+def test_a_mean_interval_beyond_the_range_keeps_low_below_high() -> None:
+    """40 reports of +1 under Duchi at epsilon 0.5 (C about 4.1): the raw interval lies wholly
+    above 1, and clipping only its top end to 1 gave (1.93, 1.0) in units of [0, 1], low
+    above high. Now it runs from the range's end to the estimate."""
+    rand = Duchi(0.5, 0.0, 1.0)
+    for method in ("normal", "exact"):
+        est = rand.estimate(np.ones(40, dtype=np.int8), method=method)
+        lo, hi = est.interval
+        assert lo == 1.0 and hi == est.estimate > 1.0, (method, est)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(data=st.data(), name=st.sampled_from(["duchi", "piecewise"]),
+       epsilon=st.floats(0.05, 8.0), n=st.integers(1, 40),
+       low=st.floats(-1e6, 1e6), width=st.floats(1e-3, 1e6),
+       confidence=st.floats(0.5, 0.999), method=st.sampled_from(["normal", "exact"]))
+def test_mean_intervals_are_ordered_and_hold_the_estimate(
+        data: st.DataObject, name: str, epsilon: float, n: int, low: float, width: float,
+        confidence: float, method: str) -> None:
+    """Whatever the reports (a few, all at one extreme, at any epsilon): low <= estimate <=
+    high, projected or not, and the interval leaves [low, high] only as far as the unbiased
+    estimate does (``project`` clips the estimate, never the interval)."""
+    high = low + width
+    rand = make_randomizer(name, epsilon, low=low, high=high)
+    assert isinstance(rand, Duchi | Piecewise)
+    if isinstance(rand, Duchi):
+        reports = np.array(data.draw(st.lists(st.sampled_from([1, -1]), min_size=n,
+                                              max_size=n)), dtype=np.int8)
+    else:
+        cells = st.sampled_from([0, rand.grid + rand.m - 1, rand.grid // 2]) | st.integers(
+            0, rand.grid + rand.m - 1)
+        reports = np.array(data.draw(st.lists(cells, min_size=n, max_size=n)),
+                           dtype=np.int64)
+    est = rand.estimate(reports, confidence=confidence, method=method)
+    projected = rand.estimate(reports, confidence=confidence, method=method, project=True)
+    lo, hi = est.interval
+    assert projected.interval == est.interval
+    assert lo <= est.estimate <= hi and lo <= projected.estimate <= hi, (est, projected)
+    assert min(rand.low, est.estimate) <= lo and hi <= max(rand.high, est.estimate), est
+    assert lo <= rand.high and hi >= rand.low, est  # it always meets the range

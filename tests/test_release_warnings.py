@@ -221,3 +221,51 @@ def test_choose_outer_keeps_to_the_candidates_above_the_inner_caps() -> None:
     assert _auto_bounds.choose_outer_sum(plan, Stats(), 0, "x", source, math.inf) == \
         _auto_bounds.MAX_UNIT_SUM
     assert _auto_bounds.choose_outer(plan, Stats(), source) == 2  # unrestricted: the prior
+
+
+# -- settings that bounding="unit" does not use: said, never silently dropped --------------------
+
+
+UNIT_SQL = "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g"
+UNIT_OPTIONS: dict[str, Any] = {"epsilon": 1.0, "keys": ["a", "b", "c"], "bounding": "unit",
+                                "max_unit_rows": 5, "max_unit_sums": {"x": 10.0}}
+BOUNDS_UNUSED = ("The curator's bounds for x were not used: under bounding='unit' a SUM is "
+                 "clamped by the cap on each unit's sum of |value|")
+TOTALS_UNUSED = ("The curator's intervals='total' and the curator's total_share=0.2 were not "
+                 "used: under bounding='unit' the caps already bound each unit's total")
+
+
+def unit_curator(seed: int, **options: Any) -> dp.Curator:
+    return dp.Curator(small(), privacy_unit="u", budget=dp.PureDP(100.0),
+                      source=SeededRandom(seed), cache=False, **options)
+
+
+def test_unit_bounding_says_which_settings_it_did_not_use_and_charges_the_same() -> None:
+    """Under bounding='unit' a SUM is clamped by its cap on each unit's sum alone and the
+    intervals are the bounded ones, so the curator's bounds for the summed column, its
+    intervals='total' and total_share, and a query's total_share went unused without a word
+    (docs/how-to/joins.md said so, the release did not). The release, its explain() and
+    Curator.explain now say which setting and why; the charge and the noise are exactly
+    those of the same query on a curator without the settings (same seed, same values)."""
+    plain_curator = unit_curator(7)
+    plain = plain_curator.sql(UNIT_SQL, **UNIT_OPTIONS)
+    cur = unit_curator(7, bounds={"x": (0.0, 2.0)}, intervals="total", total_share=0.2)
+    release = cur.sql(UNIT_SQL, **UNIT_OPTIONS)
+    explained = cur.explain(UNIT_SQL, **UNIT_OPTIONS)
+    for said in (BOUNDS_UNUSED, TOTALS_UNUSED):
+        assert sum(w.startswith(said) for w in release.warnings) == 1, release.warnings
+        assert any(w.startswith(said) for w in explained["warnings"])
+        assert f"warning: {said}" in release.explain()
+    assert not any("not used" in w for w in plain.warnings)
+    assert release.privacy == plain.privacy
+    assert cur.budget.spent == plain_curator.budget.spent
+    for name in ("n", "s"):
+        assert np.array_equal(release.values[name], plain.values[name])
+        assert np.array_equal(release.interval(name)[0], plain.interval(name)[0])
+    asked = unit_curator(8).sql(UNIT_SQL, total_share=0.3, **UNIT_OPTIONS)
+    assert any(w.startswith("The query's total_share=0.3 was not used: under bounding='unit'")
+               for w in asked.warnings), asked.warnings
+    # where the settings are used (bounding='rescale'), nothing is said of them
+    used = cur.sql(UNIT_SQL, epsilon=1.0, keys=["a", "b", "c"], max_partitions=1,
+                   max_rows_per_partition=5)
+    assert not any("not used" in w for w in used.warnings)

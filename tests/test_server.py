@@ -197,6 +197,30 @@ def test_a_dataset_can_cap_each_units_total(tmp_path: Path) -> None:
         load_config(tmp_path / "bad.toml")
 
 
+def test_the_answer_says_which_settings_unit_bounding_did_not_use(tmp_path: Path) -> None:
+    """A dataset with bounds for amount and bounding = "unit": the SUM is clamped by its cap
+    on each customer's sum alone, and the dataset's bounds and a query's total_share went
+    unused without a word. The answer's and explain's warnings now say so; the charge is the
+    query's epsilon, as before."""
+    app = regions_service(tmp_path, 'bounding = "unit"\nbounds = { amount = [0, 90] }')
+    sql = "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM data GROUP BY region"
+    bounds = "The curator's bounds for amount were not used: under bounding='unit'"
+    share = "The query's total_share=0.3 was not used: under bounding='unit'"
+    with TestClient(app) as c:
+        answer = ask(c, ALICE, sql, epsilon=0.5, total_share=0.3)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        for said in (bounds, share):
+            assert sum(w.startswith(said) for w in body["warnings"]) == 1, body["warnings"]
+        assert body["privacy"]["epsilon"] == 0.5 and body["remaining"]["epsilon"] == 0.5
+        explained = c.post("/v1/datasets/orders/explain", headers=auth(ALICE),
+                           json={"sql": sql, "epsilon": 0.5, "total_share": 0.3})
+        assert explained.status_code == 200, explained.text
+        assert any(w.startswith(bounds) for w in explained.json()["warnings"])
+        assert any(w.startswith(share) for w in explained.json()["warnings"])
+    app.state.service.close()
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("[datasets.x]\npath='a.csv'\nbudget={epsilon=1}\n[analysts.a]\n"
      f"token_sha256='{sha('t')}'\nbudgets={{x={{epsilon=1}}}}", "privacy_unit"),

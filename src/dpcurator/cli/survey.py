@@ -8,6 +8,12 @@
     dpcurator survey estimate reports.jsonl --config survey.json --json
     dpcurator survey plan --mechanism rr --epsilon 1 --margin 0.01 --figure widths.png --json
 
+``--mechanism auto`` (the default of ``simulate`` and ``config``) chooses by the question:
+a multiple-choice oracle with ``--categories``, ``--k`` or ``--true-frequencies``, a numeric
+mechanism with ``--low`` or ``--high``, else randomized response (yes/no). ``--low`` and
+``--high`` are refused where they would be ignored (beside categories under auto, or with a
+mechanism that is not numeric).
+
 With ``--json`` every command prints exactly one JSON object on stdout; when the input is
 refused that object is ``{"error": ..., "type": ...}`` (without ``--json``, ``error: ...`` on
 stderr) and the exit status is 2, as for every dpcurator command. Every number read from a
@@ -38,7 +44,7 @@ from dpcurator.errors import DPCuratorError, UserError
 # The respondent's client is standard library only: its list of mechanisms (the same as
 # dpcurator.local.survey.MECHANISMS) and ConfigError are all that the help text and the
 # except clauses need. The randomizers (numpy, numba) are imported by the commands.
-from dpcurator.local.client import MECHANISMS, ConfigError
+from dpcurator.local.client import MAX_CATEGORIES, MECHANISMS, ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,7 +61,13 @@ survey_app = typer.Typer(
     cls=JsonErrorsGroup,
 )
 
-_MECH_HELP = f"Mechanism: {', '.join(MECHANISMS)}, or auto (the lowest-variance one)."
+_MECH_HELP = (f"Mechanism: {', '.join(MECHANISMS)}, or auto (the lowest-variance one for the "
+              "question: a multiple-choice one with --categories, --k or --true-frequencies; "
+              "a numeric one, duchi or piecewise, with --low or --high; else rr, yes/no).")
+_LOW_HELP = ("Numbers: smallest possible answer (default 0). Only for duchi and piecewise; "
+             "with --mechanism auto it asks for a numeric survey.")
+_HIGH_HELP = ("Numbers: largest possible answer (default 1). Only for duchi and piecewise; "
+              "with --mechanism auto it asks for a numeric survey.")
 _METHOD_HELP = ("Intervals: exact (Clopper-Pearson; the default for yes/no and categories) or "
                 "normal (asymptotic; the default for numbers).")
 
@@ -129,11 +141,24 @@ def _result(rand: LocalRandomizer, estimate: Any) -> dict[str, Any]:
     return out
 
 
-def _build(mechanism: str, epsilon: float, categories: list[Any] | None, low: float,
-           high: float, seed: int | None) -> LocalRandomizer:
+def _build(mechanism: str, epsilon: float, categories: list[Any] | None, low: float | None,
+           high: float | None, seed: int | None) -> LocalRandomizer:
+    """The randomizer the options describe. --low/--high (a range) are refused where they
+    would be ignored: with a mechanism that is not numeric, and with auto beside categories
+    (auto with a range alone chooses the numeric mechanism, ``choose_numeric``)."""
     from dpcurator.local import make_randomizer
+    from dpcurator.local.survey import NUMERIC
     from dpcurator.noise import SeededRandom
 
+    ranged = low is not None or high is not None
+    if ranged and mechanism == "auto" and categories is not None:
+        raise _Refused("--low/--high ask for a numeric survey and --categories, --k or "
+                       "--true-frequencies for a multiple-choice one: with --mechanism auto "
+                       "give one of them, or name the mechanism with --mechanism")
+    if ranged and mechanism in MECHANISMS and mechanism not in NUMERIC:
+        raise _Refused(f"--low/--high are the range of a numeric survey "
+                       f"({', '.join(NUMERIC)}); --mechanism {mechanism} has none: drop them, "
+                       "or choose a numeric mechanism with --mechanism (or auto)")
     source = SeededRandom(seed) if seed is not None else None
     try:
         return make_randomizer(mechanism, epsilon, categories=categories, low=low, high=high,
@@ -154,8 +179,8 @@ def simulate(
     true_frequencies: str | None = typer.Option(
         None, "--true-frequencies", help="Categories: true shares, comma-separated."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
-    high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
+    low: float | None = typer.Option(None, "--low", help=_LOW_HELP),
+    high: float | None = typer.Option(None, "--high", help=_HIGH_HELP),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
     method: str | None = typer.Option(None, "--method", help=_METHOD_HELP),
     exact: bool = typer.Option(False, "--exact", help="Same as --method exact."),
@@ -197,6 +222,7 @@ def simulate(
             out = rand.randomize(values)
         else:
             assert isinstance(rand, NumericRandomizer)
+            low, high = rand.low, rand.high
             if true_rate is None or not low <= true_rate <= high:
                 raise _Refused("a numeric survey needs --true-rate (the mean) in [low, high]")
             t = (true_rate - low) / (high - low)
@@ -229,10 +255,10 @@ def estimate(
     config: str | None = typer.Option(
         None, "--config", help="The survey's configuration (instead of mechanism/epsilon)."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    k: int | None = typer.Option(None, "--k", min=2, max=1_000_000,
+    k: int | None = typer.Option(None, "--k", min=2, max=MAX_CATEGORIES,
                                   help="Categories 0..k-1."),
-    low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
-    high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
+    low: float | None = typer.Option(None, "--low", help=_LOW_HELP),
+    high: float | None = typer.Option(None, "--high", help=_HIGH_HELP),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval level."),
     method: str | None = typer.Option(None, "--method", help=_METHOD_HELP),
     exact: bool = typer.Option(False, "--exact", help="Same as --method exact."),
@@ -281,15 +307,20 @@ def plan(
     rate: float | None = typer.Option(
         None, "--rate", help="Expected rate (or mean); default: worst case over all rates."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    k: int | None = typer.Option(None, "--k", min=2, max=1_000_000,
+    k: int | None = typer.Option(None, "--k", min=2, max=MAX_CATEGORIES,
                                   help="Number of categories."),
-    low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
-    high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
+    low: float | None = typer.Option(None, "--low", help=_LOW_HELP),
+    high: float | None = typer.Option(None, "--high", help=_HIGH_HELP),
     figure: str | None = typer.Option(
         None, "--figure", help="Save half-width vs sample size (.png or .svg)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    from dpcurator.local import plot_interval_widths, report_variance, sample_size
+    from dpcurator.local import (
+        NumericRandomizer,
+        plot_interval_widths,
+        report_variance,
+        sample_size,
+    )
     from dpcurator.local.planning import minimum_epsilon
 
     try:
@@ -298,6 +329,7 @@ def plan(
         needed = sample_size(rand, margin, confidence, rate)
         variance = report_variance(rand, rate)
         written, curves = None, None
+        span = (rand.low, rand.high) if isinstance(rand, NumericRandomizer) else (0.0, 1.0)
         if figure is not None:
             # the usual curves, less those the mechanism cannot reach (two-coin: eps > ln 2)
             curves = sorted(e for e in {0.5, 1.0, 2.0, epsilon}
@@ -305,7 +337,7 @@ def plan(
             written = str(plot_interval_widths(
                 figure, mechanism=rand.mechanism, epsilons=curves,
                 confidence=confidence, rate=rate, categories=None if cats is None else len(cats),
-                low=low, high=high))
+                low=span[0], high=span[1]))
     except (_Refused, ValueError, DPCuratorError) as exc:
         _fail(str(exc), as_json)
         return
@@ -320,10 +352,10 @@ def config(
     mechanism: str = typer.Option("auto", "--mechanism", "-m", help=_MECH_HELP),
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Epsilon per respondent."),
     categories: str | None = typer.Option(None, "--categories", help="Category labels."),
-    k: int | None = typer.Option(None, "--k", min=2, max=1_000_000,
+    k: int | None = typer.Option(None, "--k", min=2, max=MAX_CATEGORIES,
                                   help="Categories 0..k-1."),
-    low: float = typer.Option(0.0, "--low", help="Numbers: smallest possible answer."),
-    high: float = typer.Option(1.0, "--high", help="Numbers: largest possible answer."),
+    low: float | None = typer.Option(None, "--low", help=_LOW_HELP),
+    high: float | None = typer.Option(None, "--high", help=_HIGH_HELP),
     as_json: bool = typer.Option(True, "--json", help="Print one JSON object (always)."),
 ) -> None:
     try:

@@ -40,11 +40,15 @@ def profile_query(compiled: CompiledQuery) -> BoundedQuery:
 
 @dataclass(frozen=True)
 class ResolvedQuery:
-    """A query with the curator's defaults applied and the privacy asked (``Curator.resolve``)."""
+    """A query with the curator's defaults applied and the privacy asked (``Curator.resolve``).
+
+    ``notes``: what the curator or the query set that the plan does not use (sentences,
+    ``_warnings.unused_settings``); ``prepare`` puts them first among the warnings."""
 
     plan: Plan
     request: PrivacyRequest
     level: float
+    notes: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[Plan, PrivacyRequest]:

@@ -89,7 +89,7 @@ from ._release_stages import (
 )
 from ._resolve import Defaults, match_column, resolve_plan
 from ._schema import Schema, schema_parts
-from ._warnings import after_noise, before_charge, collect, take_chosen
+from ._warnings import after_noise, before_charge, collect, take_chosen, unused_settings
 from .release import Release, check_confidence
 
 __all__ = ["Curator", "CuratorQuery", "PreparedQuery", "ResolvedQuery", "Schema",
@@ -452,7 +452,9 @@ class Curator:
         ``bounding="unit"`` caps each unit's total instead (COUNT(*) and SUM): at most
         ``max_unit_rows`` rows in all, and a sum of |value| of at most ``max_unit_sums[col]``,
         each chosen from the data where not given (or ``"auto"``); these also give the
-        outer caps of ``intervals="total"``.
+        outer caps of ``intervals="total"``. Under ``bounding="unit"`` the curator's bounds
+        for a summed column and total intervals asked by the curator or by ``total_share``
+        are not used, and the release's ``warnings`` say so (``_warnings.unused_settings``).
         """
         plan = self.parse(query, bounds=bounds, keys=keys, max_partitions=max_partitions,
                           max_rows_per_partition=max_rows_per_partition, bounding=bounding,
@@ -529,16 +531,18 @@ class Curator:
                 raise UserError("from_ and join name tables of a curator over several "
                                 "tables; this curator has one")
             plan = flatten_plan(plan, self.schema)
+        defaults = self._defaults_for(plan)
         try:
-            plan = resolve_plan(plan, self._engine_of(plan).columns(),
-                                self._defaults_for(plan), self.privacy_unit)
+            resolved = resolve_plan(plan, self._engine_of(plan).columns(), defaults,
+                                    self.privacy_unit)
         except RecursionError:  # sqlglot reads and writes expressions recursively
             raise too_deep_error() from None
         request = PrivacyRequest.make(epsilon=epsilon, delta=delta, rho=rho, noise=noise,
                                       weights=weights,
                                       allow_large_delta=self._allow_large_delta)
         level = check_confidence(self._confidence if confidence is None else confidence)
-        return ResolvedQuery(plan, request, level)
+        return ResolvedQuery(resolved, request, level,
+                             tuple(unused_settings(plan, resolved, defaults)))
 
     def prepare(self, resolved: ResolvedQuery) -> PreparedQuery:
         """Compile and cost a resolved query, and check it against the table's types, without
@@ -559,7 +563,7 @@ class Curator:
             cost, refusal = None, str(exc)
         return PreparedQuery(compiled, tuple(statements), resolved.level,
                              self._budget.composition, cost, refusal,
-                             collect(before_charge(compiled)))
+                             collect(resolved.notes, before_charge(compiled)))
 
     def answer(self, prepared: PreparedQuery, privacy: PureDP | ApproxDP | ZCDP) -> Release:
         """Run a prepared query and add its noise; the caller has charged ``privacy`` for it.

@@ -4,6 +4,8 @@ shows).
 
 One way in for every stage, and each sentence once (``collect``):
 
+- resolving (``unused_settings``): what the curator or the query set and the plan does not
+  use (``bounding="unit"``), carried by ``ResolvedQuery.notes``;
 - before the charge, from the compiled query alone (``before_charge``): public numbers;
 - choosing the bounds: ``_auto_bounds.choose_bounds`` may put a list of sentences under
   ``chosen["warnings"]``; ``Curator._answer`` moves them to the release (``take_chosen``), so
@@ -34,10 +36,12 @@ from ._auto_bounds import (
 )
 from ._compile import CompiledQuery
 from ._estimators import Estimator
+from ._resolve import Defaults
 from ._total import inner_unit_rows, inner_unit_sum
 from .release import FloatArray, total_columns
 
-__all__ = ["after_noise", "before_charge", "collect", "take_chosen", "thin_rule_stated"]
+__all__ = ["after_noise", "before_charge", "collect", "take_chosen", "thin_rule_stated",
+           "unused_settings"]
 
 #: the thin-data rule is stated before the charge where it needs this many units or more
 THIN_STATED = 1000.0
@@ -53,6 +57,40 @@ def take_chosen(chosen: dict[str, Any] | None) -> list[str]:
     if chosen is None:
         return []
     return [str(s) for s in chosen.pop("warnings", None) or ()]
+
+
+def unused_settings(asked: Plan, resolved: Plan, defaults: Defaults) -> list[str]:
+    """What ``bounding="unit"`` leaves unused (``_resolve.resolve_plan``), said instead of
+    dropped silently: the curator's clamping bounds of a summed column (a SUM is clamped by
+    its cap on each unit's sum alone), and total intervals asked for by the curator's
+    defaults or by the query's ``total_share`` (the caps already bound each unit's total).
+    The query's own bounds and ``intervals="total"`` are refused there instead. ``asked``:
+    the plan before ``resolve_plan``. Settings only: nothing here changes a charge."""
+    if resolved.bounding != "unit":
+        return []
+    out = []
+    columns = sorted({a.column for a in resolved.aggregates
+                      if type(a) is Sum and a.column in defaults.bounds})
+    if columns:
+        out.append(f"The curator's bounds for {', '.join(columns)} were not used: under "
+                   "bounding='unit' a SUM is clamped by the cap on each unit's sum of |value| "
+                   "(max_unit_sums, given or chosen from the data) alone.")
+    unused = []
+    if asked.intervals is None and defaults.intervals == "total":
+        unused.append("the curator's intervals='total'")
+    if asked.intervals is None and asked.total_share is None and \
+            defaults.total_share is not None:
+        unused.append(f"the curator's total_share={defaults.total_share:g}")
+    if asked.total_share is not None:
+        unused.append(f"the query's total_share={asked.total_share:g}")
+    if unused:
+        names = " and ".join(unused)
+        verb = "was" if len(unused) == 1 else "were"
+        out.append(f"{names[0].upper()}{names[1:]} {verb} not used: under bounding='unit' "
+                   "the caps already bound each unit's total (max_unit_rows, max_unit_sums), "
+                   "so the intervals are the bounded ones and no share is spent on total "
+                   "intervals.")
+    return out
 
 
 def _total_sums(compiled: CompiledQuery) -> list[Estimator]:

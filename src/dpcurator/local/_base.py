@@ -35,6 +35,7 @@ Reports = npt.NDArray[Any]
 Row = tuple[Any, ...]  # one parsed report: ints (a bytes object for unary encodings)
 
 MAX_EPSILON = client.MAX_EPSILON  # beyond this a local report is practically the raw answer
+MAX_CATEGORIES = client.MAX_CATEGORIES  # k at most this: what it allocates, in ``client``
 
 
 class ReportError(UserError):
@@ -190,12 +191,19 @@ class Categories:
     """The answer labels of a categorical question and the map from labels to indices."""
 
     def __init__(self, labels: Sequence[Any] | int) -> None:
-        if isinstance(labels, int) and not isinstance(labels, bool):
-            if labels < 2:
-                raise UserError(f"k (the number of categories) must be at least 2, got {labels}")
-            labels = list(range(labels))
+        if isinstance(labels, int | np.integer) and not isinstance(labels, bool | np.bool_):
+            # k checked before anything of size k exists (k = 10^9 ran out of memory here)
+            if not 2 <= labels <= MAX_CATEGORIES:
+                raise UserError(f"k (the number of categories) must be an integer in "
+                                f"[2, {MAX_CATEGORIES:,}], got {labels}")
+            labels = list(range(int(labels)))
         if isinstance(labels, str | bytes) or not isinstance(labels, Sequence | np.ndarray):
-            raise UserError("categories must be a sequence of at least 2 distinct labels")
+            raise UserError("categories must be a sequence of at least 2 distinct labels, or "
+                            "their number k (an integer)")
+        if len(labels) > MAX_CATEGORIES:
+            raise UserError(f"categories may hold at most {MAX_CATEGORIES:,} labels (k, the "
+                            f"number of categories, must be at most {MAX_CATEGORIES:,}), got "
+                            f"{len(labels):,}")
         values = tuple(labels.tolist() if isinstance(labels, np.ndarray) else labels)
         if len(values) < 2:
             raise UserError("categories must hold at least 2 distinct labels")

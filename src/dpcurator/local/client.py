@@ -93,6 +93,13 @@ MAX_NUMBER_TEXT = 400
 MAX_HASH_RANGE = 1 << 31
 MAX_COLUMNS = 1 << 31
 MAX_GRID = 1 << 40
+#: The most categories a survey may have. The collector (``dpcurator.local``) keeps a few
+#: Python objects per category (the label, its text, its index: about 350 bytes) and several
+#: arrays of k 8-byte numbers per estimate, and a unary-encoded (sue, oue) report is k bytes:
+#: at 10^6 categories that is already about half a gigabyte and seconds of set-up before the
+#: first report, and 1 MB a report. Ten times more does not fit a laptop; a billion (8 GB for
+#: the list of labels alone) ran out of memory.
+MAX_CATEGORIES = 1_000_000
 
 
 def _digits(text: str) -> bool:
@@ -280,6 +287,9 @@ def _categories(config: dict[str, Any]) -> list[Any]:
     cats = config.get("categories")
     if not isinstance(cats, list) or len(cats) < 2:
         raise ConfigError("categories must be a list of at least 2 labels")
+    if len(cats) > MAX_CATEGORIES:
+        raise ConfigError(f"categories may hold at most {MAX_CATEGORIES:,} labels, got "
+                          f"{len(cats):,}")
     for c in cats:
         if isinstance(c, bool) or not isinstance(c, str | int):
             raise ConfigError("categories must be strings or integers")

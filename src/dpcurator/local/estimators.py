@@ -189,7 +189,11 @@ class FrequencyEstimate(SurveyEstimate):
 
 @dataclass(frozen=True, kw_only=True)
 class MeanEstimate(SurveyEstimate):
-    """The mean of numeric answers in [low, high]; ``estimate`` is unbiased (never clipped)."""
+    """The mean of numeric answers in [low, high]; ``estimate`` is unbiased (never clipped).
+
+    ``interval`` is clipped to [low, high] but always holds the estimate (interval[0] <=
+    estimate <= interval[1]): where the estimate lies outside [low, high] the interval reaches
+    out to it (``NumericRandomizer._mean_estimate``)."""
 
     estimate: float
     standard_error: float

@@ -180,7 +180,11 @@ class SupportOracle(LocalRandomizer):
 
 
 class FrequencyOracle(SupportOracle):
-    """A randomizer for one answer among k categories, with unbiased frequency estimates."""
+    """A randomizer for one answer among k categories, with unbiased frequency estimates.
+
+    ``categories``: the labels, or their number k (labels 0..k-1); k is at most
+    ``client.MAX_CATEGORIES`` (10^6), refused above it before anything of size k is made.
+    """
 
     def __init__(self, epsilon: float, categories: Sequence[Any] | int,
                  source: RandomSource | None) -> None:
@@ -832,12 +836,7 @@ class HadamardResponse(FrequencyOracle):
 
     def __init__(self, epsilon: float, categories: Sequence[Any] | int,
                  source: RandomSource | None = None, *, p: Fraction | None = None) -> None:
-        # Before the categories are built: k labels as text would exhaust memory first.
-        if isinstance(categories, int) and not isinstance(categories, bool) and (
-                categories >= 2**32):
-            raise UserError(f"hadamard response supports at most 2^32 - 1 categories, got "
-                            f"k={categories}")
-        super().__init__(epsilon, categories, source)
+        super().__init__(epsilon, categories, source)  # k <= MAX_CATEGORIES: K <= 2^21
         self.columns = 1 << self.k.bit_length()  # smallest power of two > k
         if p is None:
             e = client.exp_lower(self.epsilon)

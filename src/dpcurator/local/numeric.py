@@ -163,8 +163,16 @@ class NumericRandomizer(LocalRandomizer):
         if interval is None:
             z = z_value(confidence)
             interval = (x_bar - z * se, x_bar + z * se)
-        lo = float(self.to_values(max(interval[0], -1.0)))
-        hi = float(self.to_values(min(interval[1], 1.0)))
+        # Both ends clipped to the feasible [-1, 1] (the true mean lies there, so coverage is
+        # unchanged), but never past the estimate: each end used to be clipped on one side
+        # only, and a raw interval beyond 1 (few reports, small epsilon) came out as
+        # (above 1, 1), low > high. Now low <= estimate <= high always, and an interval wholly
+        # outside [-1, 1] runs from the range's end to the estimate instead of collapsing to a
+        # point that would read as certainty (as ``estimators.frequency_arrays`` avoids).
+        lo_x = min(min(max(interval[0], -1.0), 1.0), x_bar)
+        hi_x = max(max(min(interval[1], 1.0), -1.0), x_bar)
+        lo = float(self.to_values(lo_x))
+        hi = float(self.to_values(hi_x))
         return MeanEstimate(mechanism=self.mechanism, epsilon=self.epsilon, n=n,
                             confidence=confidence, method=method,
                             estimate=float(self.to_values(x_bar)), standard_error=se * scale,

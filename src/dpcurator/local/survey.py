@@ -8,7 +8,7 @@ from typing import Any
 
 from dpcurator.errors import UserError
 from dpcurator.local import client
-from dpcurator.local._base import LocalRandomizer, check_epsilon
+from dpcurator.local._base import MAX_CATEGORIES, LocalRandomizer, check_epsilon
 from dpcurator.local.frequency import (
     BinaryResponse,
     FrequencyOracle,
@@ -22,7 +22,7 @@ from dpcurator.local.numeric import Duchi, Piecewise
 from dpcurator.noise import RandomSource
 
 __all__ = ["BINARY", "CATEGORICAL", "MECHANISMS", "NUMERIC", "choose_mechanism",
-           "from_config", "make_randomizer"]
+           "choose_numeric", "from_config", "make_randomizer"]
 
 BINARY = ("rr", "two-coin")
 CATEGORICAL = ("grr", "sue", "oue", "olh", "hadamard")
@@ -48,8 +48,9 @@ def choose_mechanism(k: int, epsilon: float,
     to the earlier name in ``candidates`` (shorter reports first by default).
     """
     eps = check_epsilon(epsilon)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-        raise UserError(f"k must be an integer >= 2, got {k!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_CATEGORIES:
+        # checked here: each candidate refused (below) would leave no mechanism to name
+        raise UserError(f"k must be an integer in [2, {MAX_CATEGORIES:,}], got {k!r}")
     unknown = [c for c in candidates if c not in _ORACLES]
     if unknown or not candidates:
         raise UserError(f"candidates must be among {', '.join(CATEGORICAL)}")
@@ -63,21 +64,49 @@ def choose_mechanism(k: int, epsilon: float,
         var = float(q[0] * (1 - q[0]) / (p[0] - q[0]) ** 2)
         if var < best_var * (1 - 1e-12):
             best, best_var = name, var
+    if not best:
+        raise UserError(f"none of the candidates {', '.join(candidates)} can run at "
+                        f"epsilon={eps!r} with k={k}; try grr or oue")
+    return best
+
+
+def choose_numeric(epsilon: float) -> str:
+    """The numeric mechanism ("duchi" or "piecewise") with the smaller worst-case variance per
+    report at this epsilon: ``report_variance`` with no mean given, the criterion
+    ``planning.sample_size`` plans with (the range scales both alike, so it does not enter).
+    Duchi wins it at every epsilon: Piecewise gains only where the answers gather near the
+    middle of the range, which a survey does not know in advance. Ties go to "duchi"."""
+    eps = check_epsilon(epsilon)
+    best = "duchi"
+    try:
+        if Piecewise(eps).report_variance() < Duchi(eps).report_variance():
+            best = "piecewise"
+    except ValueError:  # an epsilon too small for Piecewise's grid
+        pass
     return best
 
 
 def make_randomizer(mechanism: str, epsilon: float, *,
                     categories: Sequence[Any] | int | None = None,
-                    low: float = 0.0, high: float = 1.0,
+                    low: float | None = None, high: float | None = None,
                     source: RandomSource | None = None) -> LocalRandomizer:
     """A randomizer by name: rr, two-coin, grr, sue, oue, olh, hadamard, duchi, piecewise, or
-    "auto" (``choose_mechanism`` for ``categories``; "rr" for a yes/no question)."""
+    "auto": ``choose_mechanism`` for ``categories``; ``choose_numeric`` where ``low`` or
+    ``high`` is given (a number in a range); else "rr" (a yes/no question). ``low`` and
+    ``high`` are the numeric mechanisms' range (default [0, 1]; other mechanisms ignore
+    them); "auto" given both ``categories`` and a range is refused."""
+    numeric = low is not None or high is not None
     if mechanism == "auto":
-        if categories is None:
-            mechanism = "rr"
-        else:
+        if categories is not None and numeric:
+            raise UserError("mechanism 'auto' was given both categories and a range (low, "
+                            "high): give one, or name the mechanism")
+        if categories is not None:
             k = categories if isinstance(categories, int) else len(categories)
             mechanism = choose_mechanism(k, epsilon)
+        else:
+            mechanism = choose_numeric(epsilon) if numeric else "rr"
+    low = 0.0 if low is None else low
+    high = 1.0 if high is None else high
     if mechanism in BINARY:
         return BinaryResponse(epsilon, mechanism, source)
     if mechanism in _ORACLES:
