@@ -83,9 +83,14 @@ class Law(ABC):
     def adp(self, epsilon: npt.ArrayLike) -> FloatArray:
         """delta_aDP(eps) = P[L > eps] - e^eps Q[L > eps], clipped to [0, 1]."""
         eps = _array(epsilon)
+        q = np.asarray(self.sf_q(eps), dtype=np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
-            value = self.sf_p(eps) - np.exp(eps) * self.sf_q(eps)
-        out: FloatArray = np.clip(np.nan_to_num(value, nan=0.0), 0.0, 1.0)
+            # e^eps Q with Q = 0 is 0, not inf * 0 = NaN: past eps = 709.78, where e^eps
+            # overflows, mapping that NaN to 0 dropped P's whole tail (a bug hunt: delta 0 at
+            # eps 800 where the truth is 1)
+            value = self.sf_p(eps) - np.where(q > 0.0, np.exp(eps) * q, 0.0)
+        # a NaN left is a bug elsewhere: read it as the largest delta, never the smallest
+        out: FloatArray = np.clip(np.nan_to_num(value, nan=1.0), 0.0, 1.0)
         return out
 
     @abstractmethod
@@ -275,9 +280,11 @@ class PureEnvelope(Law):
 
     def sf_p(self, t: npt.ArrayLike) -> FloatArray:
         tt = _array(t)
-        grow = math.expm1(self.epsilon)
+        # e^eps - 1 overflows past eps = 709.78; there the ratio below is 1 to within 1e-308
+        grow = math.expm1(self.epsilon) if self.epsilon < 700.0 else math.inf
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            inside = grow / (grow - np.expm1(-np.maximum(tt, 0.0)))
+            inside = (grow / (grow - np.expm1(-np.maximum(tt, 0.0))) if math.isfinite(grow)
+                      else np.ones_like(tt))
         out: FloatArray = np.where(tt < 0, 1.0, np.where(tt >= self.epsilon, 0.0, inside))
         return np.minimum(out, 1.0)
 
@@ -285,7 +292,7 @@ class PureEnvelope(Law):
         return 0.0, self.epsilon
 
     def atoms(self) -> tuple[FloatArray, FloatArray]:
-        top = math.exp(self.epsilon) / (1.0 + math.exp(self.epsilon))  # the bound's jump at eps
+        top = 1.0 / (1.0 + math.exp(-self.epsilon))  # the bound's jump at eps
         return np.array([self.epsilon]), np.array([top])
 
     def moments(self) -> tuple[float, float]:

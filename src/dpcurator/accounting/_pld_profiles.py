@@ -410,7 +410,8 @@ def approx_dp_atoms(epsilon: float, delta: float) -> Atoms:
     if epsilon == 0.0:
         return Atoms(np.array([0.0]), np.array([1.0 - delta]), delta, None)
     hi = (1.0 - delta) / (1.0 + math.exp(-epsilon))
-    lo = (1.0 - delta) / (1.0 + math.exp(epsilon))
+    # e^-eps / (1 + e^-eps): the same, without e^eps's overflow past eps = 709.78
+    lo = (1.0 - delta) * math.exp(-epsilon) / (1.0 + math.exp(-epsilon))
     return Atoms(np.array([epsilon, -epsilon]), np.array([hi, lo]), delta, epsilon)
 
 

@@ -141,7 +141,8 @@ def _epsilon_and_failure(
                 f"got {failure_probability!r}"
             )
     # eps' = log((beta e^eps + delta) / (beta - delta)), rounded up (see module docstring).
-    eps_prime = math.log(beta * math.exp(eps) + delta) - math.log(beta - delta)
+    # log(beta e^eps + delta) = eps + log(beta + delta e^-eps): no overflow past eps = 709.78
+    eps_prime = eps + math.log(beta + delta * math.exp(-eps)) - math.log(beta - delta)
     return math.nextafter(eps_prime * (1 + 1e-12), math.inf), beta
 
 

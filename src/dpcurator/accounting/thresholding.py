@@ -156,7 +156,7 @@ class ThresholdedHistogram:
         best = np.zeros(flat.size)
         for kind, c in self._pairs():
             for p_tail, q_tail in self._pair_tails(kind, c, flat):
-                value = p_tail if pdp else p_tail - np.exp(flat) * q_tail
+                value = p_tail if pdp else p_tail - _times_e(flat, q_tail)
                 best = np.maximum(best, value)
         out = np.clip(best * (1.0 + 1e-12), 0.0, 1.0)
         return float(out[0]) if scalar else out.reshape(eps.shape)
@@ -168,6 +168,16 @@ class ThresholdedHistogram:
     def delta_adp(self, epsilon: float | npt.ArrayLike) -> float | FloatArray:
         """The approximate delta at eps: the largest P[L > eps] - e^eps Q[L > eps]."""
         return self._curves(epsilon, pdp=False)
+
+
+def _times_e(exponent: npt.ArrayLike, q: npt.ArrayLike) -> FloatArray:
+    """e^exponent q, with 0 wherever q is 0: past 709.78 e^exponent overflows, and inf * 0 is
+    NaN, which compared as False and subtracted as NaN (a bug hunt: delta 0 at eps 709.8 where
+    the truth was 0.9)."""
+    q = np.asarray(q, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out: FloatArray = np.where(q > 0.0, np.exp(exponent) * q, 0.0)
+    return out
 
 
 class KeepRule:
@@ -201,17 +211,17 @@ class KeepRule:
     def _curves(self, epsilon: float | npt.ArrayLike, pdp: bool) -> float | FloatArray:
         eps, scalar = _epsilons(epsilon)
         flat = eps.reshape(-1)
-        grow = np.exp(flat)[:, None]
-        beyond = np.exp(flat + ATOM_TOLERANCE * np.maximum(1.0, flat))[:, None]
+        grow = flat[:, None]
+        beyond = (flat + ATOM_TOLERANCE * np.maximum(1.0, flat))[:, None]
         best = np.zeros(flat.size)
         for order in (self._outcomes[:2], self._outcomes[2:]):
             total = np.zeros((flat.size, self.keep_probabilities.size - 1))
             for p, q in order:
                 if pdp:  # L > eps  <=>  P > e^eps Q  (P > 0)
-                    total += np.where((p[None, :] > beyond * q[None, :]) & (p[None, :] > 0),
-                                      p[None, :], 0.0)
+                    total += np.where((p[None, :] > _times_e(beyond, q[None, :])) &
+                                      (p[None, :] > 0), p[None, :], 0.0)
                 else:
-                    total += np.maximum(p[None, :] - grow * q[None, :], 0.0)
+                    total += np.maximum(p[None, :] - _times_e(grow, q[None, :]), 0.0)
             best = np.maximum(best, total.max(axis=1))
         out = np.clip(best * (1.0 + 1e-12), 0.0, 1.0)
         return float(out[0]) if scalar else out.reshape(eps.shape)
