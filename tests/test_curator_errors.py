@@ -107,6 +107,39 @@ def test_bad_input_gets_a_clear_error_without_record_values(
     assert isinstance(info.value, UserError)
 
 
+def test_interval_and_list_columns_are_not_numeric() -> None:
+    """A bug hunt: INTERVAL read as INT and INTEGER[] as INTEGER (type names matched by
+    prefix), so SUM over them was charged and answered about 0; now refused, free."""
+    from dpcurator.engines import column_kind
+
+    n = 600
+    df = pd.DataFrame({"uid": np.arange(n), "wait_s": np.arange(n) % 3600})
+    df["wait"] = pd.to_timedelta(df.wait_s, unit="s")
+    df["scores"] = [[int(a), 1] for a in df.wait_s]
+    c = Curator(df, privacy_unit="uid", budget=dp.PureDP(10.0))
+    assert c.columns["wait"] == "INTERVAL" and c.columns["scores"].endswith("[]")
+    for column in ("wait", "scores"):
+        for aggregate in ("SUM", "AVG", "MEDIAN", "VARIANCE"):
+            for bounds in (None, {column: (0, 3600)}):
+                with pytest.raises(UserError, match=f"numeric column, but '{column}'"):
+                    c.sql(f"SELECT {aggregate}({column}) AS s FROM data", epsilon=1.0,
+                          bounds=bounds)
+        with pytest.raises(UserError, match=f"'{column}', which is not numeric"):
+            Curator(df, privacy_unit="uid", budget=dp.PureDP(1.0),
+                    bounds={column: (0, 3600)})
+    assert c.spent.epsilon == 0 and not c.ledger
+    assert np.isfinite(c.sql("SELECT SUM(wait_s) AS s FROM data", epsilon=1.0,
+                             bounds={"wait_s": (0, 3600)}).values["s"][0])
+    kinds = {"INTERVAL": "temporal", "INTERVAL DAY TO SECOND": "temporal",
+             "INTEGER[]": "other", "DECIMAL(18,3)[]": "other", "ARRAY<INT>": "other",
+             "STRUCT(a INTEGER)": "other", "MAP(VARCHAR, DOUBLE)": "other",
+             "BOOLEAN[]": "other", "INT8": "numeric", "numeric(10,2)": "numeric",
+             "double precision": "numeric", "DECIMAL(18,3)": "numeric", "UBIGINT": "numeric",
+             "timestamp(3) with time zone": "temporal", "character varying(20)": "text",
+             "BOOLEAN": "boolean"}
+    assert {t: column_kind(t) for t in kinds} == kinds
+
+
 def test_spent_budget_is_refused_with_nothing_charged() -> None:
     c = make(budget=dp.PureDP(0.5))
     c.sql("SELECT COUNT(*) FROM data", epsilon=0.5)
