@@ -118,6 +118,27 @@ def interval_columns(names: Sequence[str], printed: Sequence[str]
     return out
 
 
+def _arrow_keys(values: list[Any]) -> Any:
+    """A group column as Arrow: integer keys beyond BIGINT (a UBIGINT hash, a HUGEINT) as
+    UBIGINT where they fit, else as DECIMAL(38, 0) or DECIMAL(76, 0), exactly (pyarrow's
+    own inference raised OverflowError after the release was charged; a bug hunt)."""
+    import decimal
+
+    import pyarrow as pa
+
+    try:
+        return pa.array(values)
+    except OverflowError:
+        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                   for v in values):
+            raise
+    if all(v is None or 0 <= v < 2**64 for v in values):
+        return pa.array(values, type=pa.uint64())
+    digits = 38 if all(v is None or abs(v) < 10**38 for v in values) else 76
+    kind = pa.decimal128(digits, 0) if digits == 38 else pa.decimal256(digits, 0)
+    return pa.array([None if v is None else decimal.Decimal(v) for v in values], type=kind)
+
+
 @dataclass(frozen=True, eq=False)
 class Release:
     """The noisy answer to one DP query.
@@ -330,7 +351,7 @@ class Release:
         import pyarrow as pa
 
         data = self._columns_data(intervals, confidence)
-        return pa.table({k: list(v) if not isinstance(v, np.ndarray) else v
+        return pa.table({k: v if isinstance(v, np.ndarray) else _arrow_keys(list(v))
                          for k, v in data.items()})
 
     def rows(self) -> list[dict[str, Any]]:

@@ -431,13 +431,27 @@ def _check_columns(con: duckdb.DuckDBPyConnection, relation: str,
 def _keys_arrow(values: tuple[tuple[Any, ...], ...], width: int) -> Any:
     import pyarrow as pa
 
-    columns: dict[str, list[Any]] = {"i": list(range(len(values)))}
-    columns.update({f"c{i}": [row[i] for row in values] for i in range(width)})
+    columns: dict[str, Any] = {"i": list(range(len(values)))}
     try:
+        columns.update({f"c{i}": _key_array([row[i] for row in values]) for i in range(width)})
         return pa.table(columns)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         raise UserError("keys must have one type per group key column (mixed types in a "
                         "column of keys)") from None
-    except OverflowError:  # an int beyond 64 bits (a bug hunt: pyarrow's error escaped)
-        raise UserError("a key is an integer too large for a group key (beyond 64 bits)"
-                        ) from None
+
+
+def _key_array(column: list[Any]) -> Any:
+    """One column of public keys as Arrow: integers beyond BIGINT as UBIGINT where they fit
+    (a 64-bit hash: pyarrow's OverflowError escaped, and such keys were refused), else as
+    their digits, which the engine casts exactly to the group key's type (HUGEINT)."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(column)
+    except OverflowError:
+        pass
+    if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in column):
+        raise pa.ArrowInvalid("mixed types")
+    if all(v is None or 0 <= v < 2**64 for v in column):
+        return pa.array(column, type=pa.uint64())
+    return pa.array([None if v is None else str(v) for v in column], type=pa.string())
