@@ -332,6 +332,7 @@ def test_filters_and_computed_keys(make: Make) -> None:
                                                              "'high' ELSE 'low' END")),
         ('CAST("gi" AS DOUBLE) * 1.5 < 4', GroupKey("c", 'CAST("w" AS VARCHAR)')),
         (None, GroupKey("wb", 'width_bucket("v", 0, 100, 4)')),
+        (None, GroupKey("wd", 'width_bucket("v", 100, 0, 4)')),  # descending, as PostgreSQL
         ('coalesce("g", \'none\') <> \'b\'', GroupKey("l", 'length(coalesce("g", \'\'))')),
     ]
     for where, key in cases:

@@ -322,6 +322,16 @@ MEANING: list[tuple[str, list[tuple[Any, Any]], list[Any]]] = [
     ('ln("x") > 0.5 OR "y" = 0', [(0.0, 0), (0.0, 1), (3.0, 1)], [True, None, True]),
     ('NOT (ln("x") > 0.5)', [(0.0, 0), (1.0, 0), (3.0, 0)], [None, True, False]),
     ('coalesce(1 / "x", -1)', [(0, 0), (4, 0)], [-1.0, 0.25]),
+    # width_bucket as PostgreSQL and Spark: descending bounds count down from the first (a
+    # bug hunt: every value fell in bin 0); NaN lies above every number, NULL stays NULL
+    ('width_bucket("x", 0, 10, 5)', [(-0.5, 0), (0.0, 0), (1.99, 0), (2.0, 0), (9.99, 0),
+                                     (10.0, 0), (NAN, 0), (None, 0)],
+     [0, 1, 1, 2, 5, 6, 6, None]),
+    ('width_bucket("x", 10, 0, 5)', [(10.5, 0), (10.0, 0), (9.5, 0), (8.0, 0), (7.99, 0),
+                                     (0.5, 0), (0.0, 0), (-1.0, 0), (NAN, 0), (None, 0)],
+     [0, 1, 1, 2, 2, 5, 6, 6, 0, None]),
+    ('width_bucket("x", 5, -5, 4)', [(5.0, 0), (2.5, 0), (2.49, 0), (-5.0, 0), (-4.99, 0)],
+     [1, 2, 2, 5, 4]),
 ]
 
 

@@ -249,10 +249,16 @@ def labels_of(node: exp.Expression) -> tuple[Any, ...] | None:
         if not ok_n or not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1_000_000:
             raise UnsupportedQueryError("width_bucket needs a literal number of buckets "
                                         "between 1 and 1000000")
+        ends = []
         for part in ("min_value", "max_value"):
             ok, value = literal_value(node.args[part])
             if not ok or not isinstance(value, int | float) or isinstance(value, bool):
                 raise UnsupportedQueryError(
                     "width_bucket needs literal numeric bounds (its bins must be public)")
+            ends.append(value)
+        if ends[0] == ends[1]:  # PostgreSQL: "lower bound cannot equal upper bound"
+            raise UnsupportedQueryError(
+                "width_bucket's low and high bounds must differ (high < low counts the "
+                "buckets down from low)")
         return (*range(n + 2), None)
     return None
