@@ -218,3 +218,34 @@ class _Failing:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._con, name)
+
+
+def test_errors_name_the_real_problem() -> None:
+    """A bug hunt: CASE labels of mixed types were refused as "keys must have one type per
+    group key column" though no keys were given, and an unknown date_trunc unit as "the
+    query does not fit the table's column types". Both are refused before the charge."""
+    n = 600
+    df = pd.DataFrame({"uid": np.arange(n), "amount": np.arange(n) % 50,
+                       "d": pd.Timestamp("2022-01-01") + pd.to_timedelta(np.arange(n) % 300,
+                                                                        unit="D")})
+    df["day"] = df["d"].dt.date
+    c = Curator(df, privacy_unit="uid", budget=dp.PureDP(10.0))
+    with pytest.raises(UserError, match="group key 'b': its CASE's THEN and ELSE values are "
+                                        r"of different types \(a number and text\)"):
+        c.sql("SELECT CASE WHEN amount < 20 THEN '1' ELSE 2 END AS b, COUNT(*) AS n "
+              "FROM data GROUP BY b", epsilon=1.0)
+    for where, what in [("date_trunc('fortnight', d) > DATE '2022-03-01'",
+                         "date_trunc's unit 'fortnight'"),
+                        ("date_trunc('fortnight', day) > DATE '2022-03-01'",
+                         "date_trunc's unit 'fortnight'"),
+                        ("EXTRACT(fortnight FROM d) = 1", "EXTRACT's date part 'fortnight'")]:
+        with pytest.raises(UserError, match=f"{what} is not one DuckDB knows") as info:
+            c.sql(f"SELECT COUNT(*) AS n FROM data WHERE {where}", epsilon=1.0)
+        assert "column types" not in str(info.value)
+    assert c.spent.epsilon == 0 and not c.ledger
+    # what worked still works: known units and parts, and such a CASE with its keys given
+    c.sql("SELECT COUNT(*) AS n FROM data WHERE date_trunc('month', d) > DATE '2022-03-01' "
+          "AND EXTRACT(year FROM day) = 2022 AND date_trunc('week', day) < d", epsilon=1.0)
+    c.sql("SELECT CASE WHEN amount < 20 THEN '1' ELSE 2 END AS b, COUNT(*) AS n "
+          "FROM data GROUP BY b", epsilon=1.0, keys=[1, 2])
+    assert c.spent.epsilon == 2.0

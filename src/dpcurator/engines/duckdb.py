@@ -65,6 +65,43 @@ def _under_try(node: exp.Expr) -> exp.Expr:
     return exp.Try(this=node)
 
 
+# A value of each temporal type, for checking a date part or unit once (``_known_part``)
+_SAMPLES = {"DATE": "2000-01-01", "TIME": "12:00:00", "TIME WITH TIME ZONE": "12:00:00",
+            "TIMETZ": "12:00:00", "INTERVAL": "1 day"}
+
+
+def _known_part(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """extract, date_trunc: a literal part or unit (``_total.literal_part``) that DuckDB
+    knows for the value's type, checked once on a constant of that type before the charge.
+    DuckDB refuses an unknown one when it binds the query, but its error names the
+    conversion only, which read as the query not fitting the column types (a bug hunt)."""
+    _total.literal_part(t, node)
+    extract = isinstance(node, exp.Extract)
+    key = "expression" if extract else "this"
+    part, value = (node.this if extract else node.args.get("unit")), node.args.get(key)
+    if t.evaluates is None or t.type_of is None or not isinstance(part, exp.Expr) or \
+            not isinstance(value, exp.Expr):
+        return node
+    type_name = t.type_of([value])[0]
+    base = " ".join(type_name.split("(")[0].upper().split())
+    sample = "2000-01-01" if base.startswith("TIMESTAMP") else _SAMPLES.get(base)
+    if sample is None:
+        return node  # not a date, time or interval: the engine's binder refuses it
+    try:
+        constant = exp.Cast(this=exp.Literal.string(sample),
+                            to=exp.DataType.build(type_name, dialect="duckdb", udt=True))
+    except Exception:
+        return node
+    probe = node.copy()
+    probe.set(key, constant)
+    if t.evaluates(constant) and not t.evaluates(probe):
+        what = "EXTRACT's date part" if extract else "date_trunc's unit"
+        raise UserError(f"{what} {part.name.lower()!r} is not one DuckDB knows for a "
+                        f"{type_name} value (for example year, quarter, month, week, day, "
+                        "hour, minute or second)")
+    return node
+
+
 # DuckDB's entries of the rule table (engines._total): an operation that can raise (integer
 # overflow of + - * - abs //, a decimal's ceil, floor or round, a malformed regular
 # expression) runs under a TRY of its own; casts are TRY_CAST; doubles are IEEE natively;
@@ -87,6 +124,7 @@ RULES: _total.Rules = {
     **dict.fromkeys((exp.Exp, exp.Interval), _total.number_arguments(_under_try)),
     exp.Left: _total.number_arguments(_under_try, _total.RULES[exp.Left]),
     exp.Right: _total.number_arguments(_under_try, _total.RULES[exp.Right]),
+    **dict.fromkeys((exp.Extract, exp.DateTrunc, exp.TimestampTrunc), _known_part),
 }
 
 class DuckDBDialect(Dialect):
