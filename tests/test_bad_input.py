@@ -149,6 +149,17 @@ def test_arrow_record_batch_reader_answers_every_query() -> None:
     assert c.spent.epsilon == 2.0
 
 
+def test_polars_column_of_python_objects_is_a_user_error() -> None:
+    import polars as pl
+
+    values: list[Any] = [1.5] * 3000
+    values[777] = SECRET
+    df = pl.DataFrame({"uid": np.arange(3000), "score": pl.Series(values, dtype=pl.Object)})
+    with pytest.raises(UserError, match="cannot read DataFrame") as info:
+        Curator(df, privacy_unit="uid", budget=dp.PureDP(1.0))
+    assert SECRET not in str(info.value)
+
+
 def test_binary_file_is_a_user_error(tmp_path: Path) -> None:
     path = tmp_path / "blob.csv"
     path.write_bytes(bytes(range(256)) * 64)

@@ -237,7 +237,7 @@ class DuckDBEngine(SqlEngine):
                 engine = cls._on_path(con, data, owns=False, label=str(name))
             elif _is_table_like(data):
                 registered = f"__dpcurator_source_{next(_ids)}"
-                con.register(registered, _scannable(data))
+                _register(con, registered, data, str(name))
                 engine = cls(con, quote(registered), label=str(name))
                 engine._typed = _typed_columns(data)
             else:
@@ -268,7 +268,7 @@ class DuckDBEngine(SqlEngine):
         every query scans its data several times)."""
         con = duckdb.connect()
         name = f"__dpcurator_source_{next(_ids)}"
-        con.register(name, _scannable(frame))
+        _register(con, name, frame, type(frame).__name__)
         engine = cls(con, quote(name), label=type(frame).__name__, owns_connection=True,
                      threads=threads)
         engine._typed = _typed_columns(frame)
@@ -403,15 +403,22 @@ def _is_table_like(data: Any) -> bool:
     return module in ("pandas", "polars", "pyarrow")
 
 
-def _scannable(data: Any) -> Any:
-    """The data as DuckDB can scan it more than once: an Arrow record batch reader (a
-    stream: a second scan would fail, after the charge) read into a table."""
+def _register(con: duckdb.DuckDBPyConnection, name: str, data: Any, label: str) -> None:
+    """Register a DataFrame or Arrow data as DuckDB can scan it more than once: an Arrow
+    record batch reader (a stream: a second scan would fail, after the charge) is read into
+    a table. Data DuckDB cannot read (a polars column of Python objects) is a UserError that
+    names the exception's class only (its message could quote a value)."""
     import sys
 
     pyarrow = sys.modules.get("pyarrow")
     if pyarrow is not None and isinstance(data, pyarrow.RecordBatchReader):
-        return data.read_all()
-    return data
+        data = data.read_all()
+    try:
+        con.register(name, data)
+    except duckdb.Error as exc:
+        raise UserError(f"cannot read {label} ({type(exc).__name__}): give each column a "
+                        "type DuckDB reads (numbers, text, booleans, dates; not Python "
+                        "objects)") from None
 
 
 def _typed_columns(data: Any) -> frozenset[str]:
