@@ -81,6 +81,85 @@ def test_clean_csv_is_read_once_and_answers(tmp_path: Path) -> None:
     assert np.isfinite(release.values["s"][0]) and c.spent.epsilon == 1.0
 
 
+def _object_frame(n: int = 12_000) -> pd.DataFrame:
+    # DuckDB infers an object column's type from 1,000 sampled rows (every 12th here): the
+    # rare values at rows 5, 777 and 9001 are never sampled.
+    import decimal
+
+    rare = [5, 777, 9001]
+    score = pd.Series([1.5] * n, dtype=object)
+    score[rare] = SECRET  # text among numbers (a messy export)
+    code = pd.Series([7] * n, dtype=object)
+    code[rare] = 2**40 + 12345  # an integer beyond 32 bits
+    price = pd.Series([decimal.Decimal("19.99")] * n, dtype=object)
+    price[rare] = decimal.Decimal("1234567.50")  # a wider Decimal
+    return pd.DataFrame({"uid": np.arange(n) % 3000, "score": score, "code": code,
+                         "price": price, "fine": pd.Series(["a", "b"] * (n // 2), dtype=object)})
+
+
+def test_pandas_object_column_a_sample_mistyped_is_named_at_construction() -> None:
+    # A bug hunt: the curator was made, then every query reading such a column was charged
+    # and failed with InternalError; whether it failed depended on one record.
+    df = _object_frame()
+    with pytest.raises(UserError) as info:
+        Curator.from_pandas(df, privacy_unit="uid", budget=dp.PureDP(1.0))
+    text = str(info.value)
+    assert "'score' (DOUBLE)" in text and "'code' (INTEGER)" in text
+    assert "'price' (DECIMAL(4,2))" in text and "'fine'" not in text and "'uid'" not in text
+    assert SECRET not in text and "1234567" not in text and str(2**40 + 12345) not in text
+    # one column alone is named too, in a schema's table as well
+    for column in ("score", "code", "price"):
+        with pytest.raises(UserError, match=f"'{column}'"):
+            Curator.from_pandas(df[["uid", column]], privacy_unit="uid",
+                                budget=dp.PureDP(1.0))
+    with pytest.raises(UserError, match="'score'"):
+        Curator({"orders": df[["uid", "score"]]}, privacy_unit={"orders": "uid"},
+                budget=dp.PureDP(1.0))
+    # a view of a DuckDB connection over the frame is read the same way
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("orders", df[["uid", "code"]])
+    with pytest.raises(UserError, match="'code'"):
+        Curator.from_duckdb(con, "orders", privacy_unit="uid", budget=dp.PureDP(1.0))
+
+
+def test_pandas_object_columns_of_one_type_answer() -> None:
+    df = _object_frame()
+    df["score"] = pd.to_numeric(df["score"], errors="coerce")  # the fix the error suggests
+    df["code"] = df["code"].astype("int64")
+    df["price"] = df["price"].astype("float64")
+    c = Curator.from_pandas(df, privacy_unit="uid", budget=dp.PureDP(2.0))
+    release = c.sql("SELECT SUM(code) AS s, COUNT(*) AS n FROM data WHERE score > 1",
+                    epsilon=1.0, bounds={"code": (0, 10)})
+    assert np.isfinite(release.values["s"][0]) and c.spent.epsilon == 1.0
+
+
+def test_arrow_record_batch_reader_answers_every_query() -> None:
+    # A stream is scanned once: the second statement of the first query failed, after the
+    # charge. It is read into a table when the curator is made.
+    import pyarrow as pa
+
+    table = pa.table({"uid": np.arange(3000), "x": np.arange(3000.0) % 10})
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+    c = Curator(reader, privacy_unit="uid", budget=dp.PureDP(2.0))
+    for cut in (3, 5):
+        assert np.isfinite(c.sql(f"SELECT COUNT(*) AS n FROM data WHERE x > {cut}",
+                                 epsilon=1.0).values["n"][0])
+    assert c.spent.epsilon == 2.0
+
+
+def test_polars_column_of_python_objects_is_a_user_error() -> None:
+    import polars as pl
+
+    values: list[Any] = [1.5] * 3000
+    values[777] = SECRET
+    df = pl.DataFrame({"uid": np.arange(3000), "score": pl.Series(values, dtype=pl.Object)})
+    with pytest.raises(UserError, match="cannot read DataFrame") as info:
+        Curator(df, privacy_unit="uid", budget=dp.PureDP(1.0))
+    assert SECRET not in str(info.value)
+
+
 def test_binary_file_is_a_user_error(tmp_path: Path) -> None:
     path = tmp_path / "blob.csv"
     path.write_bytes(bytes(range(256)) * 64)

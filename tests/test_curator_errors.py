@@ -107,6 +107,39 @@ def test_bad_input_gets_a_clear_error_without_record_values(
     assert isinstance(info.value, UserError)
 
 
+def test_interval_and_list_columns_are_not_numeric() -> None:
+    """A bug hunt: INTERVAL read as INT and INTEGER[] as INTEGER (type names matched by
+    prefix), so SUM over them was charged and answered about 0; now refused, free."""
+    from dpcurator.engines import column_kind
+
+    n = 600
+    df = pd.DataFrame({"uid": np.arange(n), "wait_s": np.arange(n) % 3600})
+    df["wait"] = pd.to_timedelta(df.wait_s, unit="s")
+    df["scores"] = [[int(a), 1] for a in df.wait_s]
+    c = Curator(df, privacy_unit="uid", budget=dp.PureDP(10.0))
+    assert c.columns["wait"] == "INTERVAL" and c.columns["scores"].endswith("[]")
+    for column in ("wait", "scores"):
+        for aggregate in ("SUM", "AVG", "MEDIAN", "VARIANCE"):
+            for bounds in (None, {column: (0, 3600)}):
+                with pytest.raises(UserError, match=f"numeric column, but '{column}'"):
+                    c.sql(f"SELECT {aggregate}({column}) AS s FROM data", epsilon=1.0,
+                          bounds=bounds)
+        with pytest.raises(UserError, match=f"'{column}', which is not numeric"):
+            Curator(df, privacy_unit="uid", budget=dp.PureDP(1.0),
+                    bounds={column: (0, 3600)})
+    assert c.spent.epsilon == 0 and not c.ledger
+    assert np.isfinite(c.sql("SELECT SUM(wait_s) AS s FROM data", epsilon=1.0,
+                             bounds={"wait_s": (0, 3600)}).values["s"][0])
+    kinds = {"INTERVAL": "temporal", "INTERVAL DAY TO SECOND": "temporal",
+             "INTEGER[]": "other", "DECIMAL(18,3)[]": "other", "ARRAY<INT>": "other",
+             "STRUCT(a INTEGER)": "other", "MAP(VARCHAR, DOUBLE)": "other",
+             "BOOLEAN[]": "other", "INT8": "numeric", "numeric(10,2)": "numeric",
+             "double precision": "numeric", "DECIMAL(18,3)": "numeric", "UBIGINT": "numeric",
+             "timestamp(3) with time zone": "temporal", "character varying(20)": "text",
+             "BOOLEAN": "boolean"}
+    assert {t: column_kind(t) for t in kinds} == kinds
+
+
 def test_spent_budget_is_refused_with_nothing_charged() -> None:
     c = make(budget=dp.PureDP(0.5))
     c.sql("SELECT COUNT(*) FROM data", epsilon=0.5)
@@ -185,3 +218,34 @@ class _Failing:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._con, name)
+
+
+def test_errors_name_the_real_problem() -> None:
+    """A bug hunt: CASE labels of mixed types were refused as "keys must have one type per
+    group key column" though no keys were given, and an unknown date_trunc unit as "the
+    query does not fit the table's column types". Both are refused before the charge."""
+    n = 600
+    df = pd.DataFrame({"uid": np.arange(n), "amount": np.arange(n) % 50,
+                       "d": pd.Timestamp("2022-01-01") + pd.to_timedelta(np.arange(n) % 300,
+                                                                        unit="D")})
+    df["day"] = df["d"].dt.date
+    c = Curator(df, privacy_unit="uid", budget=dp.PureDP(10.0))
+    with pytest.raises(UserError, match="group key 'b': its CASE's THEN and ELSE values are "
+                                        r"of different types \(a number and text\)"):
+        c.sql("SELECT CASE WHEN amount < 20 THEN '1' ELSE 2 END AS b, COUNT(*) AS n "
+              "FROM data GROUP BY b", epsilon=1.0)
+    for where, what in [("date_trunc('fortnight', d) > DATE '2022-03-01'",
+                         "date_trunc's unit 'fortnight'"),
+                        ("date_trunc('fortnight', day) > DATE '2022-03-01'",
+                         "date_trunc's unit 'fortnight'"),
+                        ("EXTRACT(fortnight FROM d) = 1", "EXTRACT's date part 'fortnight'")]:
+        with pytest.raises(UserError, match=f"{what} is not one DuckDB knows") as info:
+            c.sql(f"SELECT COUNT(*) AS n FROM data WHERE {where}", epsilon=1.0)
+        assert "column types" not in str(info.value)
+    assert c.spent.epsilon == 0 and not c.ledger
+    # what worked still works: known units and parts, and such a CASE with its keys given
+    c.sql("SELECT COUNT(*) AS n FROM data WHERE date_trunc('month', d) > DATE '2022-03-01' "
+          "AND EXTRACT(year FROM day) = 2022 AND date_trunc('week', day) < d", epsilon=1.0)
+    c.sql("SELECT CASE WHEN amount < 20 THEN '1' ELSE 2 END AS b, COUNT(*) AS n "
+          "FROM data GROUP BY b", epsilon=1.0, keys=[1, 2])
+    assert c.spent.epsilon == 2.0

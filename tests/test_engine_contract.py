@@ -325,10 +325,14 @@ def test_filters_and_computed_keys(make: Make) -> None:
         ('"w" > 3 AND "v" / "w" > 2', GroupKey("g", '"g"')),
         ('"g" LIKE \'a%\' OR "gi" IN (1, 2)', GroupKey("m", '"gi" % 3')),
         ('"gd" >= DATE \'2024-01-04\'', GroupKey("y", 'month("gd")')),
+        # a DATE beside a TIMESTAMP constant is compared as a TIMESTAMP (SQL widens the date)
+        ('"gd" > TIMESTAMP \'2024-01-04 10:00:00\' OR "gd" = TIMESTAMP \'2024-01-02 10:00:00\'',
+         GroupKey("g", '"g"')),
         ('abs("gi") <= 2 AND "w" BETWEEN 0 AND 30', GroupKey("b", 'CASE WHEN "w" > 20 THEN '
                                                              "'high' ELSE 'low' END")),
         ('CAST("gi" AS DOUBLE) * 1.5 < 4', GroupKey("c", 'CAST("w" AS VARCHAR)')),
         (None, GroupKey("wb", 'width_bucket("v", 0, 100, 4)')),
+        (None, GroupKey("wd", 'width_bucket("v", 100, 0, 4)')),  # descending, as PostgreSQL
         ('coalesce("g", \'none\') <> \'b\'', GroupKey("l", 'length(coalesce("g", \'\'))')),
     ]
     for where, key in cases:

@@ -377,3 +377,38 @@ def test_public_keys_are_checked_once_per_set_and_a_bad_set_every_time(
     for _ in range(2):
         with pytest.raises(UserError, match="key #2"):
             ints.validate(query(("1", "not-a-number")))
+
+
+def test_integer_keys_beyond_bigint_are_released_and_accepted_as_public_keys() -> None:
+    """A bug hunt: a UBIGINT key of 2^64 - 1 (a 64-bit hash) was released and charged, then
+    ``to_arrow`` raised pyarrow's OverflowError; and the same key given as a public key was
+    refused as "beyond 64 bits". HUGEINT and UHUGEINT keys go through as well."""
+    import dpcurator as dp
+
+    big = 2**64 - 1
+    df = pd.DataFrame({"uid": np.arange(4000),
+                       "bucket": np.repeat(np.array([big, 3], dtype=np.uint64), 2000)})
+    c = dp.Curator.from_pandas(df, privacy_unit="uid", budget=dp.ApproxDP(20, 1e-6))
+    assert c.columns["bucket"] == "UBIGINT"
+    query_text = "SELECT bucket, COUNT(*) AS n FROM data GROUP BY bucket"
+    private = c.sql(query_text, epsilon=1.0, delta=1e-7)
+    assert sorted(private.keys) == [(3,), (big,)]
+    table = private.to_arrow(intervals=True)
+    assert table.schema.field("bucket").type == pa.uint64()
+    assert sorted(table.column("bucket").to_pylist()) == [3, big]
+    public = c.sql(query_text, epsilon=1.0, keys=[big, 3, 2**63])
+    assert public.keys == ((big,), (3,), (2**63,))
+    assert abs(public.values["n"][0] - 2000) < 100 and abs(public.values["n"][2]) < 100
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS uid, CASE WHEN i % 2 = 0 THEN "
+                "CAST('-170141183460469231731687303715884105727' AS HUGEINT) ELSE "
+                "CAST(2 AS HUGEINT) END AS h, CASE WHEN i % 2 = 0 THEN "
+                "CAST('340282366920938463463374607431768211455' AS UHUGEINT) ELSE "
+                "CAST(3 AS UHUGEINT) END AS uh FROM range(4000) r(i)")
+    wide = dp.Curator.from_duckdb(con, "t", privacy_unit="uid", budget=dp.PureDP(10))
+    for column, huge in (("h", -(2**127) + 1), ("uh", 2**128 - 1)):
+        release = wide.sql(f"SELECT {column}, COUNT(*) AS n FROM data GROUP BY {column}",
+                           epsilon=1.0, keys=[huge, 3 if column == "uh" else 2])
+        assert release.keys[0] == (huge,) and abs(release.values["n"][0] - 2000) < 100
+        assert release.to_arrow().column(column).to_pylist()[0] == huge
+    assert c.spent.epsilon == 2.0 and wide.spent.epsilon == 2.0

@@ -93,6 +93,35 @@ def test_plain_comparisons_are_not_under_try() -> None:
         engine.close()
 
 
+def test_a_date_beside_a_timestamp_constant_is_compared_as_a_timestamp() -> None:
+    """SQL widens the DATE to a TIMESTAMP: the constant keeps its time (a bug hunt: it was
+    cast to DATE, and ``d = TIMESTAMP '2022-03-15 10:00:00'`` counted the whole day)."""
+    import datetime
+
+    import duckdb
+
+    days = [datetime.date(2022, 3, 1) + datetime.timedelta(days=i % 30) for i in range(300)]
+    df = pd.DataFrame({"uid": range(300), "d": days})
+    wheres = ["d = TIMESTAMP '2022-03-15 10:00:00'", "d >= TIMESTAMP '2022-03-15 10:00:00'",
+              "d < CAST('2022-03-15 10:00:00' AS TIMESTAMP)",
+              "d BETWEEN TIMESTAMP '2022-03-14 10:00:00' AND TIMESTAMP '2022-03-20 00:00:00'",
+              "d IN (TIMESTAMP '2022-03-15 10:00:00', TIMESTAMP '2022-03-16')",
+              "d <= TIMESTAMPTZ '2022-03-15 10:00:00+00'", "d > TIMESTAMP '2022-03-15'",
+              "TIMESTAMP '2022-03-15 00:00:01' <> d"]
+    engine = DuckDBEngine.from_frame(df)
+    try:
+        for where in wheres:
+            node = engine.dialect.condition(where)
+            got = engine._fetch(f"SELECT count(*) FROM {engine._relation} "
+                                f"WHERE {engine.dialect.render(node)}")
+            assert got == duckdb.sql(f"SELECT count(*) FROM df WHERE {where}").fetchall(), where
+        # a constant that casts to DATE and back unchanged is still cast: no TRY
+        plain = engine.dialect.render(engine.dialect.condition("d > TIMESTAMP '2022-03-15'"))
+        assert "TRY(" not in plain and "AS DATE)" in plain
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("rules, engine", [(dd.RULES, "DuckDB"), (sp.RULES, "Spark"),
                                            (pe.RULES, "PostgreSQL")])
 def test_a_date_part_read_from_the_data_is_refused(rules: _total.Rules, engine: str) -> None:

@@ -66,6 +66,24 @@ def test_width_bucket_and_case_bins_are_public_keys() -> None:
     assert histogram.group_by[0].labels == ("[0, 18)", "[18, 65)", "[65, 120]")
 
 
+def test_width_bucket_with_equal_bounds_is_refused_before_the_charge() -> None:
+    """PostgreSQL raises "lower bound cannot equal upper bound"; it was bucketed silently."""
+    import dpcurator as dp
+
+    with pytest.raises(QueryError, match="low and high bounds must differ"):
+        parse_sql("SELECT width_bucket(age, 5, 5.0, 4) AS b, COUNT(*) AS n FROM data "
+                  "GROUP BY b")
+    with pytest.raises(QueryError, match="low and high bounds must differ"):
+        width_bucket("age", 3, 3, 2)
+    c = dp.Curator(pd.DataFrame({"uid": range(100), "age": range(100)}), privacy_unit="uid",
+                   budget=dp.PureDP(1.0))
+    for where in ("", "WHERE width_bucket(age, 1, 1, 3) = 2 "):
+        with pytest.raises(QueryError, match="low and high bounds must differ"):
+            c.sql(f"SELECT width_bucket(age, 0, 0, 4) AS b, COUNT(*) AS n FROM data {where}"
+                  "GROUP BY b", epsilon=1.0)
+    assert c.spent.epsilon == 0 and not c.ledger
+
+
 def test_private_keys_are_detected() -> None:
     plan = parse_sql("SELECT food, COUNT(*) FROM data GROUP BY food")
     assert plan.private_keys

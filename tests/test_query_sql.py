@@ -108,3 +108,21 @@ def test_an_alias_that_keeps_its_column_name_is_not_ambiguous() -> None:
     assert parse_sql("SELECT h AS h, COUNT(*) FROM data GROUP BY h") == plain
     binned = parse_sql("SELECT h % 2 AS odd, COUNT(*) FROM data GROUP BY odd")
     assert binned.group_by[0].name == "odd" and "%" in binned.group_by[0].expression
+
+
+def test_comments_are_dropped_before_keys_are_compared() -> None:
+    """A bug hunt: ``GROUP BY region -- per region`` was refused ("neither an aggregate nor a
+    GROUP BY key"): sqlglot kept the comment on the key, and its text no longer matched."""
+    from dpcurator.query import Query
+
+    plain = parse_sql("SELECT region, COUNT(*) AS n FROM data WHERE x > 1 GROUP BY region")
+    for sql in ("SELECT region, COUNT(*) AS n FROM data WHERE x > 1 GROUP BY region -- per "
+                "region",
+                "SELECT region /* the key */, COUNT(*) AS n FROM data WHERE x > 1 GROUP BY "
+                "region",
+                "SELECT region, COUNT(*) AS n -- how many\nFROM data WHERE x /* a */ > 1 "
+                "GROUP BY /* by */ region"):
+        assert parse_sql(sql) == plain, sql
+        assert "--" not in str(parse_sql(sql).where) and "/*" not in str(parse_sql(sql).where)
+    built = Query().where("x > 1 -- over one").group_by("region").count("n").plan()
+    assert built.where == plain.where

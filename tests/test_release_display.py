@@ -62,3 +62,32 @@ def test_the_curator_demo_fits_80_columns() -> None:
     assert printed.count("95% CI") == tables == 4  # one table per aggregate, with intervals
     assert "…" not in printed  # no cell cut short
     assert max(len(line) for line in printed.splitlines()) <= 80
+
+
+def test_an_interval_column_never_writes_over_another_column() -> None:
+    """A bug hunt: ``COUNT(*) AS income_low`` beside ``AVG(income) AS income`` lost the count
+    under AVG's low end, and a key named ``n_high`` lost its keys, in ``to_pandas`` and
+    ``to_arrow`` with intervals. A taken name gets an underscore, as a total's column does."""
+    import numpy as np
+
+    df = pd.DataFrame({"uid": np.arange(3000), "income": np.arange(3000) % 100 * 1000.0,
+                       "segment": np.where(np.arange(3000) % 2, "odd", "even")})
+    c = dp.Curator(df, privacy_unit="uid", budget=dp.PureDP(10.0),
+                   bounds={"income": (0, 100_000)})
+    release = c.sql("SELECT COUNT(*) AS income_low, AVG(income) AS income FROM data",
+                    epsilon=1.0)
+    assert release.interval_columns == {"income_low": ("income_low_low", "income_low_high"),
+                                        "income": ("income_low_", "income_high")}
+    for table in (release.to_pandas(intervals=True), release.to_arrow(intervals=True)):
+        frame = table if isinstance(table, pd.DataFrame) else table.to_pandas()
+        assert list(frame.columns) == ["income_low", "income_low_low", "income_low_high",
+                                       "income", "income_low_", "income_high"]
+        assert frame["income_low"][0] == release.values["income_low"][0]
+        assert frame["income_low_"][0] == release.interval("income")[0][0]
+    keyed = c.sql("SELECT segment AS n_high, COUNT(*) AS n FROM data GROUP BY 1",
+                  epsilon=1.0, keys=["even", "odd"])
+    frame = keyed.to_pandas(intervals=True)
+    assert list(frame.columns) == ["n_high", "n", "n_low", "n_high_"]
+    assert list(frame["n_high"]) == ["even", "odd"]
+    assert list(keyed.to_pandas().columns) == ["n_high", "n"]
+    assert c.spent.epsilon == 2.0

@@ -26,6 +26,7 @@ from dpcurator.query.plan import (
     CountUnits,
     GroupKey,
     Plan,
+    PublicKeys,
     Quantile,
     Variance,
 )
@@ -138,7 +139,7 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
                   for k in plan.group_by)
     where = (_resolve_expression(plan.where, columns, "WHERE")
              if plan.where is not None else None)
-    keys = plan.keys if plan.keys is not None else plan.public_labels
+    keys = plan.keys if plan.keys is not None else _labels_as_keys(plan)
     caps: list[int] = []
     chosen: list[bool] = []
     for name in ("max_partitions", "max_rows_per_partition"):
@@ -184,6 +185,25 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
                                                                total_share=total_share)
     return resolved.replace(intervals=kind, auto=auto, max_unit_rows=None, max_unit_sums=(),
                             total_share=None)
+
+
+def _labels_as_keys(plan: Plan) -> PublicKeys | None:
+    """The keys implied by binned group keys (``Plan.public_labels``), each key's labels of
+    one type: a CASE whose THEN and ELSE values mix text and numbers has no type its
+    partitions could be named in (the keys' own check said "mixed types in a column of
+    keys", though no keys were given; a bug hunt)."""
+    labels = plan.public_labels
+    if labels is None:
+        return None
+    for key in plan.group_by:
+        kinds = {"text" if isinstance(v, str) else "a boolean" if isinstance(v, bool)
+                 else "a number" for v in key.labels or () if v is not None}
+        if len(kinds) > 1:
+            raise QueryError(
+                f"group key {key.name!r}: its CASE's THEN and ELSE values are of different "
+                f"types ({' and '.join(sorted(kinds))}), so its partitions have no one type; "
+                "give them one type (quote them all, or none)")
+    return labels
 
 
 def _unit_caps(plan: Plan, given: Mapping[str, float], share: float) -> Plan:

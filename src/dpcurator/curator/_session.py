@@ -171,7 +171,10 @@ class Curator:
     Construction is the data owner's step: a CSV file is read once in full here, and a line
     that does not fit the column types inferred from the file's first rows is named in the
     error (line and column, never the value), so that no query can fail on the data after
-    it was charged. An empty table is answered like any other (noisy counts around zero).
+    it was charged. A DataFrame's columns that are not NumPy numbers or dates (such as a
+    pandas ``object`` column, whose type DuckDB infers from a sample of its rows) are read
+    once in full too, and a column holding a value that does not fit is named. An empty
+    table is answered like any other (noisy counts around zero).
     """
 
     def __init__(

@@ -69,7 +69,7 @@ from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import UserError
 from dpcurator.query.plan import Plan, Quantile
 
-__all__ = ["Release", "check_confidence", "total_columns"]
+__all__ = ["Release", "check_confidence", "interval_columns", "total_columns"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -95,6 +95,48 @@ def total_columns(names: Sequence[str], sums: Sequence[str]) -> dict[str, str]:
         taken.add(column)
         out[name] = column
     return out
+
+
+def interval_columns(names: Sequence[str], printed: Sequence[str]
+                     ) -> dict[str, tuple[str, str]]:
+    """The columns printing each printed value's interval in a table (``to_pandas``,
+    ``to_arrow``): ``{name}_low`` and ``{name}_high``, with underscores added while that
+    name is taken by another column (``names``: every column of the table), as
+    ``total_columns`` names the totals, so that no column is written over another (a bug
+    hunt: ``COUNT(*) AS income_low`` beside ``AVG(income) AS income`` lost the count)."""
+    taken = set(names)
+    out: dict[str, tuple[str, str]] = {}
+    for name in printed:
+        ends = []
+        for end in ("low", "high"):
+            column = f"{name}_{end}"
+            while column in taken:
+                column += "_"
+            taken.add(column)
+            ends.append(column)
+        out[name] = (ends[0], ends[1])
+    return out
+
+
+def _arrow_keys(values: list[Any]) -> Any:
+    """A group column as Arrow: integer keys beyond BIGINT (a UBIGINT hash, a HUGEINT) as
+    UBIGINT where they fit, else as DECIMAL(38, 0) or DECIMAL(76, 0), exactly (pyarrow's
+    own inference raised OverflowError after the release was charged; a bug hunt)."""
+    import decimal
+
+    import pyarrow as pa
+
+    try:
+        return pa.array(values)
+    except OverflowError:
+        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                   for v in values):
+            raise
+    if all(v is None or 0 <= v < 2**64 for v in values):
+        return pa.array(values, type=pa.uint64())
+    digits = 38 if all(v is None or abs(v) < 10**38 for v in values) else 76
+    kind = pa.decimal128(digits, 0) if digits == 38 else pa.decimal256(digits, 0)
+    return pa.array([None if v is None else decimal.Decimal(v) for v in values], type=kind)
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,6 +187,13 @@ class Release:
     def total_columns(self) -> dict[str, str]:
         """Per SUM in ``totals``, the column that prints its total's estimate."""
         return total_columns(self.group_columns + tuple(self.values), list(self.totals))
+
+    @property
+    def interval_columns(self) -> dict[str, tuple[str, str]]:
+        """Per printed value column, the (low, high) columns of its interval in
+        ``to_pandas(intervals=True)`` and ``to_arrow(intervals=True)``: ``{name}_low`` and
+        ``{name}_high``, an underscore added while another column has that name."""
+        return interval_columns(self.columns, tuple(self.interval_kinds))
 
     def _column(self, column: str) -> FloatArray:
         """A printed value column's values: an aggregate's, or a total's estimate."""
@@ -276,18 +325,22 @@ class Release:
         data: dict[str, Any] = {}
         for i, column in enumerate(self.group_columns):
             data[column] = [key[i] for key in self.keys]
+        ends = self.interval_columns
         for name in self.interval_kinds:
             data[name] = self._column(name)
             if intervals:
                 low, high = self.interval(name, confidence)
-                data[f"{name}_low"] = low
-                data[f"{name}_high"] = high
+                data[ends[name][0]] = low
+                data[ends[name][1]] = high
         return data
 
     def to_pandas(self, *, intervals: bool = False, confidence: float | None = None) -> Any:
         """A pandas DataFrame: group columns, then each aggregate, each followed by its own
         interval (``{name}_low``, ``{name}_high``), and a total SUM's own estimate
-        ``{name}_total`` with its interval (module docstring: what is printed beside what)."""
+        ``{name}_total`` with its interval (module docstring: what is printed beside what).
+        Where another column already has such a name (an aggregate named ``income_low``
+        beside ``income``), an underscore is added until none has (``income_low_``):
+        ``interval_columns`` and ``total_columns`` say which."""
         import pandas as pd
 
         return pd.DataFrame(self._columns_data(intervals, confidence))
@@ -298,7 +351,7 @@ class Release:
         import pyarrow as pa
 
         data = self._columns_data(intervals, confidence)
-        return pa.table({k: list(v) if not isinstance(v, np.ndarray) else v
+        return pa.table({k: v if isinstance(v, np.ndarray) else _arrow_keys(list(v))
                          for k, v in data.items()})
 
     def rows(self) -> list[dict[str, Any]]:

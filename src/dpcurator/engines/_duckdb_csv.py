@@ -37,9 +37,9 @@ def check_csv(con: duckdb.DuckDBPyConnection, path: str, columns: Mapping[str, s
     line that does not fit them (text in a numeric column, a bad date, a missing field)
     would make every query over the file fail when it runs, after the charge. Such lines
     are found here and named to the data owner in a UserError: line number, column and
-    the kind of problem, never the value. Parquet files, DataFrames, Arrow tables and
-    database tables carry their own types, so nothing can fail on a value and nothing is
-    read. Cost: one scan of the file (about 1.6 s for 10 million rows, 430 MB).
+    the kind of problem, never the value. (A DataFrame's ``object`` columns, typed from a
+    sample of their rows too, are read by ``duckdb._check_columns``; Parquet files carry
+    their own types.) Cost: one scan of the file (about 1.6 s for 10 million rows, 430 MB).
     """
     n = next(_ids)
     rejects, scans = f"__dpcurator_rejects_{n}", f"__dpcurator_scans_{n}"

@@ -9,7 +9,7 @@ never imported cannot be one of its types) and opens an engine on them. The cura
     engine        an object that is already an ``Engine``   itself
     path          a CSV or Parquet path (str or PathLike)   DuckDB, scanning the file
     frame         a pandas or Polars DataFrame, an Arrow    DuckDB, registered without copy
-                  table or record batch reader
+                  table or record batch reader              (a reader is read into a table)
     duckdb        a DuckDB connection (with ``table``)      DuckDB, on the connection
     postgres      ``PostgresTable(dsn, table)``             PostgreSQL
     spark         a pyspark DataFrame                       Spark, on the DataFrame's session

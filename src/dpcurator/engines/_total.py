@@ -50,12 +50,14 @@ type, and with a DECIMAL, integer digits plus scale within 38); a constant opera
 literal, ``DATE '2024-01-01'`` beside a TIMESTAMP) is cast explicitly to the data's type
 after the engine has evaluated that cast once, before the charge (it is data-independent);
 one that does not convert is refused with a ``UserError`` then (``x = 'abc'``, ``t >
-'notadate'``); anything else (mixed families, an unknown type) runs under the engine's
-TRY, where the failing cast is NULL. A condition (WHERE, AND, OR, NOT, CASE WHEN, IF,
-IS TRUE) that is not BOOLEAN is ``TRY_CAST(... AS BOOLEAN)``. Functions whose number
-arguments an engine converts (``exp``, ``%``, ``left``, ``right``, ``substring``,
-``INTERVAL``) run under TRY unless their arguments have a type that converts without
-failing. A date part or unit (``extract``, ``date_trunc``) must be a literal, refused
+'notadate'``); a typed constant is cast so only where it casts back unchanged (not
+``TIMESTAMP '2024-03-15 10:00'`` beside a DATE: SQL compares them as TIMESTAMPs, widening
+the date, and so does the engine, under TRY); anything else (mixed families, an unknown
+type) runs under the engine's TRY, where the failing cast is NULL. A condition (WHERE, AND,
+OR, NOT, CASE WHEN, IF, IS TRUE) that is not BOOLEAN is ``TRY_CAST(... AS BOOLEAN)``.
+Functions whose number arguments an engine converts (``exp``, ``%``, ``left``, ``right``,
+``substring``, ``INTERVAL``) run under TRY unless their arguments have a type that converts
+without failing. A date part or unit (``extract``, ``date_trunc``) must be a literal, refused
 otherwise before the charge on every engine: a unit read from a row could be invalid
 (``date_trunc(p, t)``), an error on that row. Only DuckDB's table uses ``implicit_casts``:
 PostgreSQL refuses ``text = integer`` when it binds, before the charge, and Spark runs with
@@ -511,6 +513,25 @@ def _converted(t: Total, node: exp.Expr, type_name: str) -> exp.Expr | None:
     return out
 
 
+def _exact(t: Total, node: exp.Expr, own: str, type_name: str) -> bool:
+    """Does the constant ``node``, of type ``own``, cast to ``type_name`` and back unchanged
+    (evaluated once, before the charge)? Then comparing the data with the cast constant is
+    comparing it with the constant, as SQL does by widening the data to ``own`` (DATE
+    '2024-01-01' beside a TIMESTAMP, or TIMESTAMP '2024-03-15' beside a DATE); a TIMESTAMP
+    with a time beside a DATE does not cast back, and the engine compares as TIMESTAMPs."""
+    if t.evaluates is None:
+        return False
+    try:
+        to = exp.DataType.build(type_name, dialect="duckdb", udt=True)
+        back = exp.DataType.build(own, dialect="duckdb", udt=True)
+    except Exception:
+        return False
+    again = exp.Cast(this=exp.Cast(this=node.copy(), to=to), to=back)
+    same = exp.NullSafeEQ(this=again, expression=node.copy())
+    fails = exp.Anonymous(this="error", expressions=[exp.Literal.string("not exact")])
+    return t.evaluates(exp.Case(ifs=[exp.If(this=same, true=exp.true())], default=fails))
+
+
 def unify(t: Total, operands: Sequence[exp.Expr]) -> dict[int, exp.Expr] | None:
     """Operands that one comparison (or CASE, COALESCE...) brings to a common type: the
     replacements of its constants (by position), cast explicitly and checked; or None
@@ -558,6 +579,8 @@ def unify(t: Total, operands: Sequence[exp.Expr]) -> dict[int, exp.Expr] | None:
             return {} if all(_family(known[i]) == "text" for i in constants) else None
         for i in constants:
             if known[i] != known[data[0]]:
+                if not _exact(t, operands[i], known[i], known[data[0]]):
+                    return None  # the engine widens the data to the constant's type
                 cast_ = _converted(t, operands[i], known[data[0]])
                 if cast_ is None:
                     return None

@@ -138,27 +138,35 @@ def star() -> exp.Star:
 
 
 @functools.cache
-def _bucket_template() -> exp.Expr:
-    """The bin of x in [lo, hi) with n bins, parsed once per process (transform copies it)."""
-    return sqlglot.parse_one("LEAST(n, CAST(FLOOR((x - lo) * n / (hi - lo)) AS BIGINT) + 1)",
+def _bucket_template(descending: bool) -> exp.Expr:
+    """The bin of x in [lo, hi) with n bins (descending: in (hi, lo], counted down from lo),
+    parsed once per process (transform copies it)."""
+    share = "(lo - x) * n / (lo - hi)" if descending else "(x - lo) * n / (hi - lo)"
+    return sqlglot.parse_one(f"LEAST(n, CAST(FLOOR({share}) AS BIGINT) + 1)",
                              dialect=ex.DIALECT)
 
 
 def width_bucket_case(node: exp.WidthBucket) -> exp.Expr:
-    """width_bucket(x, lo, hi, n) as a CASE over doubles (bins 0 and n + 1 outside)."""
+    """width_bucket(x, lo, hi, n) as a CASE over doubles (bins 0 and n + 1 outside), as
+    PostgreSQL and Spark define it: with lo < hi, bin 0 below lo and n + 1 from hi on; with
+    lo > hi (a descending histogram), bin 0 above lo and n + 1 from hi down. The bounds are
+    literals (``expressions.labels_of``, which refuses lo = hi, as PostgreSQL does)."""
     x = exp.cast(node.this, exp.DataType.build("DOUBLE"))
     lo = exp.cast(node.args["min_value"], exp.DataType.build("DOUBLE"))
     hi = exp.cast(node.args["max_value"], exp.DataType.build("DOUBLE"))
     n = node.args["num_buckets"]
-    inner = _bucket_template().transform(lambda e: {"x": x, "lo": lo, "hi": hi, "n": n}.get(
-        e.name, e).copy() if isinstance(e, exp.Column) else e)
+    low, high = (ex.literal_value(node.args[k])[1] for k in ("min_value", "max_value"))
+    descending = isinstance(low, int | float) and isinstance(high, int | float) and low > high
+    inner = _bucket_template(descending).transform(
+        lambda e: {"x": x, "lo": lo, "hi": hi, "n": n}.get(e.name, e).copy()
+        if isinstance(e, exp.Column) else e)
+    below, above = (exp.GT, exp.LTE) if descending else (exp.LT, exp.GTE)
     return (exp.Case()
             .when(exp.Is(this=x.copy(), expression=exp.Null()), exp.Null())
-            .when(exp.LT(this=x.copy(), expression=lo.copy()), exp.Literal.number(0))
-            .when(exp.GTE(this=x.copy(), expression=hi.copy()),
+            .when(below(this=x.copy(), expression=lo.copy()), exp.Literal.number(0))
+            .when(above(this=x.copy(), expression=hi.copy()),
                   exp.Literal.number(int(n.name) + 1))
             .else_(inner))
-
 
 
 def with_ctes(ctes: Sequence[tuple[str, exp.Query]], body: exp.Query) -> exp.Query:

@@ -8,9 +8,11 @@ failing operation is NULL), each operation that can raise under a ``TRY`` of its
 as ``TRY_CAST``; sums of BIGINT are HUGEINT (exact); text is hashed through ``md5_number``. No
 statement can fail because of a value in the data: fixed-point values cannot overflow by
 construction, divisions have non-zero divisors, and a CSV file, whose column types DuckDB
-infers from its first rows, is read in full once when the curator is made (``check_source``),
-so that no later line can fail a query. The hash coefficients derived from the per-query
-secret key are bound parameters (``$dp_key_...``), never part of the SQL text.
+infers from its first rows, and a DataFrame, whose ``object`` columns' types DuckDB infers
+from a sample of their rows, are read in full once when the curator is made
+(``check_source``), so that no later row can fail a query. The hash coefficients derived
+from the per-query secret key are bound parameters (``$dp_key_...``), never part of the SQL
+text.
 """
 
 from __future__ import annotations
@@ -63,6 +65,43 @@ def _under_try(node: exp.Expr) -> exp.Expr:
     return exp.Try(this=node)
 
 
+# A value of each temporal type, for checking a date part or unit once (``_known_part``)
+_SAMPLES = {"DATE": "2000-01-01", "TIME": "12:00:00", "TIME WITH TIME ZONE": "12:00:00",
+            "TIMETZ": "12:00:00", "INTERVAL": "1 day"}
+
+
+def _known_part(t: _total.Total, node: exp.Expr) -> exp.Expr:
+    """extract, date_trunc: a literal part or unit (``_total.literal_part``) that DuckDB
+    knows for the value's type, checked once on a constant of that type before the charge.
+    DuckDB refuses an unknown one when it binds the query, but its error names the
+    conversion only, which read as the query not fitting the column types (a bug hunt)."""
+    _total.literal_part(t, node)
+    extract = isinstance(node, exp.Extract)
+    key = "expression" if extract else "this"
+    part, value = (node.this if extract else node.args.get("unit")), node.args.get(key)
+    if t.evaluates is None or t.type_of is None or not isinstance(part, exp.Expr) or \
+            not isinstance(value, exp.Expr):
+        return node
+    type_name = t.type_of([value])[0]
+    base = " ".join(type_name.split("(")[0].upper().split())
+    sample = "2000-01-01" if base.startswith("TIMESTAMP") else _SAMPLES.get(base)
+    if sample is None:
+        return node  # not a date, time or interval: the engine's binder refuses it
+    try:
+        constant = exp.Cast(this=exp.Literal.string(sample),
+                            to=exp.DataType.build(type_name, dialect="duckdb", udt=True))
+    except Exception:
+        return node
+    probe = node.copy()
+    probe.set(key, constant)
+    if t.evaluates(constant) and not t.evaluates(probe):
+        what = "EXTRACT's date part" if extract else "date_trunc's unit"
+        raise UserError(f"{what} {part.name.lower()!r} is not one DuckDB knows for a "
+                        f"{type_name} value (for example year, quarter, month, week, day, "
+                        "hour, minute or second)")
+    return node
+
+
 # DuckDB's entries of the rule table (engines._total): an operation that can raise (integer
 # overflow of + - * - abs //, a decimal's ceil, floor or round, a malformed regular
 # expression) runs under a TRY of its own; casts are TRY_CAST; doubles are IEEE natively;
@@ -85,6 +124,7 @@ RULES: _total.Rules = {
     **dict.fromkeys((exp.Exp, exp.Interval), _total.number_arguments(_under_try)),
     exp.Left: _total.number_arguments(_under_try, _total.RULES[exp.Left]),
     exp.Right: _total.number_arguments(_under_try, _total.RULES[exp.Right]),
+    **dict.fromkeys((exp.Extract, exp.DateTrunc, exp.TimestampTrunc), _known_part),
 }
 
 class DuckDBDialect(Dialect):
@@ -143,6 +183,7 @@ class DuckDBEngine(SqlEngine):
         self._types: dict[str, str] = {}
         self.dialect = DuckDBDialect(self.type_of, self.evaluates)
         self._csv: str | None = None  # a CSV path or glob: types inferred from a sample
+        self._typed: frozenset[str] = frozenset()  # columns whose values cannot fail to read
         if threads is not None and owns_connection:
             self._con.execute(f"SET threads={int(threads)}")
 
@@ -196,8 +237,9 @@ class DuckDBEngine(SqlEngine):
                 engine = cls._on_path(con, data, owns=False, label=str(name))
             elif _is_table_like(data):
                 registered = f"__dpcurator_source_{next(_ids)}"
-                con.register(registered, data)
+                _register(con, registered, data, str(name))
                 engine = cls(con, quote(registered), label=str(name))
+                engine._typed = _typed_columns(data)
             else:
                 raise UserError(f"table {name!r}: cannot read data of type "
                                 f"{type(data).__name__} on DuckDB: give a CSV or Parquet "
@@ -216,16 +258,21 @@ class DuckDBEngine(SqlEngine):
         self._types = {}
         self.dialect = DuckDBDialect(self.type_of, self.evaluates)
         self._csv = None
+        self._typed = frozenset()
         self._owns = False
 
     @classmethod
     def from_frame(cls, frame: Any, *, threads: int | None = None) -> DuckDBEngine:
-        """A pandas or Polars DataFrame, or an Arrow table, registered without copying."""
+        """A pandas or Polars DataFrame, or an Arrow table, registered without copying (an
+        Arrow record batch reader, a stream that can be scanned once, is read into a table:
+        every query scans its data several times)."""
         con = duckdb.connect()
         name = f"__dpcurator_source_{next(_ids)}"
-        con.register(name, frame)
-        return cls(con, quote(name), label=type(frame).__name__, owns_connection=True,
-                   threads=threads)
+        _register(con, name, frame, type(frame).__name__)
+        engine = cls(con, quote(name), label=type(frame).__name__, owns_connection=True,
+                     threads=threads)
+        engine._typed = _typed_columns(frame)
+        return engine
 
     @classmethod
     def from_connection(cls, connection: duckdb.DuckDBPyConnection, table: str
@@ -258,11 +305,18 @@ class DuckDBEngine(SqlEngine):
         return self._columns
 
     def check_source(self) -> None:
-        """Read a CSV file once in full with the types queries will use (a data-owner check,
-        at construction: ``_duckdb_csv``); other sources carry their own types."""
-        if self._csv is not None:
-            with self._lock:
+        """Read every value once with the types queries will use (a data-owner check, at
+        construction), so that no query can fail on a value after it was charged: a CSV
+        file's lines (``_duckdb_csv``); a DataFrame's, Arrow table's or connection table's
+        columns (``_check_columns``: DuckDB infers a pandas ``object`` column's type from a
+        sample of its rows, and a view can cast). A Parquet file carries its own types, and
+        nothing is read."""
+        with self._lock:
+            if self._csv is not None:
                 check_csv(self._con, self._csv, self.columns(), self.label)
+            elif not self._relation.startswith("read_parquet("):
+                columns = {c: t for c, t in self.columns().items() if c not in self._typed}
+                _check_columns(self._con, self._relation, columns, self.label)
 
     def nan_columns(self, columns: Sequence[str]) -> list[str]:
         """Columns (of those given) holding a NaN (a data-owner check, at construction)."""
@@ -349,16 +403,100 @@ def _is_table_like(data: Any) -> bool:
     return module in ("pandas", "polars", "pyarrow")
 
 
+def _register(con: duckdb.DuckDBPyConnection, name: str, data: Any, label: str) -> None:
+    """Register a DataFrame or Arrow data as DuckDB can scan it more than once: an Arrow
+    record batch reader (a stream: a second scan would fail, after the charge) is read into
+    a table. Data DuckDB cannot read (a polars column of Python objects) is a UserError that
+    names the exception's class only (its message could quote a value)."""
+    import sys
+
+    pyarrow = sys.modules.get("pyarrow")
+    if pyarrow is not None and isinstance(data, pyarrow.RecordBatchReader):
+        data = data.read_all()
+    try:
+        con.register(name, data)
+    except duckdb.Error as exc:
+        raise UserError(f"cannot read {label} ({type(exc).__name__}): give each column a "
+                        "type DuckDB reads (numbers, text, booleans, dates; not Python "
+                        "objects)") from None
+
+
+def _typed_columns(data: Any) -> frozenset[str]:
+    """A pandas frame's columns of NumPy number, boolean or datetime types: DuckDB reads
+    their values without a conversion that could fail, and they need no check."""
+    dtypes = getattr(data, "dtypes", None)
+    if type(data).__module__.split(".")[0] != "pandas" or dtypes is None:
+        return frozenset()
+    names = [str(c) for c in dtypes.index]
+    return frozenset(str(c) for c, dtype in dtypes.items()
+                     if getattr(dtype, "kind", "O") in "biufmM" and names.count(str(c)) == 1)
+
+
+def _check_columns(con: duckdb.DuckDBPyConnection, relation: str,
+                   columns: Mapping[str, str], label: str) -> None:
+    """Convert every value of every column once, with the types queries read them as.
+
+    DuckDB infers a pandas ``object`` column's type from a sample of its rows (1,000 by
+    default); a value the sample missed (text among numbers, an integer beyond 32 bits, a
+    wider ``Decimal``) fails every query that reads the column, when it runs, after the
+    charge, so whether a query answers would depend on one record. Such columns are named
+    here, to the data owner, with their type and never a value. ``count(column)`` converts
+    each value of the column (``count(*)`` would convert none). A pandas column of a NumPy
+    number, boolean or datetime type cannot fail and is left out (``_typed_columns``). Cost:
+    one scan of the other columns, the time a query reading them takes: 0.1-0.2 s a million
+    rows for text or integers in ``object`` columns, but about 6 s for Python ``Decimal``
+    objects (which every query reading such a column pays too).
+    """
+    if not columns:
+        return
+    counts = ", ".join(f"count({quote(c)})" for c in columns)
+    try:
+        con.execute(f"SELECT {counts} FROM {relation}").fetchall()
+        return
+    except duckdb.Error:
+        pass
+    bad = []
+    for column in columns:  # which columns: each read alone
+        try:
+            con.execute(f"SELECT count({quote(column)}) FROM {relation}").fetchall()
+        except duckdb.Error:  # never echoed: DuckDB's message quotes the value
+            bad.append(column)
+    if not bad:
+        raise UserError(f"cannot read {label}: DuckDB failed reading all its columns at once "
+                        "(each column reads alone)")
+    named = ", ".join(f"{c!r} ({columns[c]})" for c in bad)
+    raise UserError(
+        f"{label}: column(s) {named} hold values that do not convert to the type DuckDB reads "
+        "the column as, so every query reading them would fail. DuckDB infers a pandas "
+        "object column's type from a sample of its rows: give each such column one type "
+        "before making the curator (for example with pd.to_numeric, or astype('float64'), "
+        "'Int64' or 'string'), or correct the values that do not fit")
+
+
 def _keys_arrow(values: tuple[tuple[Any, ...], ...], width: int) -> Any:
     import pyarrow as pa
 
-    columns: dict[str, list[Any]] = {"i": list(range(len(values)))}
-    columns.update({f"c{i}": [row[i] for row in values] for i in range(width)})
+    columns: dict[str, Any] = {"i": list(range(len(values)))}
     try:
+        columns.update({f"c{i}": _key_array([row[i] for row in values]) for i in range(width)})
         return pa.table(columns)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         raise UserError("keys must have one type per group key column (mixed types in a "
                         "column of keys)") from None
-    except OverflowError:  # an int beyond 64 bits (a bug hunt: pyarrow's error escaped)
-        raise UserError("a key is an integer too large for a group key (beyond 64 bits)"
-                        ) from None
+
+
+def _key_array(column: list[Any]) -> Any:
+    """One column of public keys as Arrow: integers beyond BIGINT as UBIGINT where they fit
+    (a 64-bit hash: pyarrow's OverflowError escaped, and such keys were refused), else as
+    their digits, which the engine casts exactly to the group key's type (HUGEINT)."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(column)
+    except OverflowError:
+        pass
+    if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in column):
+        raise pa.ArrowInvalid("mixed types")
+    if all(v is None or 0 <= v < 2**64 for v in column):
+        return pa.array(column, type=pa.uint64())
+    return pa.array([None if v is None else str(v) for v in column], type=pa.string())

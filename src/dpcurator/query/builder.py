@@ -103,7 +103,8 @@ def bins(column: str, edges: Sequence[float], name: str | None = None,
 
 def width_bucket(column: str, lo: float, hi: float, count: int,
                  name: str | None = None) -> GroupKey:
-    """Group by SQL's width_bucket(column, lo, hi, count): 0 below lo, count + 1 from hi."""
+    """Group by SQL's width_bucket(column, lo, hi, count): 0 below lo, count + 1 from hi (as
+    PostgreSQL: with hi < lo, 0 above lo, count + 1 from hi down; lo = hi is refused)."""
     node = exp.WidthBucket(this=exp.column(column), min_value=_number_literal(lo),
                            max_value=_number_literal(hi),
                            num_buckets=exp.Literal.number(count))

@@ -17,7 +17,7 @@ parsing the text again, so a query's text is parsed once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlglot
 from sqlglot import exp
@@ -36,7 +36,10 @@ __all__ = [
     "literal_value",
     "parse_scalar",
     "tree_of",
+    "without_comments",
 ]
+
+_Node = TypeVar("_Node", bound=exp.Expr | None)
 
 DIALECT = "duckdb"
 
@@ -109,12 +112,23 @@ def parse_scalar(text: str, context: str, *, qualified: bool = False) -> exp.Exp
     if len(parsed) != 1 or parsed[0] is None:
         raise UnsupportedQueryError(f"{context} must be exactly one SQL expression; "
                                     "statements separated by ';' are refused")
-    node = parsed[0]
+    node = without_comments(parsed[0])
     if isinstance(node, exp.Query | exp.Command) or not isinstance(node, exp.Expression) \
             or type(node).__module__.startswith("sqlglot.expressions.ddl"):
         raise UnsupportedQueryError(
             f"{context} must be a scalar expression, not a {node.key.upper()} statement")
     check_scalar(node, context, qualified=qualified)
+    return node
+
+
+def without_comments(node: _Node) -> _Node:
+    """The tree with its SQL comments dropped (in place): sqlglot keeps a comment on the node
+    beside it, where it would become part of that node's text (``GROUP BY region -- per
+    region`` no longer matched the SELECT's ``region``; a bug hunt). A comment means nothing
+    to a query."""
+    if node is not None:
+        for sub in node.walk():
+            sub.comments = None
     return node
 
 
@@ -249,10 +263,16 @@ def labels_of(node: exp.Expression) -> tuple[Any, ...] | None:
         if not ok_n or not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1_000_000:
             raise UnsupportedQueryError("width_bucket needs a literal number of buckets "
                                         "between 1 and 1000000")
+        ends = []
         for part in ("min_value", "max_value"):
             ok, value = literal_value(node.args[part])
             if not ok or not isinstance(value, int | float) or isinstance(value, bool):
                 raise UnsupportedQueryError(
                     "width_bucket needs literal numeric bounds (its bins must be public)")
+            ends.append(value)
+        if ends[0] == ends[1]:  # PostgreSQL: "lower bound cannot equal upper bound"
+            raise UnsupportedQueryError(
+                "width_bucket's low and high bounds must differ (high < low counts the "
+                "buckets down from low)")
         return (*range(n + 2), None)
     return None

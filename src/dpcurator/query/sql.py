@@ -87,7 +87,7 @@ def _parse(sql: str) -> exp.Select:
     if len(statements) != 1:
         raise _unsupported(f"exactly one SQL statement is answered, got {len(statements)}; "
                            "';' separated statements are refused")
-    stmt = statements[0]
+    stmt = ex.without_comments(statements[0])
     assert stmt is not None
     if isinstance(stmt, exp.SetOperation):
         raise _unsupported(f"{stmt.key.upper()} is not supported: a DP query reads one table "
