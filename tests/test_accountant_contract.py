@@ -576,3 +576,17 @@ def test_bad_noise_names_it(call: Callable[[float], object], name: str, noise: f
 def test_bad_count_names_it(call: Callable[[int], object], name: str, count: int) -> None:
     with pytest.raises(ValueError, match=rf"\b{name}\b"):
         call(count)
+
+
+def test_the_noise_multiplier_search_refuses_a_tolerance_it_cannot_meet() -> None:
+    """A tolerance of 0 or less searched forever, and NaN returned the first bracket's top
+    without searching (a bug hunt); the search itself meets a valid one."""
+    from dpcurator.accounting import dpsgd_noise_multiplier
+    from dpcurator.errors import UserError
+
+    ask = {"sampling_rate": 0.01, "steps": 100, "delta": 1e-5, "target_epsilon": 1.0}
+    for bad in (0, -1.0, math.nan, math.inf, 1e-12, True, "0.1"):
+        with pytest.raises(UserError, match="tolerance"):
+            dpsgd_noise_multiplier(**ask, tolerance=bad)  # type: ignore[arg-type]
+    sigma, result = dpsgd_noise_multiplier(**ask, tolerance=1e-3)
+    assert result.epsilon <= 1.0 and 0.05 < sigma < 10

@@ -79,6 +79,12 @@ def dpsgd_noise_multiplier(
         isinstance(target_epsilon, int | float) and 0 < target_epsilon < math.inf
     ):
         raise UserError(f"target_epsilon must be a positive number, got {target_epsilon!r}")
+    # 0 or less searched forever and NaN not at all (a bug hunt); 1e-9 is about 30 halvings
+    if isinstance(tolerance, bool) or not (
+        isinstance(tolerance, int | float) and 1e-9 <= tolerance < math.inf
+    ):
+        raise UserError(f"tolerance must be a number of at least 1e-9 (relative), got "
+                        f"{tolerance!r}")
 
     def eps_at(sigma: float) -> AccountingResult:
         return dpsgd_epsilon(sampling_rate=sampling_rate, noise_multiplier=sigma, steps=steps,
