@@ -525,3 +525,35 @@ def test_a_count_alone_says_before_the_charge_when_its_cap_cannot_see_the_data()
         given = cur.sql(BY_MODE, epsilon=epsilon, keys=MODES, bounding="unit",
                         max_unit_rows=64)
         assert not any(said in w for w in given.warnings)
+
+
+def test_thin_data_chooses_the_caps_again_with_half_the_budget() -> None:
+    """600 units of one to five lognormal values, 4 public keys, epsilon 0.5, no caps: the
+    first choice's thin-data count needs about 930 units with a nonzero sum and sees about
+    600, so, as the per-partition clamps do (``plan_retry``), the caps are chosen again with
+    half the budget in all, whose threshold is about a quarter of the first's. Before, every
+    release used the widest caps (+-1.1e12 on each unit's sum) and an interval of about
+    +-1e13 where per-partition bounds answered within 50%. Seeded; the retry's count would
+    need noise below -140 (scale about 12) to fall under its threshold. The release is charged
+    its epsilon alone, and ``explain`` states the retry before the charge."""
+    rng = np.random.default_rng(7)
+    unit = np.repeat(np.arange(600), rng.integers(1, 6, 600))
+    df = pd.DataFrame({"user": unit, "g": rng.choice(list("abcd"), unit.size),
+                       "x": rng.lognormal(3.0, 1.0, unit.size)})
+    truth = df.groupby("g").x.sum()
+    cur = dp.Curator.from_pandas(df, privacy_unit="user", budget=dp.PureDP(3.0),
+                                 source=SeededRandom(3), cache=False)
+    sql = "SELECT g, SUM(x) AS s FROM data GROUP BY g"
+    stated = cur.explain(sql, epsilon=0.5, keys=list("abcd"), bounding="unit")
+    assert stated["bounds_to_choose"]["if_too_thin"]["share"] == 0.5
+    at_less = cur.explain(sql, epsilon=0.3, keys=list("abcd"), bounding="unit")["warnings"]
+    assert any("chosen again with 50% of the budget" in w for w in at_less)
+    for _ in range(4):
+        release = cur.sql(sql, epsilon=0.5, keys=list("abcd"), bounding="unit")
+        chosen = release.bounds_chosen
+        assert chosen["rule"] == "chosen" and chosen["max_unit_sums"]["x"] < 1e4
+        assert chosen["first_choice"]["max_unit_sums"] == {"x": float(2**40)}
+        assert any("chosen again with 50%" in w for w in release.warnings)
+        answer = release.to_pandas().set_index("g")["s"]
+        assert float(np.max(np.abs(answer / truth - 1))) < 0.8
+    assert cur.spent.epsilon == pytest.approx(2.0)

@@ -198,7 +198,9 @@ filter inside the query (``_compile._prove_retry``); where the retry's path coul
 than the path charged (a Gaussian answer under (epsilon, delta), priced in rho) there is no
 retry. It does not apply where the first choices already have half of its share
 (``bounds_share`` of about 0.22 or more, with the parts on top of the share), nor where
-outer caps are chosen too (total intervals, ``bounding="unit"``). Measured exactly over
+a total interval's outer caps are chosen too. ``bounding="unit"`` chooses again the same
+way where its own thin-data rule (``unit_thin``) would use the widest caps on a unit's sum,
+unless its caps wait for a private selection (``defers_unit_caps``). Measured exactly over
 both paths' laws (``auto_bounds.py --family``, 56 shapes): the widest clamps
 with probability above 1% on 1 SUM shape and no AVG shape (6 and 5 before), SUM median
 1.22x and geometric mean 1.37x all-in (1.22x and 1.36x before, leaving the widest clamps'
@@ -716,11 +718,21 @@ def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
     module docstring, "Choosing again"): its plan, with ``RETRY_SHARE`` of the whole budget
     for the bounds in all, the first choices' part included, and the rest of ``first``'s
     request for the answer; and its choices' events. None where it does not apply: no clamp
-    is chosen, outer caps or ``bounding="unit"``'s caps are chosen too, or the first choices
-    already have half of what the retry's would spend in all. Public numbers only."""
+    (nor, under ``bounding="unit"``, no cap on a unit's sum) is chosen, a total interval's
+    outer caps are chosen too, ``bounding="unit"``'s caps are chosen after a private
+    selection (``defers_unit_caps``), or the first choices already have half of what the
+    retry's would spend in all. Public numbers only.
+
+    Under ``bounding="unit"`` the thin-data rule is ``unit_thin``'s: where its noisy count is
+    below its threshold, every cap (on a unit's rows and sums, and the partition cap) is
+    chosen again as the clamps are here, from ``RETRY_SHARE`` of the budget in all."""
     auto = plan.auto
-    if auto is None or not auto.columns or auto.choices == 0 or outer_names(auto) or \
-            plan.bounding == "unit" or first.outer:
+    if auto is None or first.outer:
+        return None
+    if plan.bounding == "unit":
+        if not auto.unit_sums or defers_unit_caps(plan):
+            return None
+    elif not auto.columns or auto.choices == 0 or outer_names(auto):
         return None
     whole_share = RETRY_SHARE / remaining  # of the request the first choices split
     first_share = first.share / remaining
@@ -1410,9 +1422,12 @@ def needs_retry(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any],
                 rows_for: Sequence[tuple[int, int]] | None = None) -> bool:
     """Whether the first choice's outcome (``chosen``) calls for the retry (``plan_retry``):
     the thin-data rule's widest clamps, or its noisy count below ``RETRY_BELOW`` times the
-    joint choice's floor F. Post-processing of the count."""
+    joint choice's floor F. Post-processing of the count. Under ``bounding="unit"``, the
+    widest caps on a unit's sum alone (``unit_thin``: its threshold is above 1.25 F)."""
     if chosen.get("rule") == "widest":
         return True
+    if plan.bounding == "unit":
+        return False
     units = chosen.get("units")
     return units is not None and units < RETRY_BELOW * thin_floor(auto_plan, plan, rows_for)
 
@@ -1428,10 +1443,12 @@ def chosen_again(first: AutoPlan, retry: AutoPlan, before: dict[str, Any],
     out["share"] = retry.share  # in all: a sum's histogram included
     out.pop("values_share", None)
     out["first_choice"] = {key: before[key] for key in (
-        "max_partitions", "max_rows_per_partition", "units", cost_name) if key in before}
+        "max_partitions", "max_rows_per_partition", OUTER, "max_unit_sums", "units",
+        cost_name) if key in before}
     answer = retry.request.rho if retry.request.rho is not None else retry.request.epsilon
+    what = "caps on each unit's total" if "unit_method" in chosen else "clamps"
     out["warnings"] = [
-        f"too few units for the first choice of the clamps (a noisy count of "
+        f"too few units for the first choice of the {what} (a noisy count of "
         f"{max(before.get('units') or 0, 0):,} units' worth of nonzero values), so they were "
         f"chosen again with {retry.share:.0%} of the budget in all; the answer has "
         f"{cost_name} {answer:.3g} (give bounds to keep it all for the answer)",

@@ -128,12 +128,23 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
         # threshold stated is one partition's, the least it can be
         keys = (" if one key is released, and more for more keys (the caps are chosen for "
                 "the keys the selection releases)") if defers_unit_caps(compiled.plan) else ""
-        return [f"At this epsilon the caps on each unit's sum of "
-                f"{', '.join(auto.auto.unit_sums)} are chosen from the data only if about "
-                f"{threshold:,.0f} units' worth or more have a nonzero sum (a noisy count; a "
-                f"unit spread over more than 8 partitions weighs 1/2 to 1){keys}; below that "
-                f"the widest caps ({MAX_UNIT_SUM:.3g}) are used and the answer is as uncertain "
-                "as its interval says. Give max_unit_sums to avoid it."]
+        first = (f"At this epsilon the caps on each unit's sum of "
+                 f"{', '.join(auto.auto.unit_sums)} are chosen from the data only if about "
+                 f"{threshold:,.0f} units' worth or more have a nonzero sum (a noisy count; a "
+                 f"unit spread over more than 8 partitions weighs 1/2 to 1){keys}; below that ")
+        widest = (f"the widest caps ({MAX_UNIT_SUM:.3g}) are used and the answer is as "
+                  "uncertain as its interval says.")
+        retry = compiled.retry
+        if retry is not None and compiled.retry_candidates is not None:
+            again = unit_thin_threshold(retry)[0]
+            answer = retry.request.rho if retry.request.rho is not None else \
+                retry.request.epsilon
+            cost = "rho" if retry.request.rho is not None else "epsilon"
+            return [first + f"they are chosen again with {retry.share:.0%} of the budget in "
+                    f"all, leaving the answer {cost} {answer:.3g}, if about {again:,.0f} or "
+                    f"more have one; below that {widest} Give max_unit_sums (and "
+                    "max_unit_rows) to avoid both."]
+        return [first + widest + " Give max_unit_sums to avoid it."]
     if OUTER in auto.epsilons and compiled.plan.bounding == "unit":  # a COUNT(*) alone
         threshold = unit_rows_threshold(auto)
         if threshold < THIN_STATED:
