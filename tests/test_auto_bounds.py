@@ -39,6 +39,13 @@ from dpcurator.query.errors import BoundsError
 
 GROUP = (GroupKey("g", '"g"'),)
 
+def per_group(frame: Any, **options: Any) -> dp.Curator:
+    """A curator whose queries keep the caps per group (``bounding="rescale"``): this file
+    tests that choice, which a COUNT(*)/SUM query with public keys and no bounds would
+    otherwise leave for the caps on each unit's total (``_resolve.default_bounding``)."""
+    return dp.Curator.from_pandas(frame, bounding="rescale", **options)
+
+
 
 def profile_of(df: pd.DataFrame, columns: tuple[str, ...] = ("x",), *,
                group: bool = True, means: bool = True) -> Profile:
@@ -306,7 +313,7 @@ def clear_frame(units: int = 3000) -> pd.DataFrame:
 
 
 def test_the_choice_finds_clear_bounds_and_the_release_states_them() -> None:
-    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(1))
     release = curator.sql("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g",
                           epsilon=2, keys=["g0", "g1", "g2", "g3"], bounds="auto")
@@ -330,7 +337,7 @@ def test_the_choice_finds_clear_bounds_and_the_release_states_them() -> None:
 
 
 def test_explicit_bounds_win_and_unneeded_caps_are_not_chosen() -> None:
-    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
                                      max_partitions=2, source=SeededRandom(2))
     release = curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1,
                           keys=["g0", "g1"], bounds={"x": "auto"},
@@ -346,7 +353,7 @@ def test_explicit_bounds_win_and_unneeded_caps_are_not_chosen() -> None:
 
 
 def test_a_refused_auto_query_charges_nothing_and_missing_bounds_name_auto() -> None:
-    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(1),
+    curator = per_group(clear_frame(), privacy_unit="u", budget=dp.PureDP(1),
                                      auto_bounds=False)
     with pytest.raises(BudgetExceededError):
         curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=2,
@@ -359,7 +366,7 @@ def test_a_refused_auto_query_charges_nothing_and_missing_bounds_name_auto() -> 
 
 def test_curator_defaults_builder_rho_and_private_keys() -> None:
     df = clear_frame()
-    curator = dp.Curator.from_pandas(df, privacy_unit="u", budget=dp.ZCDP(1.0),
+    curator = per_group(df, privacy_unit="u", budget=dp.ZCDP(1.0),
                                      bounds="auto", source=SeededRandom(3))
     query = Query().group_by("g", keys=["g0", "g1", "g2", "g3"]).mean("x")
     release = curator.run(query, rho=0.5)
@@ -371,7 +378,7 @@ def test_curator_defaults_builder_rho_and_private_keys() -> None:
     assert curator.spent.rho == pytest.approx(0.5)
     built = Query().group_by("g").sum("x", bounds="auto").bound_contributions(
         max_rows_per_partition="auto")
-    plain = dp.Curator.from_pandas(df, privacy_unit="u", budget=dp.ApproxDP(5, 1e-5),
+    plain = per_group(df, privacy_unit="u", budget=dp.ApproxDP(5, 1e-5),
                                    source=SeededRandom(4))
     release = plain.run(built, epsilon=2, delta=1e-6)  # private keys
     assert release.bounds_chosen is not None
@@ -412,7 +419,7 @@ def test_a_forced_unproven_choice_is_answered_with_its_k_frontier_not_failed(
         return plan.replace(max_partitions=4, max_rows_per_partition=4096), chosen
 
     monkeypatch.setattr(session, "choose_bounds", too_large)
-    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(1),
+    curator = per_group(clear_frame(), privacy_unit="u", budget=dp.PureDP(1),
                                      source=SeededRandom(6))
     release = curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=0.01,
                           keys=["g0", "g1", "g2", "g3"], bounds="auto")
@@ -427,7 +434,7 @@ def test_a_forced_unproven_choice_is_answered_with_its_k_frontier_not_failed(
 
 def test_bounds_given_nowhere_are_chosen_by_default_and_auto_bounds_false_refuses() -> None:
     df = clear_frame(1000)
-    curator = dp.Curator.from_pandas(df, privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(df, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(7))
     release = curator.sql("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g",
                           epsilon=1, keys=["g0", "g1", "g2", "g3"])
@@ -439,7 +446,7 @@ def test_bounds_given_nowhere_are_chosen_by_default_and_auto_bounds_false_refuse
                           keys=["g0", "g1", "g2", "g3"], bounds={"x": (0, 10)},
                           max_partitions=1, max_rows_per_partition=5)
     assert release.bounds_chosen is None and curator.spent.epsilon == pytest.approx(2.0)
-    strict = dp.Curator.from_pandas(df, privacy_unit="u", budget=dp.PureDP(10),
+    strict = per_group(df, privacy_unit="u", budget=dp.PureDP(10),
                                     auto_bounds=False)
     release = strict.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=1,
                          keys=["g0", "g1", "g2", "g3"])
@@ -449,7 +456,7 @@ def test_bounds_given_nowhere_are_chosen_by_default_and_auto_bounds_false_refuse
 
 
 def test_explain_says_which_bounds_will_be_chosen_and_charges_nothing() -> None:
-    curator = dp.Curator.from_pandas(clear_frame(500), privacy_unit="u", budget=dp.PureDP(1))
+    curator = per_group(clear_frame(500), privacy_unit="u", budget=dp.PureDP(1))
     explained = curator.explain("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=0.5,
                                 keys=["g0", "g1"])
     chosen = explained["bounds_to_choose"]
@@ -470,7 +477,7 @@ def test_the_share_spent_choosing_is_the_users_to_set() -> None:
     outside (0, 1) is refused, naming the parameter, before anything is charged."""
     keys = ["g0", "g1", "g2", "g3"]
     sql = "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g"
-    curator = dp.Curator.from_pandas(clear_frame(500), privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(clear_frame(500), privacy_unit="u", budget=dp.PureDP(10),
                                      auto_bounds_share=0.25, source=SeededRandom(8))
     release = curator.sql(sql, epsilon=2, keys=keys)
     chosen = release.bounds_chosen
@@ -497,11 +504,11 @@ def test_the_share_spent_choosing_is_the_users_to_set() -> None:
         with pytest.raises(dp.errors.UserError, match="bounds_share"):
             curator.sql(sql, epsilon=1, keys=keys, bounds_share=bad)  # type: ignore[arg-type]
         with pytest.raises(dp.errors.UserError, match="auto_bounds_share"):
-            dp.Curator.from_pandas(clear_frame(20), privacy_unit="u", budget=dp.PureDP(1),
+            per_group(clear_frame(20), privacy_unit="u", budget=dp.PureDP(1),
                                    auto_bounds_share=bad)  # type: ignore[arg-type]
     assert curator.spent.epsilon == pytest.approx(5.0)
     # a share with auto_bounds=False applies to what a query asks to have chosen
-    strict = dp.Curator.from_pandas(clear_frame(500), privacy_unit="u", budget=dp.PureDP(10),
+    strict = per_group(clear_frame(500), privacy_unit="u", budget=dp.PureDP(10),
                                     auto_bounds=False, auto_bounds_share=0.3,
                                     source=SeededRandom(9))
     release = strict.sql(sql, epsilon=1, keys=keys, bounds="auto")
@@ -585,7 +592,7 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
 
     captured = capture_choice_inputs(monkeypatch)
     base = random_frame(seed)
-    curator = dp.Curator.from_pandas(base, privacy_unit="u", budget=dp.PureDP(1e4),
+    curator = per_group(base, privacy_unit="u", budget=dp.PureDP(1e4),
                                      source=SeededRandom(seed))
     curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=epsilon,
                 keys=[f"g{i}" for i in range(groups)], bounds="auto")
@@ -684,7 +691,7 @@ def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> 
     for groups in (8, 32):
         knees = []
         runs.append(knees)
-        curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
+        curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10),
                                          source=SeededRandom(4))
         auto_bounds._penalties = spy  # type: ignore[assignment]
         try:
@@ -729,7 +736,7 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
         g=lambda f: "g" + f.g.astype(str))
 
     def chosen(groups: int, share: float | None = None) -> tuple[int, int]:
-        curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100),
+        curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(100),
                                          source=SeededRandom(groups))
         release = curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=10,
                               keys=[f"g{i}" for i in range(groups)], bounds="auto",
@@ -768,7 +775,7 @@ def test_under_gaussian_noise_the_switch_reads_the_largest_partition_cap(
     monkeypatch.setattr(session, "choose_bounds", spy)
     frame = clear_frame(400)
     for groups in (8, 16, 64):
-        curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.ZCDP(10),
+        curator = per_group(frame, privacy_unit="u", budget=dp.ZCDP(10),
                                          source=SeededRandom(groups))
         curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", rho=0.5,
                     keys=[f"g{i}" for i in range(groups)], bounds="auto", intervals="bounded")
@@ -813,7 +820,7 @@ def test_the_joint_choice_stays_within_the_proven_candidates(
 
     captured = capture_choice_inputs(monkeypatch)
     frame = random_frame(3)
-    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(3))
     keys = [f"g{i}" for i in range(4)]
     curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1, keys=keys,
@@ -856,7 +863,7 @@ def test_thin_data_gets_the_widest_clamps_or_a_warning_never_a_confident_zero(
     wrong one-sided clamp needs about e^-21 (weight 1 of the signs, module docstring)."""
     df = customers_frame()
     truth = float(df.amount.sum())
-    curator = dp.Curator.from_pandas(df, privacy_unit="customer", budget=dp.PureDP(1e6),
+    curator = per_group(df, privacy_unit="customer", budget=dp.PureDP(1e6),
                                      source=SeededRandom(int(epsilon * 1000)), cache=False)
     for _ in range(4):
         release = curator.sql("SELECT SUM(amount) AS s FROM data", epsilon=epsilon)
@@ -889,7 +896,7 @@ def test_a_noise_rate_above_twice_the_floor_still_gets_the_widest_clamps() -> No
     units, groups = 1500, 1000
     df = pd.DataFrame({"user": np.arange(units), "g": rng.integers(0, groups, units),
                        "x": rng.uniform(40.0, 60.0, units)})
-    curator = dp.Curator.from_pandas(df, privacy_unit="user", budget=dp.PureDP(1e6),
+    curator = per_group(df, privacy_unit="user", budget=dp.PureDP(1e6),
                                      source=SeededRandom(11), cache=False)
     least = float(df.x.min())
     for _ in range(8):
@@ -914,7 +921,7 @@ def test_a_clamp_chosen_at_the_largest_candidate_says_values_may_lie_beyond() ->
     rng = np.random.default_rng(0)
     units = 3000
     df = pd.DataFrame({"user": np.arange(units), "x": rng.uniform(9e12, 1.1e13, units)})
-    curator = dp.Curator.from_pandas(df, privacy_unit="user", budget=dp.PureDP(1e6),
+    curator = per_group(df, privacy_unit="user", budget=dp.PureDP(1e6),
                                      source=SeededRandom(5), cache=False)
     release = curator.sql("SELECT SUM(x) AS s FROM data", epsilon=10.0)
     chosen = release.bounds_chosen
@@ -932,7 +939,7 @@ def test_a_mean_under_the_widest_clamps_lies_within_its_interval() -> None:
     ``auto_bounds.py --family --intervals-check``). The interval now holds its value always
     (a superset: coverage unchanged), so this holds for every release, not in probability."""
     df = customers_frame().assign(g=lambda d: np.where(d.customer % 20 == 0, "a", "b"))
-    curator = dp.Curator.from_pandas(df, privacy_unit="customer", budget=dp.PureDP(1e6),
+    curator = per_group(df, privacy_unit="customer", budget=dp.PureDP(1e6),
                                      source=SeededRandom(5), cache=False)
     for _ in range(20):
         release = curator.sql("SELECT g, AVG(amount) AS m, STDDEV(amount) AS sd FROM data "
@@ -961,7 +968,7 @@ def spy_on_mechanism(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[f
 
 def sum_of_clear_frame() -> tuple[dp.Curator, Any]:
     """A SUM per group of ``clear_frame`` at epsilon 2, every bound chosen from the data."""
-    curator = dp.Curator.from_pandas(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(clear_frame(), privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(6))
     return curator, curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=2.0,
                                 keys=["g0", "g1", "g2", "g3"])
@@ -1013,7 +1020,7 @@ def test_a_mean_of_values_far_from_zero_gets_a_floor_and_a_sum_does_not(
     monkeypatch.setattr(auto_bounds, "floor_scores", spy)
     frame = years_frame()
     keys = [f"g{i}" for i in range(8)]
-    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100),
+    curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(100),
                                      source=SeededRandom(12), cache=False)
     truth = frame.groupby("g")["year"].mean().reindex(keys).to_numpy()
     errors, symmetric = [], 0
@@ -1051,7 +1058,7 @@ def test_a_floor_is_not_chosen_from_too_few_values() -> None:
     units = 3000
     frame = pd.DataFrame({"u": np.arange(units), "g": "g0",
                           "x": rng.uniform(0.0, 100.0, units)})
-    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100),
+    curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(100),
                                      source=SeededRandom(14), cache=False)
     for _ in range(5):
         release = curator.sql("SELECT g, AVG(x) AS v FROM data GROUP BY g", epsilon=1.0,
@@ -1066,7 +1073,7 @@ def mean_plan_and_neighbours(seed: int, monkeypatch: pytest.MonkeyPatch
     900 rows spanning -1e4 to 1e4 in 30 groups."""
     captured = capture_choice_inputs(monkeypatch)
     base = random_frame(seed)
-    curator = dp.Curator.from_pandas(base, privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(base, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(seed))
     curator.sql("SELECT g, AVG(x) AS s FROM data GROUP BY g", epsilon=1,
                 keys=[f"g{i}" for i in range(8)], bounds="auto")
@@ -1151,7 +1158,7 @@ def test_a_two_sided_means_clamp_brings_in_the_end_its_values_do_not_reach(
     captured = capture_choice_inputs(monkeypatch)
     keys = [f"g{i}" for i in range(8)]
     frame = fifth_negative_frame()
-    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(18), cache=False)
     curator.sql("SELECT g, AVG(x) AS v FROM data GROUP BY g", epsilon=1.0, keys=keys)
     auto_plan = captured["auto_plan"]
@@ -1174,7 +1181,7 @@ def test_a_two_sided_mean_is_released_with_the_end_brought_in() -> None:
     F is about 630, and the 20,000 values pass the ends' gate (``END_THIN`` F, about 6,300);
     at epsilon 1 they would not, and the clamp would stay [-M, M]. Seeded: no flake."""
     keys = [f"g{i}" for i in range(8)]
-    curator = dp.Curator.from_pandas(fifth_negative_frame(), privacy_unit="u",
+    curator = per_group(fifth_negative_frame(), privacy_unit="u",
                                      budget=dp.PureDP(100), source=SeededRandom(19),
                                      cache=False)
     ends = []
@@ -1223,7 +1230,7 @@ def test_a_two_sided_means_ends_are_drawn_with_the_floors_charged_epsilon(
 
     monkeypatch.setattr(auto_bounds, "end_scores", spy_ends)
     monkeypatch.setattr(auto_bounds, "floor_scores", no_floor)
-    curator = dp.Curator.from_pandas(fifth_negative_frame(), privacy_unit="u",
+    curator = per_group(fifth_negative_frame(), privacy_unit="u",
                                      budget=dp.PureDP(10), source=SeededRandom(19),
                                      cache=False)
     release = curator.sql("SELECT g, AVG(x) AS v FROM data GROUP BY g", epsilon=4.0,
@@ -1252,7 +1259,7 @@ def test_with_private_keys_the_row_caps_ramp_is_steeper(
     gaps = {}
     for private in (True, False):
         captured = capture_choice_inputs(monkeypatch)
-        curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.ApproxDP(10, 1e-5),
+        curator = per_group(frame, privacy_unit="u", budget=dp.ApproxDP(10, 1e-5),
                                          source=SeededRandom(16))
         options: dict[str, Any] = {"delta": 1e-6} if private else \
             {"keys": [f"g{i}" for i in range(6)]}
@@ -1315,7 +1322,7 @@ def test_the_joint_ramp_leaves_one_magnitude_per_far_row_cap(
                           "g": [f"g{i}" for i in rng.integers(0, 16, units)],
                           "x": rng.integers(1, 100, units).astype(float)})
     captured = capture_choice_inputs(monkeypatch)
-    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(19))
     curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1.0,
                 keys=[f"g{i}" for i in range(16)])
@@ -1406,7 +1413,7 @@ def test_a_means_histogram_spends_its_charged_share_at_its_sensitivity(
     user = np.repeat(np.arange(30_000), rows)
     frame = pd.DataFrame({"u": user, "g": np.array(["g0", "g1", "g2", "g3"])[user % 4],
                           "x": rng.uniform(1, 10, user.size) * np.where(user < 3_000, 3, 1)})
-    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(10),
+    curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10),
                                      source=SeededRandom(6))
     release = curator.sql("SELECT g, AVG(x) AS m FROM data GROUP BY g", epsilon=2.0,
                           keys=["g0", "g1", "g2", "g3"])
@@ -1483,7 +1490,7 @@ def test_the_row_cap_aims_lower_where_the_rows_it_cuts_are_mostly_zero(
                           "x": np.where(rng.random(user.size) < 0.03,
                                         rng.uniform(50, 100, user.size), 0.0)})
     captured = capture_choice_inputs(monkeypatch)
-    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.ZCDP(10),
+    curator = per_group(frame, privacy_unit="u", budget=dp.ZCDP(10),
                                      source=SeededRandom(2))
     curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", rho=0.5, keys=keys)
     auto_plan, plan = captured["auto_plan"], captured["plan"]
@@ -1553,7 +1560,7 @@ def test_the_widest_clamps_say_what_would_let_the_data_be_chosen_from() -> None:
     frame = pd.DataFrame({"u": np.arange(units), "g": rng.choice(list("abcdef"), units),
                           "x": x.astype(float)})
     sql = "SELECT g, SUM(x) AS s FROM data GROUP BY g"
-    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100.0),
+    curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(100.0),
                                      source=SeededRandom(0), cache=False)
     thin = curator.sql(sql, epsilon=0.3, keys=list("abcdef"))
     assert thin.bounds_chosen is not None and "first_choice" in thin.bounds_chosen

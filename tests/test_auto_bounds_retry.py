@@ -29,6 +29,13 @@ WIDEST = _auto_bounds.MAGNITUDES[-1]
 SQL = "SELECT g, SUM(x) AS s FROM data GROUP BY g"
 KEYS = list("abcdef")
 
+def per_group(frame: Any, **options: Any) -> dp.Curator:
+    """A curator whose queries keep the caps per group (``bounding="rescale"``): this file
+    tests that choice, which a COUNT(*)/SUM query with public keys and no bounds would
+    otherwise leave for the caps on each unit's total (``_resolve.default_bounding``)."""
+    return dp.Curator.from_pandas(frame, bounding="rescale", **options)
+
+
 
 def thin_frame(units: int = 7_000, seed: int = 8) -> pd.DataFrame:
     """One row per person, 5% of them nonzero (1 to 20, geometric), as COMPAS's juvenile
@@ -48,7 +55,7 @@ def test_thin_data_is_chosen_again_with_half_of_the_budget() -> None:
     frame = thin_frame()
     again = chosen = 0
     for seed in range(12):
-        curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100.0),
+        curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(100.0),
                                          source=SeededRandom(seed), cache=False)
         release = curator.sql(SQL, epsilon=1.0, keys=KEYS)
         assert curator.spent.epsilon == 1.0 and release.privacy == dp.PureDP(1.0)
@@ -73,7 +80,7 @@ def test_thin_data_is_chosen_again_with_half_of_the_budget() -> None:
 
 
 def test_explain_states_the_retry_before_the_charge() -> None:
-    curator = dp.Curator.from_pandas(thin_frame(), privacy_unit="u", budget=dp.PureDP(1.0))
+    curator = per_group(thin_frame(), privacy_unit="u", budget=dp.PureDP(1.0))
     explained = curator.explain(SQL, epsilon=1.0, keys=KEYS)
     retry = explained["bounds_to_choose"]["if_too_thin"]
     assert retry["share"] == 0.5 and retry["answer"] == pytest.approx(0.5)
@@ -87,7 +94,7 @@ def test_explain_states_the_retry_before_the_charge() -> None:
 def _compiled(sql: str, request: PrivacyRequest, **options: object
               ) -> _compile.CompiledQuery:
     """The query compiled as ``Curator.sql`` compiles it (nothing charged or read)."""
-    curator = dp.Curator.from_pandas(thin_frame(500), privacy_unit="u",
+    curator = per_group(thin_frame(500), privacy_unit="u",
                                      budget=dp.ZCDP(10.0) if request.rho else dp.PureDP(10.0))
     plan = curator.parse(sql, **options)  # type: ignore[arg-type]
     resolved = curator.resolve(plan, epsilon=request.epsilon, delta=request.delta or None,
@@ -187,7 +194,7 @@ def test_no_clamp_below_every_value_where_the_noise_outweighs_them() -> None:
     keys = [f"g{i}" for i in range(shape.groups)]
     widest = 0
     for seed in range(6):
-        curator = dp.Curator.from_pandas(frame, privacy_unit="user", budget=dp.PureDP(100.0),
+        curator = per_group(frame, privacy_unit="user", budget=dp.PureDP(100.0),
                                          source=SeededRandom(seed), cache=False)
         release = curator.sql("SELECT g, SUM(x) AS v FROM data GROUP BY g",
                               epsilon=shape.epsilon, keys=keys)
@@ -238,7 +245,7 @@ def _threshold(monkeypatch: pytest.MonkeyPatch) -> int:
     low, high = 1, 20_000  # again at low, first at high
     while high - low > 1:
         middle = (low + high) // 2
-        curator = dp.Curator.from_pandas(_one_row_each(middle), privacy_unit="u",
+        curator = per_group(_one_row_each(middle), privacy_unit="u",
                                          budget=dp.PureDP(1e9), cache=False)
         if _chosen_again(curator) == "again":
             low = middle
@@ -254,7 +261,7 @@ def _audit_retry(nonzero: int, draws: int) -> Any:
     from dpcurator.audit import audit_epsilon
 
     def sampler(units: int, seed: int) -> Any:
-        curator = dp.Curator.from_pandas(_one_row_each(units), privacy_unit="u",
+        curator = per_group(_one_row_each(units), privacy_unit="u",
                                          budget=dp.PureDP(1e9), source=SeededRandom(seed),
                                          cache=False)
         return lambda k: np.array([_chosen_again(curator) for _ in range(k)], dtype=object)

@@ -413,8 +413,17 @@ def test_the_answer_and_explain_carry_the_releases_warnings(client: TestClient) 
     again = client.get(f"/v1/datasets/orders/queries/{answer['query_id']}",
                        headers=auth(BOB)).json()
     assert again["warnings"] == answer["warnings"]
-    plain = ask(client, BOB, COUNT, epsilon=0.1).json()  # bounded intervals: nothing to say
+    # bounded intervals: nothing to say (per group, as asked; the caps on each unit's total,
+    # the default for a COUNT(*), would state how many units their choice needs at 0.1)
+    from dpcurator.query import Query, plan_to_json
+
+    per_group = plan_to_json(Query().count("n").plan().replace(bounding="rescale"))
+    plain = client.post("/v1/datasets/orders/queries", headers=auth(BOB),
+                        json={"plan": per_group, "epsilon": 0.1}).json()
     assert plain["warnings"] == []
+    unit = ask(client, BOB, COUNT, epsilon=0.1).json()
+    assert unit["warnings"], (unit["cached"], unit.get("bounds_chosen"))
+    assert all("cap on each unit's rows" in w for w in unit["warnings"])
 
 
 def test_analysts_see_only_their_datasets(client: TestClient) -> None:

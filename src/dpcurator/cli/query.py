@@ -342,9 +342,11 @@ def query(
         None, "--bounds-share", help="The share of --epsilon spent choosing the bounds "
                                      "left to the data, in (0, 1) (default 0.1)."),
     bounding: str | None = typer.Option(
-        None, "--bounding", help="How the caps apply: rescale (the default), sample, or "
-                                 "unit: caps on each unit's total over all groups (COUNT(*) "
-                                 "and SUM only; --max-unit-rows, --max-unit-sums)."),
+        None, "--bounding", help="How the caps apply: rescale, sample, or unit: caps on "
+                                 "each unit's total over all groups (COUNT(*) and SUM only; "
+                                 "--max-unit-rows, --max-unit-sums). Default: unit where a "
+                                 "COUNT(*)/SUM query gives no bounds and no private keys, "
+                                 "else rescale."),
     max_unit_rows: str | None = typer.Option(
         None, "--max-unit-rows", help="With --bounding unit: rows one unit may contribute in "
                                       "all (default: chosen from the data under DP)."),
@@ -436,7 +438,7 @@ def query(
                 max_rows_per_partition=_cap("--max-rows-per-partition", max_rows_per_partition),
                 confidence=confidence, auto_bounds_share=bounds_share,
                 allow_large_delta=allow_large_delta, intervals=interval_kind,
-                total_share=total_share, bounding=bounding or "rescale")
+                total_share=total_share, bounding=bounding)
         for check in owner_checks:  # the data owner's check of several tables: on stderr
             typer.echo(f"data owner's check: {check.message}", err=True)
         if explain:

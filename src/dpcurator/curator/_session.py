@@ -147,8 +147,10 @@ class Curator:
             (``"auto"``: chosen from the data, as for ``bounds``).
         max_rows_per_partition: the default cap on one unit's rows in one partition
             (``"auto"``: chosen from the data, as for ``bounds``).
-        bounding: how the caps are applied, ``"rescale"`` (the default), ``"sample"``, or
-            ``"unit"`` (caps on each unit's total: ``Plan.bounding``).
+        bounding: how the caps are applied, ``"rescale"``, ``"sample"``, or ``"unit"``
+            (caps on each unit's total: ``Plan.bounding``). None (the default): ``"unit"``
+            for a query of COUNT(*) and SUM that leaves every bound to the data, with public
+            keys or no GROUP BY; ``"rescale"`` otherwise (``_resolve.default_bounding``).
         auto_bounds: choose every bound that neither the curator nor a query gives from the
             data, under DP, with 10% of the query's budget (the default; the release states
             them). False: caps not given are 1, and an aggregate without bounds is refused.
@@ -189,7 +191,7 @@ class Curator:
         bounds: Mapping[str, Any] | str | None = None,
         max_partitions: int | str | None = None,
         max_rows_per_partition: int | str | None = None,
-        bounding: str = "rescale",
+        bounding: str | None = None,
         cache: bool = True,
         journal: str | os.PathLike[str] | None = None,
         confidence: float = 0.95,

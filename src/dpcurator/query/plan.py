@@ -399,7 +399,10 @@ class Plan:
       most this many partitions, and at most this many rows in each (``None``: the curator's
       defaults). Their product and the bounds give every aggregate's sensitivity.
     - ``auto``: the bounds to choose from the data under DP (``AutoBounds``).
-    - ``bounding``: ``"rescale"`` (default; a unit over a cap contributes the *expected*
+    - ``bounding``: None (the curator's, else ``"unit"`` for COUNT(*) and SUM with every
+      bound left to the data and public keys, else ``"rescale"``:
+      ``dpcurator.curator._resolve.default_bounding``), ``"rescale"`` (a unit over a
+      cap contributes the *expected*
       contribution of a uniformly random choice within the cap, with the same sensitivity and
       less variance), ``"sample"`` (a uniformly random choice of rows and partitions), or
       ``"unit"``: caps on each unit's *total* over all partitions instead of the two caps

@@ -73,14 +73,14 @@ class DatasetConfig:
     bounds: dict[str, tuple[float, float] | str] | str  # "auto": chosen under DP per query
     keys: dict[str, list[Any]] | None
     budget: Total
-    max_partitions: int | str
-    max_rows_per_partition: int | str
+    max_partitions: int | str | None
+    max_rows_per_partition: int | str | None
     allow_large_delta: bool
     bounds_share: float | None = None  # of each query's budget, choosing its bounds
     share_releases: bool = False  # analysts of the dataset may be sent each other's releases
     tables: dict[str, Path] | None = None  # several tables, joined in queries
     public: tuple[str, ...] = ()  # of ``tables``, those holding no one's data
-    bounding: str = "rescale"  # how the caps apply (``Plan.bounding``): "unit" caps totals
+    bounding: str | None = None  # how the caps apply (``Plan.bounding``): "unit" caps totals
 
     @property
     def source(self) -> Any:
@@ -207,8 +207,8 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
                  "max_partitions", "max_rows_per_partition", "bounds_share",
                  "allow_large_delta", "share_releases", "tables", "public", "bounding"},
           where)
-    bounding = spec.get("bounding", "rescale")
-    if bounding not in ("rescale", "sample", "unit"):
+    bounding = spec.get("bounding")
+    if bounding is not None and bounding not in ("rescale", "sample", "unit"):
         raise ConfigError(f"{where} bounding must be \"rescale\", \"sample\" or \"unit\" "
                           "(caps on each unit's total, for COUNT(*) and SUM)")
     path = spec.get("path")
@@ -267,13 +267,13 @@ def _dataset(name: str, spec: Any, base: Path) -> DatasetConfig:
         tables=tables, public=public, privacy_unit=unit,
         one_row_per_person=per_person, bounds=bounds, keys=keys,
         budget=_total(spec.get("budget"), f"{where} budget"),
-        max_partitions=_cap(spec.get("max_partitions", "auto"), f"{where} max_partitions"),
-        max_rows_per_partition=_cap(spec.get("max_rows_per_partition", "auto"),
+        max_partitions=_cap(spec.get("max_partitions"), f"{where} max_partitions"),
+        max_rows_per_partition=_cap(spec.get("max_rows_per_partition"),
                                     f"{where} max_rows_per_partition"),
         bounds_share=_share(spec.get("bounds_share"), f"{where} bounds_share"),
         allow_large_delta=bool(spec.get("allow_large_delta", False)),
         share_releases=_flag(spec.get("share_releases", False), f"{where} share_releases"),
-        bounding=str(bounding))
+        bounding=None if bounding is None else str(bounding))
 
 
 def _tables(spec: dict[str, Any], where: str, base: Path
@@ -399,10 +399,12 @@ def _positive_int(value: Any, where: str) -> int:
     return value
 
 
-def _cap(value: Any, where: str) -> int | str:
-    """A contribution cap: a whole number >= 1, or "auto" (chosen under DP per query)."""
-    if value == "auto":
-        return "auto"
+def _cap(value: Any, where: str) -> int | str | None:
+    """A contribution cap: a whole number >= 1, or "auto" (chosen under DP per query, per
+    group), or None: not given (chosen under DP per query, the bounding mode the curator's
+    default: ``_resolve.default_bounding``)."""
+    if value is None or value == "auto":
+        return None if value is None else "auto"
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where} must be a whole number >= 1, or \"auto\"")
     return value

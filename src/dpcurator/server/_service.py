@@ -557,8 +557,9 @@ class Service:
                         "bounds": spec.bounds if isinstance(spec.bounds, str) else {
                             k: v if isinstance(v, str) else list(v)
                             for k, v in spec.bounds.items()},
-                        "keys": spec.keys, "max_partitions": spec.max_partitions,
-                        "max_rows_per_partition": spec.max_rows_per_partition,
+                        "keys": spec.keys,  # not given: chosen from the data ("auto")
+                        "max_partitions": spec.max_partitions or "auto",
+                        "max_rows_per_partition": spec.max_rows_per_partition or "auto",
                         "bounding": spec.bounding,
                         "bounds_share": (spec.bounds_share if spec.bounds_share is not None
                                          else DEFAULT_AUTO_SHARE)})
