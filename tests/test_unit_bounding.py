@@ -408,14 +408,14 @@ def test_the_statistics_the_caps_are_chosen_from_move_by_at_most_one(rows: int) 
 
 
 def test_thin_data_gets_the_widest_caps_on_each_units_sum_and_says_so() -> None:
-    """300 units of about ten negative values each, 8 public keys, epsilon 1, no bounds (a
-    bug hunt): the choice of the cap on each unit's sum cannot see 300 units (its floor F is
-    about 600), its lowest caps scored as well as the data's, and every release chose caps
-    near 5e-6 and answered about zero with a tight interval, saying nothing. Now the
-    thin-data rule's noisy count of units with a nonzero sum (its noise scale about 1.5)
-    falls below the threshold (about 850) in every release, the widest caps are used, and
-    the release says so. Seeded, so each release is fixed; a correct rule would need the
-    count's noise to exceed 550 to pass."""
+    """300 units of about ten negative values each, 8 public keys, no bounds (a bug hunt, at
+    epsilon 1): the choice of the cap on each unit's sum could not see 300 units, its lowest
+    caps scored as well as the data's, and every release chose caps near 5e-6 and answered
+    about zero with a tight interval, saying nothing. Now the thin-data rule's noisy count of
+    units with a nonzero sum falls below its threshold and the caps are chosen again with
+    half the budget; at epsilon 0.3 the second threshold (about 920 units) is out of reach
+    too, the widest caps are used, and the release says so. Seeded, so each release is
+    fixed; the second count (noise scale about 42) would need noise above 600 to pass."""
     from dpcurator.noise import SeededRandom
     from dpcurator.query.plan import MAX_UNIT_SUM
 
@@ -427,9 +427,10 @@ def test_thin_data_gets_the_widest_caps_on_each_units_sum_and_says_so() -> None:
                                  source=SeededRandom(3), cache=False)
     sql = "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM data GROUP BY g"
     for _ in range(4):
-        release = cur.sql(sql, epsilon=1.0, keys=list("abcdefgh"), bounding="unit")
+        release = cur.sql(sql, epsilon=0.3, keys=list("abcdefgh"), bounding="unit")
         chosen = release.bounds_chosen
         assert chosen["max_unit_sums"] == {"x": MAX_UNIT_SUM} and chosen["rule"] == "widest"
+        assert chosen["first_choice"]["max_unit_sums"] == {"x": MAX_UNIT_SUM}
         assert any("too few units" in w and "max_unit_rows" in w for w in release.warnings)
         low, high = release.interval("s")
         assert np.all(high - low > 1e9)  # as uncertain as it is
@@ -444,9 +445,10 @@ def test_the_unit_modes_thin_count_spends_its_charged_share_at_sensitivity_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """bounding="unit"'s thin-data count (``unit_thin``) is a discrete Laplace of
     sensitivity 1 (a unit adds at most 1 to the units with a nonzero sum) with the ``units``
-    choice's epsilon: weight 1 beside the cap on the sum's 1, three quarters of it on top of
-    the share, so 0.1 / 1.25 of epsilon, which the release's privacy includes. A count drawn
-    with more epsilon than charged would pass every other test; this one fails."""
+    choice's epsilon: weight 1/2 beside the cap on the sum's 1, a quarter on top of the
+    share (``UNIT_UNITS_ON_TOP``), so 0.1 / 2.5 of epsilon, which the release's privacy
+    includes. A count drawn with more epsilon than charged would pass every other test; this
+    one fails."""
     import dpcurator.curator._auto_bounds as auto_bounds
     from dpcurator.noise import SeededRandom
 
@@ -470,7 +472,7 @@ def test_the_unit_modes_thin_count_spends_its_charged_share_at_sensitivity_one(
     epsilon, sensitivity = drawn[0]
     assert sensitivity == 1
     # the split's own rounding (a few ulps) is charged with it: the release's events carry it
-    assert epsilon == pytest.approx(0.1 / 1.25, rel=1e-12)
+    assert epsilon == pytest.approx(0.1 / 2.5, rel=1e-12)
     assert release.privacy == dp.PureDP(1.0) and cur.spent.epsilon == pytest.approx(1.0)
 
 

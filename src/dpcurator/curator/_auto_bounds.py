@@ -438,7 +438,7 @@ OUTER_PRIOR = 1.0
 #: errors 0.0022, 0.0028, 0.0034 with 1; 0.0021, 0.0026, 0.0029 with 1/4)
 WEIGHTS = {"max_partitions": 1.0, "max_rows_per_partition": 1.0, "magnitude": 2.0,
            "signs": 1.0, "floor": 0.5, "units": 1.0, "unit": 1.0,
-           "unit_partitions": 0.25, VALUES: VALUES_WEIGHT}
+           "unit_partitions": 0.25, "unit_units": 0.5, VALUES: VALUES_WEIGHT}
 #: ``bounding="unit"``: a unit's rows in all, on the profile's grid (``choose_unit_rows``)
 UNIT_ROW_CANDIDATES = tuple(t for t in UNIT_TOTALS if t <= MAX_CONTRIBUTIONS)
 #: The data is too thin to choose a clamp from when a noisy count of its units is below
@@ -472,6 +472,19 @@ UNITS = "units"
 #: pays 1.9% of epsilon (COMPAS's other questions about 1% to 2% worse). Inside the share
 #: (the others 12.5% less epsilon) it was worse: median 1.25x, 30 shapes within 1.25x.
 UNITS_ON_TOP = 0.75
+#: Under ``bounding="unit"`` the thin-data count (``unit_thin``) weighs ``WEIGHTS
+#: ["unit_units"]`` (1/2) beside each cap's 1, UNIT_UNITS_ON_TOP (1/4) of it on top of the
+#: share: each cap keeps the epsilon it had with a count of weight 1 (3/4 on top), and the
+#: answer gets the rest. There the caps are one or two choices, not the five or more of the
+#: clamps' path, and the count of weight 1 took half of what a SUM's choice spent (UCI Adult's
+#: SUM(hours), one row per person: the answer kept 84% of epsilon, 88% now;
+#: ``benchmarks/adult.py``). At 1/2 its noise's scale is 0.07 F of the cap's choice (F = 2
+#: ln(C / beta) / epsilon, C = 241), and a count of F, where the lowest caps start to score as
+#: well as the data's, passes the 1.25 F gate with probability below 2% (8% at 1/4). Taking
+#: the count's part from the caps instead (1/2 inside the share, 90% for the answer) cost the
+#: family's thin tails, whose caps need every bit of epsilon (``auto_bounds_unit.py --only
+#: 6,18,48,50``: #6 2.8x -> 4.3x, #48 6.9x -> 12.8x the best fixed caps).
+UNIT_UNITS_ON_TOP = 0.25
 MAGNITUDE_ROWS = 4
 #: A mean's partition cap aims at MEAN_CAP_FACTOR times a count's target (``joint_scores``)
 MEAN_CAP_FACTOR = 16.0
@@ -652,14 +665,16 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
                  for name, weight in names]
         names += [(name, WEIGHTS["unit"]) for name in outers]
         if auto.unit_sums and not any(name == UNITS for name, _ in names):
-            names.append((UNITS, WEIGHTS["units"]))  # the thin-data rule's (``unit_thin``)
+            # the thin-data rule's (``unit_thin``; ``UNIT_UNITS_ON_TOP``)
+            names.append((UNITS, WEIGHTS["unit_units"]))
         outers = []
     weights = [w for _, w in names]
     share = auto.spent_share / remaining if names else 0.0
     # the histogram and part of the thin-data count on top of the bounds' share: the other
     # choices keep theirs
+    counted = any(name == UNITS for name, _ in names)
     on_top = (WEIGHTS[VALUES] if values else 0.0) + \
-        (UNITS_ON_TOP if any(name == UNITS for name, _ in names) else 0.0)
+        ((UNIT_UNITS_ON_TOP if unit_mode else UNITS_ON_TOP) if counted else 0.0)
     share *= sum(weights) / (sum(weights) - on_top) if on_top else 1.0
     if share_of_request is not None:
         share = share_of_request
