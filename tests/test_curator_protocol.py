@@ -26,7 +26,7 @@ from dpcurator.server.client import RemoteCurator
 
 #: What each side takes beyond the protocol's parameters (the protocol module's docstring).
 EXTRA = {
-    (Curator, "sql"): {"bounds", "max_partitions", "max_rows_per_partition", "bounding",
+    (Curator, "sql"): {"bounds", "max_partitions", "max_rows_per_partition",
                        "weights", "cache", "label", "bounds_share", "max_unit_rows",
                        "max_unit_sums"},
     (Curator, "run"): {"weights", "cache", "label"},

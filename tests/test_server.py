@@ -420,8 +420,13 @@ def test_the_answer_and_explain_carry_the_releases_warnings(client: TestClient) 
     per_group = plan_to_json(Query().count("n").plan().replace(bounding="rescale"))
     plain = client.post("/v1/datasets/orders/queries", headers=auth(BOB),
                         json={"plan": per_group, "epsilon": 0.1}).json()
-    assert plain["warnings"] == []
+    assert plain["warnings"] == [] and "bounding" not in plain
+    # the same asked of SQL with the request's own bounding: the same release, free
+    again = ask(client, BOB, COUNT, epsilon=0.1, bounding="rescale").json()
+    assert again["cached"] and again["rows"] == plain["rows"]
+    assert ask(client, BOB, COUNT, epsilon=0.1, bounding="per-group").status_code == 422
     unit = ask(client, BOB, COUNT, epsilon=0.1).json()
+    assert unit["bounding"] == "unit" and not unit["cached"]
     assert unit["warnings"], (unit["cached"], unit.get("bounds_chosen"))
     assert all("cap on each unit's rows" in w for w in unit["warnings"])
 

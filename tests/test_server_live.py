@@ -150,18 +150,20 @@ def test_python_and_cli_clients(live: LiveServer, tmp_path: Path) -> None:
     built = connect(live.url, BOB).run(Query().count("rows"), epsilon=0.1)
     assert built["privacy"]["epsilon"] == 0.1 and built["rows"][0]["rows"] > 0
     bounded = connect(live.url, BOB).sql("SELECT COUNT(*) AS n FROM data", epsilon=0.1,
-                                         intervals="bounded")
-    assert bounded["interval_kinds"] == {"n": "bounded"}
+                                         intervals="bounded", bounding="unit")
+    assert bounded["interval_kinds"] == {"n": "bounded"} and bounded["bounding"] == "unit"
     with pytest.raises(dp.errors.BudgetExceededError):
         orders.sql("SELECT COUNT(*) AS m FROM data", epsilon=0.9)
     with pytest.raises(dp.errors.UserError, match="token"):
         dp.connect(live.url, "wrong", dataset="orders").sql("SELECT COUNT(*) FROM data",
                                                             epsilon=0.1)
     command = [sys.executable, "-m", "dpcurator", "query", "orders", "--server", live.url,
-               "--sql", "SELECT COUNT(*) AS k FROM data", "--epsilon", "0.5", "--json"]
+               "--sql", "SELECT COUNT(*) AS k FROM data", "--epsilon", "0.5", "--json",
+               "--bounding", "rescale"]  # the caps per group: the release names no bounding
     done = subprocess.run(command, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "DPCURATOR_TOKEN": ALICE})
     assert done.returncode == 0, done.stderr
+    assert "bounding" not in json.loads(done.stdout)
     assert json.loads(done.stdout)["remaining"] == {"epsilon": 0.25, "delta": 0.0}
     again = subprocess.run(command, capture_output=True, text=True, timeout=120,
                            env={**os.environ, "DPCURATOR_TOKEN": ALICE})

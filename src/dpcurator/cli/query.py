@@ -186,11 +186,13 @@ def _key_values(keys: Path | None) -> list[Any] | None:
 
 def _remote_explain(server: str, token: str, dataset: str, sql: str, epsilon: float,
                     delta: float, noise: str | None, keys: Path | None,
-                    intervals: str | None, total_share: float | None) -> dict[str, Any]:
+                    intervals: str | None, total_share: float | None,
+                    bounding: str | None) -> dict[str, Any]:
     from dpcurator.server.client import connect
 
     privacy = {"epsilon": epsilon, "delta": delta or None, "noise": noise,
-               "keys": _key_values(keys), "intervals": intervals, "total_share": total_share}
+               "keys": _key_values(keys), "intervals": intervals, "total_share": total_share,
+               "bounding": bounding}
     return connect(server, token, dataset=dataset).explain(
         sql, **{k: v for k, v in privacy.items() if v is not None})
 
@@ -198,14 +200,14 @@ def _remote_explain(server: str, token: str, dataset: str, sql: str, epsilon: fl
 def _remote_query(server: str, token: str, dataset: str, sql: str, epsilon: float,
                   delta: float, noise: str | None, confidence: float,
                   keys: Path | None, intervals: str | None,
-                  total_share: float | None) -> dict[str, Any]:
+                  total_share: float | None, bounding: str | None) -> dict[str, Any]:
     from dpcurator.server.client import connect
 
     key_values = _key_values(keys)
     curator = connect(server, token, dataset=dataset)
     return curator.sql(sql, epsilon=epsilon, delta=delta or None, noise=noise,
                        confidence=confidence, keys=key_values, intervals=intervals,
-                       total_share=total_share)
+                       total_share=total_share, bounding=bounding)
 
 
 def _show_remote(result: dict[str, Any], as_json: bool) -> None:
@@ -403,7 +405,7 @@ def query(
                  "--allow-large-delta": allow_large_delta or None,
                  "--max-partitions": max_partitions,
                  "--max-rows-per-partition": max_rows_per_partition,
-                 "--bounds-share": bounds_share, "--bounding": bounding,
+                 "--bounds-share": bounds_share,
                  "--max-unit-rows": max_unit_rows, "--max-unit-sums": max_unit_sums}
         with user_errors(as_json):
             given = [name for name, value in local.items() if value]
@@ -416,10 +418,11 @@ def query(
                 raise UserError("with --server, give the dataset's name")
             if explain:
                 explained = _remote_explain(server, token, str(data), sql, epsilon, delta,
-                                            noise, keys, interval_kind, total_share)
+                                            noise, keys, interval_kind, total_share, bounding)
             else:
                 remote = _remote_query(server, token, str(data), sql, epsilon, delta, noise,
-                                       confidence, keys, interval_kind, total_share)
+                                       confidence, keys, interval_kind, total_share,
+                                       bounding)
         if explain:
             _show_explained(explained, as_json)
         else:

@@ -13,10 +13,11 @@ works with either. Both sides have these members, with these parameter names:
 
 Each side may take more keywords than these (``tests/test_curator_protocol.py`` pins the
 differences): ``Curator`` also the data owner's and the session's options (``bounds``,
-``max_partitions``, ``max_rows_per_partition``, ``bounding``, ``weights``, ``cache``,
-``label``, ``bounds_share``, ``max_unit_rows``, ``max_unit_sums``), which a service's analyst
-cannot set (the dataset's owner configured them); ``RemoteCurator`` also
-``idempotency_key``.
+``max_partitions``, ``max_rows_per_partition``, ``weights``, ``cache``, ``label``,
+``bounds_share``, ``max_unit_rows``, ``max_unit_sums``), which a service's analyst cannot set
+(the dataset's owner configured them); ``RemoteCurator`` also ``idempotency_key``. How the
+caps apply (``bounding``) is in the protocol: the analyst's choice on both sides, within the
+caps the owner set or left to the data.
 
 What ``sql`` and ``run`` return differs, and the protocol says so with a union rather than
 hiding it: a ``Release`` in process (values as arrays, intervals at any level, the plan), and
@@ -59,7 +60,8 @@ class CuratorLike(Protocol):
     def sql(self, query: str, *, epsilon: float | None = None, delta: float | None = None,
             rho: float | None = None, noise: str | None = None,
             confidence: float | None = None, keys: Any = None, intervals: str | None = None,
-            total_share: float | None = None) -> Release | dict[str, Any]:
+            total_share: float | None = None, bounding: str | None = None
+            ) -> Release | dict[str, Any]:
         """Answer a DP SQL query, charging what it spends (or nothing, for an answer given
         before)."""
         ...

@@ -110,6 +110,10 @@ class QueryRequest(BaseModel):
     total_share: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False,
                                       description="the share of the query's budget the total "
                                                   "intervals spend (default 0.1)")
+    bounding: Literal["rescale", "sample", "unit"] | None = Field(
+        None, description="how the caps apply: per group (rescale, sample) or on each "
+                          "unit's total (unit); default the dataset's, else unit for COUNT(*) "
+                          "and SUM with nothing given and public keys")
 
     def body(self) -> QueryBody:
         if (self.sql is None) == (self.plan is None):
@@ -120,7 +124,8 @@ class QueryRequest(BaseModel):
         plan = (json.dumps(self.plan, sort_keys=True, allow_nan=False)
                 if self.plan is not None else None)
         return QueryBody(self.sql, self.epsilon, self.delta, self.rho, self.noise,
-                         self.confidence, keys, plan, self.intervals, self.total_share)
+                         self.confidence, keys, plan, self.intervals, self.total_share,
+                         self.bounding)
 
     @property
     def text(self) -> str:

@@ -120,6 +120,7 @@ class QueryBody:
     plan: str | None = None  # the plan's JSON text, canonical (sorted keys)
     intervals: str | None = None  # "bounded" or "total" (None: the curator's default)
     total_share: float | None = None  # of the query's budget, for total intervals
+    bounding: str | None = None  # "rescale", "sample" or "unit" (None: the curator's default)
 
     @property
     def text(self) -> str:
@@ -591,6 +592,8 @@ class Service:
         if body.intervals is not None or body.total_share is not None:
             plan = _user(lambda: plan.replace(intervals=body.intervals or plan.intervals,
                                               total_share=body.total_share))
+        if body.bounding is not None:
+            plan = _user(lambda: plan.replace(bounding=body.bounding))
         return _user(lambda: data.curator.resolve(
             plan, epsilon=body.epsilon, delta=body.delta, rho=body.rho, noise=body.noise,
             confidence=body.confidence))

@@ -125,18 +125,20 @@ class RemoteCurator:
             rho: float | None = None, noise: str | None = None,
             confidence: float | None = None, keys: Sequence[Any] | None = None,
             idempotency_key: str | None = None, intervals: str | None = None,
-            total_share: float | None = None) -> dict[str, Any]:
+            total_share: float | None = None, bounding: str | None = None) -> dict[str, Any]:
         """Answer a DP SQL query: ``{"rows", "intervals", "privacy", "warnings", "query_id",
         "cached", "remaining"}``. A retry after a lost answer is safe: the request carries an
         idempotency key derived from the call (see the module's docstring), so the same call
         made again completes a request that was charged but not answered, never charging it
         twice; a ``RemoteError`` carries the key. ``intervals``: what the intervals of
         COUNT(*) and SUM cover ("bounded", "total"), and ``total_share`` what the total ones
-        spend."""
+        spend; ``bounding`` how the caps apply ("rescale", "sample", "unit"; default the
+        dataset's, else ``Curator``'s default)."""
         body = _drop_none({"sql": query, "epsilon": epsilon, "delta": delta, "rho": rho,
                            "noise": noise, "confidence": confidence,
                            "keys": list(keys) if keys is not None else None,
-                           "intervals": intervals, "total_share": total_share})
+                           "intervals": intervals, "total_share": total_share,
+                           "bounding": bounding})
         return self._ask(body, idempotency_key)
 
     def run(self, query: Query | Plan, *, epsilon: float | None = None,
