@@ -641,3 +641,48 @@ def test_the_default_on_thin_data_states_its_rule_never_a_confident_zero(
         if epsilon <= 0.3:
             assert release.warnings
         assert low[0] <= value <= high[0]
+
+
+def test_a_unit_mode_retry_draws_within_what_it_is_charged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retried path's privacy, counted from the draws themselves: under pure DP the
+    first choice (the cap on each unit's sum, and its thin-data count), the retry's two and
+    the answer's epsilon compose by addition, and must stay within the 0.5 charged. Every
+    permute-and-flip and discrete Laplace of ``_auto_bounds`` is recorded with its epsilon and
+    sensitivity (1 + 2^-12 for the caps' scores, 1 for the counts); the answer's epsilon is
+    the one ``explain`` states for the retry. A retry drawn with more than its weights' part
+    of half the budget, or an answer that kept its first epsilon, would exceed 0.5 and
+    fail."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    drawn: list[tuple[str, float, float]] = []
+
+    def spy(kind: str, real: Any) -> Any:
+        def make(*, epsilon: float, sensitivity: float = 1, **kwargs: Any) -> Any:
+            drawn.append((kind, epsilon, sensitivity))
+            return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
+        return make
+
+    monkeypatch.setattr(auto_bounds, "DiscreteLaplace", spy("count", auto_bounds.DiscreteLaplace))
+    monkeypatch.setattr(auto_bounds, "PermuteAndFlip", spy("cap", auto_bounds.PermuteAndFlip))
+    rng = np.random.default_rng(7)
+    unit = np.repeat(np.arange(600), rng.integers(1, 6, 600))
+    df = pd.DataFrame({"user": unit, "g": rng.choice(list("abcd"), unit.size),
+                       "x": rng.lognormal(3.0, 1.0, unit.size)})
+    cur = dp.Curator.from_pandas(df, privacy_unit="user", budget=dp.PureDP(1.0),
+                                 source=SeededRandom(3), cache=False)
+    sql = "SELECT g, SUM(x) AS s FROM data GROUP BY g"
+    answer = cur.explain(sql, epsilon=0.5, keys=list("abcd"))["bounds_to_choose"][
+        "if_too_thin"]["answer"]
+    release = cur.sql(sql, epsilon=0.5, keys=list("abcd"))
+    assert "first_choice" in release.bounds_chosen  # the retried path
+    # the first cap is not drawn where its count sends the caps to the widest (its epsilon,
+    # charged, is left unspent), so: the first count, the retry's count and its cap
+    assert [kind for kind, _, _ in drawn] == ["count", "count", "cap"]
+    assert all(s == (1 if kind == "count" else 1 + 2**-12) for kind, _, s in drawn)
+    first, count, cap = (e for _, e, _ in drawn)
+    assert first == pytest.approx(0.5 * 0.1 / 2.5) and cap == pytest.approx(2 * count)
+    # with the first cap's epsilon (twice the first count's) the whole path is 0.5 exactly
+    assert 3 * first + count + cap + answer <= 0.5 * (1 + 1e-12)
+    assert 3 * first + count + cap + answer == pytest.approx(0.5, rel=1e-9)
+    assert release.privacy == dp.PureDP(0.5) and cur.spent.epsilon == pytest.approx(0.5)

@@ -218,8 +218,7 @@ def default_bounding(plan: Plan, defaults: Defaults, privacy_unit: str | None,
         return "rescale"
     if not plan.aggregates or any(type(a) not in (Count, Sum) for a in plan.aggregates):
         return "rescale"
-    if any(a.bounds is not None or folded(a.column, defaults.bounds) is not None or
-           folded(a.column, wanted.columns) is not None
+    if any(a.bounds is not None or folded(a.column, defaults.bounds) is not None
            for a in plan.aggregates if isinstance(a, Sum)):
         return "rescale"
     if wanted.max_partitions or wanted.max_rows_per_partition or wanted.columns:

@@ -403,8 +403,10 @@ def _cap(value: Any, where: str) -> int | str | None:
     """A contribution cap: a whole number >= 1, or "auto" (chosen under DP per query, per
     group), or None: not given (chosen under DP per query, the bounding mode the curator's
     default: ``_resolve.default_bounding``)."""
-    if value is None or value == "auto":
-        return None if value is None else "auto"
+    if value is None:
+        return None
+    if value == "auto":
+        return "auto"
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where} must be a whole number >= 1, or \"auto\"")
     return value
