@@ -335,6 +335,10 @@ def test_a_private_key_join_is_refused_only_when_it_mixes_units() -> None:
      ["nation"], "column -> table.column"),
     ({"customer": "c_custkey", "orders": "o_orderpriority -> customer.c_custkey",
       "lineitem": "l_orderkey -> orders.o_orderkey"}, ["nation"], "cannot be equated"),
+    # one table twice, by two spellings: the last won silently (a bug hunt)
+    ({"customer": "c_custkey", "orders": "o_custkey -> customer.c_custkey",
+      "ORDERS": "o_orderkey", "lineitem": "l_orderkey -> orders.o_orderkey"}, ["nation"],
+     "declares the table 'orders' twice"),
 ])
 def test_bad_declarations_are_refused_when_the_curator_is_made(
         units: dict[str, str], public: list[str], words: str) -> None:
@@ -527,6 +531,9 @@ def test_the_command_line_takes_several_tables(tmp_path: Any) -> None:
     mixed = CliRunner().invoke(app, ["query", str(tmp_path / "orders.parquet"), *options,
                                      "--sql", sql, "--epsilon", "1", "--json"])
     assert mixed.exit_code != 0 and "not both" in mixed.output
+    twice = CliRunner().invoke(app, ["query", *options, "--privacy-unit", "orders=o_orderkey",
+                                     "--public", "nation", "--sql", sql, "--epsilon", "1"])
+    assert twice.exit_code != 0 and "declares 'orders' twice" in twice.output
 
 
 def test_the_service_serves_a_dataset_of_several_tables(tmp_path: Any) -> None:
@@ -619,6 +626,16 @@ def test_the_builder_joins_as_dp_sql_does() -> None:
         cur.run(cur.query().from_("orders o1").join("orders o2", on="o1.o_orderkey = "
                                                     "o2.o_custkey").count(), epsilon=1.0)
     assert cur.spent.epsilon == 1.0
+    # ON holds equalities of columns and nothing else: a WHERE written there was applied or
+    # dropped silently (a bug hunt)
+    for on in ("l.l_orderkey = o.o_orderkey WHERE o.o_orderpriority = '1-URGENT'",
+               "l.l_orderkey = o.o_orderkey LIMIT 3", "l.l_orderkey > o.o_orderkey",
+               "l.l_orderkey = 3"):
+        with pytest.raises(QueryError, match="equalities of columns"):
+            cur.query().from_("lineitem l").join("orders o", on=on)
+    with pytest.raises(QueryError, match="a table's name"):
+        cur.query().from_("lineitem l").join("orders o WHERE 1", on="l.l_orderkey = "
+                                                                   "o.o_orderkey")
     with pytest.raises(UserError, match="several tables"):
         dp.Curator(flat(tables()), privacy_unit="c_custkey",
                    budget=dp.PureDP(1)).run(built, epsilon=1.0)
@@ -985,3 +1002,30 @@ def test_join_keys_compare_exactly_or_are_refused_before_any_charge() -> None:
         dp.Curator({"customer": customers, "orders": orders},
                    privacy_unit={"customer": "c_id", "orders": "o_cid -> customer.c_id"},
                    budget=dp.PureDP(1))
+
+
+def test_a_join_groups_by_an_outputs_alias_as_one_table_does() -> None:
+    """``GROUP BY band`` after ``CASE ... END AS band`` (and ``GROUP BY seg`` after
+    ``c_mktsegment AS seg``) groups as on one table; over a join it was refused as an
+    unknown column (a bug hunt). Identical exact aggregates to the table joined by hand."""
+    data = tables()
+    one = dp.Curator(flat(data), privacy_unit="c_custkey", budget=dp.PureDP(1000), cache=False)
+    caps = {"max_partitions": 2, "max_rows_per_partition": 7, "bounding": "rescale"}
+    for select, keys in (("c_mktsegment AS seg", None),
+                         ("CASE WHEN l_extendedprice < 500 THEN 'lo' ELSE 'hi' END AS band",
+                          ["lo", "hi"])):
+        name = select.split()[-1]
+        sql = f"SELECT {select}, COUNT(*) AS n {{src}} GROUP BY {name}"
+        options = {"keys": keys} if keys else {}
+        joined = exact(schema_curator(data), sql.format(src=FOUR), **options, **caps)
+        assert joined and joined == exact(one, sql.format(src=FLAT), **options, **caps)
+
+
+def test_an_alias_holding_the_engines_placeholder_is_refused_before_any_charge() -> None:
+    """The engines swap each table's placeholder (``__dpcurator_table_0__``) for its name as
+    text: an alias holding one broke the statement, refused with a misleading message about
+    column types (a bug hunt). It is now refused for what it is, nothing charged."""
+    cur = schema_curator(tables(), budget=dp.PureDP(1))
+    with pytest.raises(QueryError, match="holds '__dpcurator'"):
+        cur.sql("SELECT COUNT(*) AS n FROM orders x__dpcurator_table_0__", epsilon=0.5)
+    assert cur.spent.epsilon == 0.0

@@ -19,7 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import sqlglot
 from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from dpcurator.query import expressions as ex
 from dpcurator.query._keys import public_keys
@@ -138,7 +140,7 @@ class Query:
         (``"l.l_extendedprice"``) or not, as in DP SQL."""
         if not isinstance(table, str) or not table.strip():
             raise QueryError(f"from_ takes a table's name, got {table!r}")
-        return replace(self, tables=table.strip())
+        return replace(self, tables=_table_name(table, "from_"))
 
     def join(self, table: str, on: str, *, left: bool = False) -> Query:
         """JOIN (or LEFT JOIN) ``table`` ON ``on`` (equalities of columns joined with AND),
@@ -149,7 +151,8 @@ class Query:
             if not isinstance(value, str) or not value.strip():
                 raise QueryError(f"join's {what} must be non-empty text, got {value!r}")
         kind = "LEFT JOIN" if left else "JOIN"
-        return replace(self, tables=f"{self.tables} {kind} {table.strip()} ON {on.strip()}")
+        return replace(self, tables=f"{self.tables} {kind} {_table_name(table, 'join')} ON "
+                                    f"{_equalities(on)}")
 
     # -- rows and partitions -------------------------------------------------------------
 
@@ -310,3 +313,36 @@ def _bounds(value: BoundsLike, column: str) -> Bounds | None:
     if value is None or (isinstance(value, str) and value == AUTO):
         return None
     return Bounds.of(value, column)
+
+
+def _table_name(text: str, what: str) -> str:
+    """A table's name, with an alias or not (``"lineitem"``, ``"lineitem l"``, ``"lineitem AS
+    l"``), as the builder pastes it into the query's FROM."""
+    words = text.split()
+    if not (len(words) in (1, 2) or (len(words) == 3 and words[1].upper() == "AS")) or \
+            not all(w.isidentifier() for w in (words[0], words[-1])):
+        raise QueryError(f"{what} takes a table's name, with an alias or not ('lineitem l'), "
+                         f"got {text!r}")
+    return " ".join(words)
+
+
+def _equalities(on: str) -> str:
+    """``join``'s ON: equalities of columns joined with AND, nothing else. The text is pasted
+    into the query, so a WHERE, LIMIT or ORDER BY written in it was applied or dropped
+    silently (a bug hunt)."""
+    def columns_equal(node: exp.Expr) -> bool:
+        if isinstance(node, exp.And):
+            return columns_equal(node.this) and columns_equal(node.expression)
+        if isinstance(node, exp.Paren):
+            return columns_equal(node.this)
+        return isinstance(node, exp.EQ) and isinstance(node.this, exp.Column) and \
+            isinstance(node.expression, exp.Column)
+
+    try:
+        node = sqlglot.parse_one(on, dialect="duckdb")
+    except ParseError:
+        node = None
+    if node is None or not columns_equal(node):
+        raise QueryError("join's on must be equalities of columns joined with AND (such as "
+                         "'o.o_custkey = c.c_custkey'); filter with where()")
+    return on.strip()

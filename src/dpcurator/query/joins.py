@@ -109,6 +109,11 @@ def _table_of(node: exp.Expression, schema: Schema) -> tuple[str, str]:
         raise _unsupported(f"name the table {node.name!r} without a database or schema")
     spec = schema.table(node.name)  # QueryError naming the tables
     alias = node.alias or spec.name
+    if "__dpcurator" in alias.lower() and node.alias:  # the engines' placeholders are
+        # replaced as text (``engines._joins``): an alias holding one broke the SQL
+        raise QueryError(f"the alias {alias!r} holds '__dpcurator', which the curator reserves "
+                         f"for its own names: give the table {spec.name!r} another alias "
+                         f"(FROM {spec.name} AS t)")
     if alias.startswith("__"):  # the compiler's own aliases (__path1, ...) start so
         raise QueryError(f"the alias {alias!r} starts with '__', which the curator reserves "
                          f"for its own names: give the table {spec.name!r} another alias "
@@ -430,14 +435,28 @@ def _rewrite(select: exp.Select, columns: _Columns, left: set[str]) -> exp.Selec
             item = exp.Alias(this=item, alias=exp.to_identifier(item.name))
         items.append(item)
     out.set("expressions", items)
+    names = {item.alias for item in items if isinstance(item, exp.Alias)}
+
+    def fix_group(node: exp.Expression) -> exp.Expression:
+        # GROUP BY an output's alias, as on one table (``GROUP BY band`` after ``CASE ...
+        # END AS band``): a bare name no table has, kept for the query's own parser (it was
+        # refused as an unknown column over joins: a bug hunt); a column's name goes first,
+        # as in SQL
+        if isinstance(node, exp.Column) and not node.table and node.name in names and \
+                not any(columns.schema.table(t).has(node.name)
+                        for t in columns.aliases.values()):
+            return node
+        return fix(node)
+
     for part in ("expressions", "where", "group"):
         value = out.args.get(part)
         if value is None:
             continue
+        how = fix_group if part == "group" else fix
         if isinstance(value, list):
-            out.set(part, [v.transform(fix, copy=False) for v in value])
+            out.set(part, [v.transform(how, copy=False) for v in value])
         else:
-            out.set(part, value.transform(fix, copy=False))
+            out.set(part, value.transform(how, copy=False))
     return out
 
 

@@ -295,6 +295,9 @@ def declare(columns: Mapping[str, Mapping[str, str]], privacy_unit: Any,
     private_specs: dict[str, tuple[str | None, tuple[str, str, str] | None]] = {}
     for table, text in privacy_unit.items():
         name = known(table, "privacy_unit")
+        if name in private_specs:  # the last spelling won before, silently (a bug hunt)
+            raise QueryError(f"privacy_unit declares the table {name!r} twice (as {table!r} "
+                             "and another spelling); declare each table once")
         if not isinstance(text, str) or not text.strip():
             raise QueryError(f"privacy_unit[{table!r}] must be the table's unit column or a "
                              f"path 'column -> table.column', got {text!r}")
