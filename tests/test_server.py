@@ -428,7 +428,9 @@ def test_the_answer_and_explain_carry_the_releases_warnings(client: TestClient) 
     unit = ask(client, BOB, COUNT, epsilon=0.1).json()
     assert unit["bounding"] == "unit" and not unit["cached"]
     assert unit["warnings"], (unit["cached"], unit.get("bounds_chosen"))
-    assert all("cap on each unit's rows" in w for w in unit["warnings"])
+    # 300 customers: too few for the caps' choice at 0.1, and for the retry's: the widest cap
+    assert all("each unit's" in w for w in unit["warnings"])
+    assert any("the widest cap on each unit's rows" in w for w in unit["warnings"])
 
 
 def test_analysts_see_only_their_datasets(client: TestClient) -> None:

@@ -96,6 +96,8 @@ def _tables(data: Path | None, tables: list[str] | None, units: list[str] | None
         if not sep or not table.strip() or not spec.strip():
             raise UserError(f"with --table, --privacy-unit takes TABLE=COLUMN or "
                             f"'TABLE=COLUMN -> TABLE.COLUMN', got {item!r}")
+        if table.strip() in declared:  # the last one won before, silently (a bug hunt)
+            raise UserError(f"--privacy-unit declares {table.strip()!r} twice")
         declared[table.strip()] = spec.strip()
     return sources, declared or None, list(public or [])
 
@@ -350,12 +352,14 @@ def query(
                                  "COUNT(*)/SUM query gives no bounds and no private keys, "
                                  "else rescale."),
     max_unit_rows: str | None = typer.Option(
-        None, "--max-unit-rows", help="With --bounding unit: rows one unit may contribute in "
-                                      "all (default: chosen from the data under DP)."),
+        None, "--max-unit-rows", help="Under --bounding unit (asked for by this alone where "
+                                      "it can answer): rows one unit may contribute in all "
+                                      "(default: chosen from the data under DP)."),
     max_unit_sums: list[str] | None = typer.Option(
-        None, "--max-unit-sums", help="With --bounding unit: COLUMN=V, the most one unit's "
-                                      "sum of |COLUMN| may be (repeatable; default: chosen "
-                                      "from the data under DP)."),
+        None, "--max-unit-sums", help="Under --bounding unit (asked for by this alone where "
+                                      "it can answer): COLUMN=V, the most one unit's sum of "
+                                      "|COLUMN| may be (repeatable; default: chosen from the "
+                                      "data under DP)."),
     interval_kind: str | None = typer.Option(
         None, "--intervals", help="What the intervals of COUNT(*) and SUM cover: 'total' "
                                   "(the answer without the caps and the clamping, for 10% of "

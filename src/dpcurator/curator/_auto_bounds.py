@@ -485,6 +485,18 @@ UNITS_ON_TOP = 0.75
 #: family's thin tails, whose caps need every bit of epsilon (``auto_bounds_unit.py --only
 #: 6,18,48,50``: #6 2.8x -> 4.3x, #48 6.9x -> 12.8x the best fixed caps).
 UNIT_UNITS_ON_TOP = 0.25
+#: With no sum beside it, ``bounding="unit"``'s cap on a unit's rows has the thin-data count
+#: (``unit_thin``: the units with a row) too, weighing UNIT_ROWS_UNITS (1/4) of the cap's 1,
+#: all of it on top of the share: the cap keeps all of the share and the answer pays 2.5% of
+#: epsilon. Without it, 300 units of 10 rows at epsilon 0.3 chose caps of 1 to 12 rows
+#: within the noise, counts of 296 to 3,600 where the truth is 3,000 with intervals about
+#: the capped count (6 of 20 covered). Its noise is about 0.14 F of the cap's choice, and
+#: a count of 0.8 F passes the 1.25 F gate in 2% of releases. Taken from the cap's part
+#: instead (weight 1/2, a quarter on top, as a sum's), the family's COUNT
+#: (``auto_bounds_unit.py --questions COUNT --releases 8``) went from median 0.98x, geometric
+#: mean 1.00x, worst 3.1x to 1.05x, 1.19x, 17x (#48: caps of 512 rows fell to 139): the
+#: tails at epsilon 0.3 need every bit of the cap's epsilon.
+UNIT_ROWS_UNITS = 0.25
 MAGNITUDE_ROWS = 4
 #: A mean's partition cap aims at MEAN_CAP_FACTOR times a count's target (``joint_scores``)
 MEAN_CAP_FACTOR = 16.0
@@ -664,9 +676,11 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
         names = [(name, WEIGHTS["unit_partitions"] if name == "max_partitions" else weight)
                  for name, weight in names]
         names += [(name, WEIGHTS["unit"]) for name in outers]
-        if auto.unit_sums and not any(name == UNITS for name, _ in names):
-            # the thin-data rule's (``unit_thin``; ``UNIT_UNITS_ON_TOP``)
-            names.append((UNITS, WEIGHTS["unit_units"]))
+        if (auto.unit_sums or auto.unit_rows) and not any(name == UNITS for name, _ in names):
+            # the thin-data rule's (``unit_thin``; ``UNIT_UNITS_ON_TOP``, and for a count
+            # alone ``UNIT_ROWS_UNITS``, all of it on top)
+            names.append((UNITS, WEIGHTS["unit_units"] if auto.unit_sums else
+                          UNIT_ROWS_UNITS))
         outers = []
     weights = [w for _, w in names]
     share = auto.spent_share / remaining if names else 0.0
@@ -674,14 +688,21 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     # choices keep theirs
     counted = any(name == UNITS for name, _ in names)
     on_top = (WEIGHTS[VALUES] if values else 0.0) + \
-        ((UNIT_UNITS_ON_TOP if unit_mode else UNITS_ON_TOP) if counted else 0.0)
-    share *= sum(weights) / (sum(weights) - on_top) if on_top else 1.0
+        ((UNITS_ON_TOP if not unit_mode else UNIT_UNITS_ON_TOP if auto.unit_sums else
+          UNIT_ROWS_UNITS) if counted else 0.0)
+    if on_top and share * sum(weights) / (sum(weights) - on_top) < 1.0:
+        share *= sum(weights) / (sum(weights) - on_top)
+    # else (a share near 1) the parts on top come from within it: nothing would be left
     if share_of_request is not None:
         share = share_of_request
     if share >= 1.0:
-        raise UserError(f"the bounds' share ({auto.spent_share:g}) and the total interval's "
-                        f"({1 - remaining:g}) leave nothing for the query: lower bounds_share, or "
-                        "ask for intervals='bounded'")
+        if remaining < 1.0:
+            raise UserError(f"the bounds' share ({auto.spent_share:g}) and the total "
+                            f"interval's ({1 - remaining:g}) leave nothing for the query: lower "
+                            "bounds_share, or ask for intervals='bounded'")
+        raise UserError(f"the bounds' share ({auto.spent_share:g}), with what the thin-data "
+                        "count and a sum's histogram take on top of it, leaves nothing for the "
+                        "query: lower bounds_share")
     measures = len(plan.aggregates)
     zcdp = request.rho is not None
     whole = request.rho if zcdp else request.epsilon
@@ -745,7 +766,7 @@ def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
     if auto is None or first.outer:
         return None
     if plan.bounding == "unit":
-        if not auto.unit_sums or defers_unit_caps(plan):
+        if not (auto.unit_sums or auto.unit_rows) or defers_unit_caps(plan):
             return None
     elif not auto.columns or auto.choices == 0 or outer_names(auto):
         return None
@@ -1462,11 +1483,15 @@ def chosen_again(first: AutoPlan, retry: AutoPlan, before: dict[str, Any],
         cost_name) if key in before}
     answer = retry.request.rho if retry.request.rho is not None else retry.request.epsilon
     what = "caps on each unit's total" if "unit_method" in chosen else "clamps"
+    worth = "with a row" if "unit_method" in chosen and not retry.auto.unit_sums else \
+        "of nonzero values"
     out["warnings"] = [
         f"too few units for the first choice of the {what} (a noisy count of "
-        f"{max(before.get('units') or 0, 0):,} units' worth of nonzero values), so they were "
+        f"{max(before.get('units') or 0, 0):,} units' worth {worth}), so they were "
         f"chosen again with {retry.share:.0%} of the budget in all; the answer has "
-        f"{cost_name} {answer:.3g} (give bounds to keep it all for the answer)",
+        f"{cost_name} {answer:.3g} (give "
+        f"{'max_unit_rows and max_unit_sums' if 'unit_method' in chosen else 'bounds'} to "
+        "keep it all for the answer)",
         *out.get("warnings", ())]
     return out
 
@@ -1617,9 +1642,11 @@ def choose_unit_sum(auto_plan: AutoPlan, stats: Profile, column: int, name: str,
 
 def unit_thin_threshold(auto_plan: AutoPlan) -> tuple[float, float]:
     """``bounding="unit"``'s thin-data rule (``unit_thin``): (its threshold, the floor F of a
-    unit's sum's choice), as ``thin_threshold`` with that choice's F and target. Public
-    numbers only."""
-    name = next(n for n in auto_plan.epsilons if n.startswith(f"{OUTER_SUM}:"))
+    unit's sum's choice), as ``thin_threshold`` with that choice's F and target; with no sum,
+    the cap on a unit's rows' (``unit_rows_threshold``). Public numbers only."""
+    name = next((n for n in auto_plan.epsilons if n.startswith(f"{OUTER_SUM}:")), None)
+    if name is None:
+        return unit_rows_threshold(auto_plan), auto_plan.floor(OUTER, len(UNIT_ROW_CANDIDATES))
     floor = auto_plan.floor(name, len(MAGNITUDES))
     return _threshold(floor, ROW_FACTOR_VALUES * auto_plan.target(1, per_partition=False)), floor
 
@@ -1627,72 +1654,105 @@ def unit_thin_threshold(auto_plan: AutoPlan) -> tuple[float, float]:
 def unit_rows_threshold(auto_plan: AutoPlan) -> float:
     """The units ``bounding="unit"``'s cap on a unit's rows needs to be chosen from the
     data, as ``unit_thin_threshold`` for the sums: with fewer, its statistic is within the
-    noise of every candidate's, and the cap chosen may cut most rows unseen. Public numbers
-    only: stated before the charge where no sum's noisy count checks it
-    (``_warnings.thin_rule_stated``)."""
+    noise of every candidate's, and the cap chosen may cut most rows unseen (300 units of 10
+    rows at epsilon 0.3: M of 1 to 12, a count of 296 to 3,600 against 3,000 with an
+    interval about the capped count). Public numbers only; ``unit_thin``'s count checks it."""
     floor = auto_plan.floor(OUTER, len(UNIT_ROW_CANDIDATES))
     return _threshold(floor, ROW_FACTOR * auto_plan.target(1, per_partition=False))
 
 
 def unit_thin(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
-              ) -> tuple[bool, int | None, str | None]:
-    """The thin-data rule of ``bounding="unit"``'s caps on a unit's sum (whether the widest
-    caps replace those chosen, the noisy count or None, a warning or None), as
-    ``thin_rule``'s for the clamps: the count the units whose sum of |value| of the first
-    column is nonzero (``Profile.unit_sums`` at the lowest magnitude: each unit adds at most
-    1), made noisy by the discrete Laplace mechanism with the ``units`` choice's epsilon.
-    Below ``unit_thin_threshold`` the lowest caps score as well as the data's and the caps
-    chosen fall near zero: an answer about zero with a tight interval (a bug hunt: 300 units
-    at epsilon 1, caps of 5e-6 on sums of thousands, in 10 of 10 releases, nothing said).
-    The widest caps (``MAX_UNIT_SUM``) replace them then (post-processing), and the release
-    says so; below ``THIN_WARN`` F the caps chosen are kept with a warning."""
+              ) -> tuple[bool, bool, int | None, str | None]:
+    """The thin-data rule of ``bounding="unit"``'s caps (whether the widest caps on a unit's
+    sums replace those chosen, whether the widest cap on its rows does, the noisy count or
+    None, a warning or None), as ``thin_rule``'s for the clamps: the least, over the summed
+    columns, of the units whose sum of |value| of the column is nonzero (``Profile.unit_sums``
+    at the lowest magnitude), or with no sum the units with a row (``Profile.unit_rows``
+    above 0). Each count moves by at most 1 when a unit is added or removed, so their least
+    does too. (It read the first column alone: a second column summed over 150 of 20,000
+    units got a cap of 1e-6, an answer near zero with a tight interval; a bug hunt.) Made
+    noisy by the discrete Laplace mechanism with the ``units``
+    choice's epsilon. Below ``unit_thin_threshold`` the lowest caps score as well as the
+    data's and the caps chosen fall near zero: an answer about zero with a tight interval (a
+    bug hunt: 300 units at epsilon 1, caps of 5e-6 on sums of thousands, in 10 of 10
+    releases, nothing said). The widest caps (``MAX_UNIT_SUM``) replace them then
+    (post-processing), and the release says so; below ``THIN_WARN`` F the caps chosen are
+    kept with a warning. The cap on a unit's rows is the widest (``UNIT_ROW_CANDIDATES``'
+    last) where the same count is below its own threshold (``unit_rows_threshold``):
+    post-processing too."""
     threshold, floor = unit_thin_threshold(auto_plan)
-    widest = (f"too few units for epsilon to choose the caps on each unit's sum from the data "
-              f"(the choice needs about {threshold:,.0f} units' worth with a nonzero sum, a "
-              "unit spread over more than 8 partitions weighing 1/2 to 1); the widest "
-              f"caps ({MAX_UNIT_SUM:.3g}) were used, so the answer is as uncertain as its "
-              "interval says: give max_unit_sums, or raise epsilon, or the share of it spent "
-              "choosing them (bounds_share)")
-    if OUTER in auto_plan.epsilons:  # chosen at the same epsilon: as blind to a thin tail
-        widest += (f"; the cap on each unit's rows chosen beside them cannot locate a tail of "
-                   f"fewer than about {auto_plan.floor(OUTER, len(UNIT_ROW_CANDIDATES)):,.0f} "
-                   "units either, and rows beyond it are cut unseen (give max_unit_rows)")
+    sums = bool(auto_plan.auto.unit_sums)
+    rows = OUTER in auto_plan.epsilons
+    rows_threshold = unit_rows_threshold(auto_plan) if rows else -math.inf
+    cut = (f"the cap on each unit's rows chosen beside them cannot locate a tail of fewer "
+           f"than about {auto_plan.floor(OUTER, len(UNIT_ROW_CANDIDATES)):,.0f} units "
+           "either, and rows beyond it are cut unseen (give max_unit_rows)") if rows else ""
+    widest_rows = (f"the widest cap on each unit's rows ({UNIT_ROW_CANDIDATES[-1]:,}) was "
+                   "used, so the answer is as uncertain as its interval says: give "
+                   "max_unit_rows, or raise epsilon, or the share of it spent choosing it "
+                   "(bounds_share)")
+    if sums:
+        each = " of each column summed" if len(auto_plan.auto.unit_sums) > 1 else ""
+        widest = (f"too few units for epsilon to choose the caps on each unit's sum from the "
+                  f"data (the choice needs about {threshold:,.0f} units' worth with a nonzero "
+                  f"sum{each}, a unit spread over more than 8 partitions weighing 1/2 to 1); the "
+                  f"widest caps ({MAX_UNIT_SUM:.3g}) were used, so the answer is as uncertain "
+                  "as its interval says: give max_unit_sums, or raise epsilon, or the share "
+                  "of it spent choosing them (bounds_share)")
+    else:
+        widest = (f"too few units for epsilon to choose the cap on each unit's rows from the "
+                  f"data (the choice needs about {threshold:,.0f} units' worth, a unit spread "
+                  f"over more than 8 partitions weighing 1/2 to 1); {widest_rows}")
     epsilon = auto_plan.epsilons[UNITS]
     if 1.0 / epsilon > MAX_NOISE_SCALE:
-        return True, None, widest
-    count = math.floor(stats.unit_sums(0)[0])
+        return sums, rows, None, widest + (f"; {widest_rows}" if sums and rows else "")
+    count = math.floor(min(stats.unit_sums(c)[0] for c in range(len(auto_plan.auto.unit_sums)))
+                       if sums else stats.unit_rows([0])[0])
     noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(count))
+    rows_widest = noisy < rows_threshold
     if noisy < threshold:
-        return True, noisy, widest
+        if sums and rows:
+            widest += f"; {widest_rows}" if rows_widest else f"; {cut}"
+        return sums, rows_widest, noisy, widest
+    if rows_widest:  # a sum's threshold below the rows' (not with this module's constants)
+        return False, True, noisy, widest_rows
     if noisy < THIN_WARN * floor:
-        return False, noisy, (
-            f"thin data for this epsilon (about {max(noisy, 0):,} units' worth with a nonzero "
-            "sum): "
-            f"the caps on each unit's total chosen from the data cannot locate a tail of "
-            f"fewer than about {floor:,.0f} units; units beyond them are cut unseen (give "
-            "max_unit_rows and max_unit_sums to be sure)")
-    return False, noisy, None
+        what = ("the caps on each unit's total chosen from the data cannot locate a tail of "
+                f"fewer than about {floor:,.0f} units; units beyond them are cut unseen (give "
+                "max_unit_rows and max_unit_sums to be sure)") if sums else (
+                "the cap on each unit's rows chosen from the data cannot locate a tail of "
+                f"fewer than about {floor:,.0f} units; rows beyond it are cut unseen (give "
+                "max_unit_rows to be sure)")
+        worth = " with a nonzero sum" if sums else ""
+        return False, False, noisy, (
+            f"thin data for this epsilon (about {max(noisy, 0):,} units' worth{worth}): "
+            + what)
+    return False, False, noisy, None
 
 
 def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
                     source: RandomSource | None) -> tuple[Plan, dict[str, Any]]:
     """The plan with ``bounding="unit"``'s caps chosen (``choose_unit_rows``,
-    ``choose_unit_sum``), each SUM's bounds the clamp [-V, V] its values get; the caps on
-    the sums the widest where the data is thin (``unit_thin``)."""
+    ``choose_unit_sum``), each SUM's bounds the clamp [-V, V] its values get; the caps the
+    widest where the data is thin (``unit_thin``)."""
     auto = auto_plan.auto
+    thin = unit_thin(auto_plan, stats, source) if UNITS in auto_plan.epsilons else None
     if auto.unit_rows:
-        chosen[OUTER] = choose_unit_rows(auto_plan, stats, source)
+        chosen[OUTER] = UNIT_ROW_CANDIDATES[-1] if thin is not None and thin[1] else \
+            choose_unit_rows(auto_plan, stats, source)
         plan = plan.replace(max_unit_rows=chosen[OUTER])
     sums = dict(plan.max_unit_sums)
-    thin = unit_thin(auto_plan, stats, source) if UNITS in auto_plan.epsilons else None
     for index, column in enumerate(auto.unit_sums):  # the stated rule, or the choice
         sums[column] = float(MAX_UNIT_SUM) if thin is not None and thin[0] else \
             choose_unit_sum(auto_plan, stats, index, column, source)
     if thin is not None:
-        chosen["units"] = thin[1]
-        chosen["rule"] = "widest" if thin[0] else "chosen"
-        if thin[2]:
-            chosen["warnings"] = [*chosen.get("warnings", ()), thin[2]]
+        chosen["units"] = thin[2]
+        chosen["rule"] = "widest" if thin[0] or thin[1] else "chosen"
+        if thin[3]:
+            chosen["warnings"] = [*chosen.get("warnings", ()), thin[3]]
+    chosen["warnings"] = [*chosen.get("warnings", ()), *_at_the_top(auto, chosen, sums, thin)]
+    if not chosen["warnings"]:
+        del chosen["warnings"]
     if auto.unit_sums:
         chosen["max_unit_sums"] = {c: sums[c] for c in auto.unit_sums}
     aggregates = _clamped_by_caps(plan, sums)
@@ -1706,6 +1766,28 @@ def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], sta
         ", ".join(f"{n} {v:.3g}" for n, v in auto_plan.epsilons.items()
                   if n in outer_names(auto)))
     return plan.replace(aggregates=aggregates, max_unit_sums=tuple(sums.items())), chosen
+
+
+def _at_the_top(auto: AutoBounds, chosen: dict[str, Any], sums: dict[str, float],
+                thin: tuple[bool, bool, int | None, str | None] | None) -> list[str]:
+    """What a cap chosen at the largest candidate says: units beyond it may have been cut
+    (the thin-data rule's widest caps say so themselves). 700 units of values 1e15 got the
+    cap 2^40 on each unit's sum and an answer of 6.9e14 with a tight interval where the
+    truth is 5e18, with nothing said (a bug hunt); the caps per group said so already."""
+    out = []
+    if auto.unit_rows and chosen.get(OUTER) == UNIT_ROW_CANDIDATES[-1] and \
+            not (thin is not None and thin[1]):
+        out.append(f"the cap on each unit's rows chosen from the data is the largest the "
+                   f"choice can pick ({UNIT_ROW_CANDIDATES[-1]:,}): rows beyond it, if any, "
+                   "were cut")
+    top = [c for c in auto.unit_sums if sums[c] >= MAX_UNIT_SUM and
+           not (thin is not None and thin[0])]
+    if top:
+        out.append(f"the cap on each unit's sum of |{', '.join(top)}| chosen from the data is "
+                   f"the largest the choice can pick ({MAX_UNIT_SUM:.3g}): values beyond it "
+                   "were clamped and larger sums divided, so the answer may be far below the "
+                   "truth; for values this large ask for bounding='rescale' with bounds")
+    return out
 
 
 def _clamped_by_caps(plan: Plan, sums: dict[str, float]) -> tuple[Any, ...]:

@@ -158,7 +158,8 @@ def prove_candidates(plan: Plan, auto: AutoPlan, compile_at: Compile,
     smallest = (MAGNITUDES[0], OUTER_CANDIDATES[0], MAGNITUDES[0])
     if not rows_for or _compiles(compile_at, _at(plan, auto, rows_for[0][0], rs[0],
                                                  *smallest)) is None:
+        give = ("max_unit_rows and max_unit_sums" if plan.bounding == "unit" else
+                "max_partitions, max_rows_per_partition and the bounds")
         raise UserError("epsilon is too small for any of the contribution bounds the query "
-                        "would choose from the data; raise epsilon, or give max_partitions, "
-                        "max_rows_per_partition and the bounds")
+                        f"would choose from the data; raise epsilon, or give {give}")
     return Candidates(tuple(rows_for), frontier, compile_at)

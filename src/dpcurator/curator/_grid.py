@@ -39,7 +39,9 @@ def unit_bound(kind: str, budget: float, k: int, multiplier: int) -> tuple[int, 
         bound = math.floor(exact * scale)
         if bound < MIN_RESOLUTION:
             raise UserError("epsilon is too small for this query's contribution bounds; "
-                            "raise epsilon or lower max_partitions / max_rows_per_partition")
+                            "raise epsilon or lower the caps (max_partitions / "
+                            "max_rows_per_partition, or under bounding='unit' max_unit_rows / "
+                            "max_unit_sums)")
         used = k * multiplier * bound / scale  # exact: an integer < 2^52 over a power of two
         if Fraction(used) > Fraction(budget):
             raise InternalError("canonical calibration overspent; this is a bug")

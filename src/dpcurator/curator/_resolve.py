@@ -90,7 +90,18 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
                              "this curator treats each row as its own unit (give "
                              "privacy_unit=...), or ask with bounding='rescale'")
         plan = plan.replace(bounding="unit")  # checks the aggregates and the intervals
-    given_sums = {match_column(c, columns, "max_unit_sums"): v for c, v in plan.max_unit_sums}
+    given_sums: dict[str, float] = {}
+    for c, v in plan.max_unit_sums:  # each summed column once, by any spelling
+        column = match_column(c, columns, "max_unit_sums")
+        if column in given_sums:
+            raise QueryError(f"max_unit_sums names column {column!r} twice; give it once")
+        given_sums[column] = v
+    unsummed = set(given_sums) - {match_column(a.column, columns, f"aggregate {a.name!r}")
+                                  for a in plan.aggregates if type(a) is Sum}
+    if unsummed:  # accepted and ignored before (a bug hunt)
+        raise QueryError(f"max_unit_sums names {', '.join(sorted(unsummed))}, which the query "
+                         "does not sum; max_unit_sums caps each unit's sum of |value| of a "
+                         "column in a SUM")
     auto_columns: list[str] = []
     aggregates: list[Aggregate] = []
     for agg in plan.aggregates:
@@ -197,10 +208,11 @@ def default_bounding(plan: Plan, defaults: Defaults, privacy_unit: str | None,
 
     ``"unit"`` (caps on each unit's total, chosen from the data) where the query leaves
     every bound to the data and ``"unit"`` can answer it: a privacy unit; only COUNT(*) and
-    SUM; no clamping bounds for a summed column (the query's or the curator's); no cap given
-    (``max_partitions``, ``max_rows_per_partition``, ``max_unit_rows``, ``max_unit_sums``)
-    nor asked for by name (``"auto"``); no interval kind or total share asked for; and
-    public keys or no GROUP BY. Else ``"rescale"``.
+    SUM; no clamping bounds for a summed column (the query's or the curator's); no cap per
+    group given (``max_partitions``, ``max_rows_per_partition``) nor asked for by name
+    (``"auto"``; caps on each unit's total, ``max_unit_rows`` and ``max_unit_sums``, given
+    alone ask for this mode); no interval kind or total share asked for; and public keys or
+    no GROUP BY. Else ``"rescale"``.
 
     Why (issue 26; ``benchmarks/auto_bounds_unit.py``, the family of 56 generated shapes,
     against the best fixed bounds in hindsight): the unit mode's two one-dimensional choices
@@ -223,10 +235,13 @@ def default_bounding(plan: Plan, defaults: Defaults, privacy_unit: str | None,
         return "rescale"
     if wanted.max_partitions or wanted.max_rows_per_partition or wanted.columns:
         return "rescale"  # a per-group cap or a clamp asked for by name ("auto")
+    # caps on each unit's total given alone ask for them (a bug hunt: the unit mode's own
+    # warning said "give max_unit_rows and max_unit_sums", and giving them switched to the
+    # caps per group and dropped them); beside total intervals they are those' outer caps
     given = (plan.max_partitions, plan.max_rows_per_partition, defaults.max_partitions,
-             defaults.max_rows_per_partition, plan.max_unit_rows, plan.intervals,
-             defaults.intervals, plan.total_share, defaults.total_share)
-    if any(v is not None for v in given) or plan.max_unit_sums:
+             defaults.max_rows_per_partition, plan.intervals, defaults.intervals,
+             plan.total_share, defaults.total_share)
+    if any(v is not None for v in given):
         return "rescale"
     return "unit"
 

@@ -26,12 +26,11 @@ import numpy as np
 from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 
 from ._auto_bounds import (
-    OUTER,
+    UNIT_ROW_CANDIDATES,
     UNITS,
     AutoPlan,
     defers_unit_caps,
     thin_threshold,
-    unit_rows_threshold,
     unit_thin_threshold,
 )
 from ._compile import CompiledQuery
@@ -61,12 +60,21 @@ def take_chosen(chosen: dict[str, Any] | None) -> list[str]:
 
 def unused_settings(asked: Plan, resolved: Plan, defaults: Defaults) -> list[str]:
     """What ``bounding="unit"`` leaves unused (``_resolve.resolve_plan``), said instead of
-    dropped silently: the curator's clamping bounds of a summed column (a SUM is clamped by
+    dropped silently (and the caps on each unit's total that a query under the caps per group
+    does not use): the curator's clamping bounds of a summed column (a SUM is clamped by
     its cap on each unit's sum alone), and total intervals asked for by the curator's
     defaults or by the query's ``total_share`` (the caps already bound each unit's total).
     The query's own bounds and ``intervals="total"`` are refused there instead. ``asked``:
     the plan before ``resolve_plan``. Settings only: nothing here changes a charge."""
     if resolved.bounding != "unit":
+        given = [name for name, value in (("max_unit_rows", asked.max_unit_rows),
+                                          ("max_unit_sums", asked.max_unit_sums))
+                 if value]
+        if given and resolved.intervals != "total":
+            return [f"{' and '.join(given)} {'was' if len(given) == 1 else 'were'} not used: "
+                    "they cap each unit's total under bounding='unit' (COUNT(*) and SUM with "
+                    "public keys or no GROUP BY), or bound total intervals "
+                    "(intervals='total'); this query's caps are per group."]
         return []
     out = []
     columns = sorted({a.column for a in resolved.aggregates
@@ -124,36 +132,41 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
         threshold = unit_thin_threshold(auto)[0]
         if threshold < THIN_STATED:
             return []
+        sums = bool(auto.auto.unit_sums)
         # with private keys the caps aim at the keys released (``defers_unit_caps``): the
         # threshold stated is one partition's, the least it can be
         keys = (" if one key is released, and more for more keys (the caps are chosen for "
                 "the keys the selection releases)") if defers_unit_caps(compiled.plan) else ""
-        first = (f"At this epsilon the caps on each unit's sum of "
-                 f"{', '.join(auto.auto.unit_sums)} are chosen from the data only if about "
-                 f"{threshold:,.0f} units' worth or more have a nonzero sum (a noisy count; a "
-                 f"unit spread over more than 8 partitions weighs 1/2 to 1){keys}; below that ")
-        widest = (f"the widest caps ({MAX_UNIT_SUM:.3g}) are used and the answer is as "
-                  "uncertain as its interval says.")
+        if sums:
+            each = " of each" if len(auto.auto.unit_sums) > 1 else ""
+            first = (f"At this epsilon the caps on each unit's sum of "
+                     f"{', '.join(auto.auto.unit_sums)} are chosen from the data only if about "
+                     f"{threshold:,.0f} units' worth or more have a nonzero sum{each} (a noisy "
+                     "count; "
+                     f"a unit spread over more than 8 partitions weighs 1/2 to 1){keys}; below "
+                     "that ")
+            widest = (f"the widest caps ({MAX_UNIT_SUM:.3g}) are used and the answer is as "
+                      "uncertain as its interval says.")
+            have, give = "have one", "Give max_unit_sums (and max_unit_rows)"
+        else:
+            first = (f"At this epsilon the cap on each unit's rows is chosen from the data only "
+                     f"if about {threshold:,.0f} units' worth or more have a row (a noisy count; "
+                     f"a unit spread over more than 8 partitions weighs 1/2 to 1){keys}; below "
+                     "that ")
+            widest = (f"the widest cap ({UNIT_ROW_CANDIDATES[-1]:,} rows) is used and the "
+                      "answer is as uncertain as its interval says.")
+            have, give = "have a row", "Give max_unit_rows"
         retry = compiled.retry
         if retry is not None and compiled.retry_candidates is not None:
             again = unit_thin_threshold(retry)[0]
             answer = retry.request.rho if retry.request.rho is not None else \
                 retry.request.epsilon
             cost = "rho" if retry.request.rho is not None else "epsilon"
-            return [first + f"they are chosen again with {retry.share:.0%} of the budget in "
-                    f"all, leaving the answer {cost} {answer:.3g}, if about {again:,.0f} or "
-                    f"more have one; below that {widest} Give max_unit_sums (and "
-                    "max_unit_rows) to avoid both."]
-        return [first + widest + " Give max_unit_sums to avoid it."]
-    if OUTER in auto.epsilons and compiled.plan.bounding == "unit":  # a COUNT(*) alone
-        threshold = unit_rows_threshold(auto)
-        if threshold < THIN_STATED:
-            return []
-        return [f"At this epsilon the cap on each unit's rows is chosen from the data "
-                f"reliably only with about {threshold:,.0f} units or more; with fewer, it is "
-                "chosen within the noise and may cut most of their rows unseen, the count "
-                "falling far below the truth with an interval about the capped count only. "
-                "Give max_unit_rows to avoid it."]
+            return [first + f"{'they are' if sums else 'it is'} chosen again with "
+                    f"{retry.share:.0%} of the budget in all, leaving the answer {cost} "
+                    f"{answer:.3g}, if about {again:,.0f} or more {have}; below that "
+                    f"{widest} {give} to avoid both."]
+        return [first + widest + f" {give} to avoid it."]
     if not auto.auto.columns or auto.auto.choices == 0:
         return []
     rows_for = compiled.candidates.rows_for if compiled.candidates is not None else None
