@@ -1193,9 +1193,10 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     """The thin-data rule for a query whose clamps are chosen: (``"widest"`` or
     ``"chosen"``, the noisy count or None, a warning or None).
 
-    The count is the first column's magnitude statistic at its lowest candidate
-    (``Profile.nonzero`` at the chosen row cap: the units' worth of nonzero values, each
-    unit adding at most 1, the floor of an exact sum). Made noisy (discrete Laplace,
+    The count is the least, over the clamped columns, of each column's magnitude statistic at
+    its lowest candidate (``Profile.nonzero`` at the chosen row cap: the units' worth of
+    nonzero values, each unit adding at most 1, the floor of an exact sum; their least moves
+    by at most 1 too). Made noisy (discrete Laplace,
     sensitivity 1, with the ``units`` choice's epsilon: Ghosh, Roughgarden and Sundararajan
     2009), below ``THIN`` times the joint choice's floor F it means that the statistic
     cannot pay the choice's ramp from the lowest magnitude to the data's (up to 2 F, less
@@ -1380,7 +1381,11 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for, factors)
     if VALUES in eps:
         chosen["value_factors"] = _aimed_at(auto_plan, factors, first, r)
-    thin = thin_rule(auto_plan, plan, stats.nonzero(0, magnitude_cap(r)), source, rows_for,
+    # the least over the clamped columns (each moves by at most 1, so does their least): the
+    # first alone let a sparse second column's clamp collapse unseen (a bug hunt found it in
+    # the caps on each unit's total: ``unit_thin``)
+    thin = thin_rule(auto_plan, plan, min(stats.nonzero(i, magnitude_cap(r))
+                                          for i in range(len(columns))), source, rows_for,
                      k) if columns else None
     if auto.max_partitions:
         chosen["max_partitions"] = k
