@@ -1226,7 +1226,8 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     widest = (f"too few units for epsilon to choose the clamps from the data (the choice "
               f"needs about {floor:,.0f}); the widest clamps (+-2^40) were used, so the "
               "answer is as uncertain as its interval says: give bounds, or raise epsilon, or "
-              "the share of it spent choosing them (bounds_share)")
+              "the share of it spent choosing them (bounds_share); values of 2^-20 (about "
+              "1e-6) or less in magnitude count as zero here: rescale such a column")
     if 1.0 / epsilon > MAX_NOISE_SCALE:
         return "widest", None, widest
     noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(count))
