@@ -138,8 +138,11 @@ def _answers(folder: Path) -> list[dict[str, object]]:
 
 def test_python_and_cli_clients(live: LiveServer, tmp_path: Path) -> None:
     orders = dp.connect(live.url, ALICE, dataset="orders")
+    # 300 customers are too few to choose the cap on each one's rows at 0.25: the widest
+    # cap's count is honest and may read 0, so only its type is checked here
     answer = orders.sql("SELECT COUNT(*) AS n FROM data", epsilon=0.25)
-    assert answer["privacy"]["epsilon"] == 0.25 and answer["rows"][0]["n"] > 0
+    assert answer["privacy"]["epsilon"] == 0.25
+    assert isinstance(answer["rows"][0]["n"], int | float) and answer["warnings"]
     # remaining and ledger as a Curator's: an Amount, and a tuple of Charge (CuratorLike)
     assert orders.remaining == dp.ledger.Amount(epsilon=0.75, delta=0.0)
     assert [c.cost for c in orders.ledger] == [dp.PureDP(0.25)]
@@ -147,7 +150,11 @@ def test_python_and_cli_clients(live: LiveServer, tmp_path: Path) -> None:
     assert connect(live.url, BOB).dataset == "orders"  # the only one: chosen for you
     from dpcurator.query import Query
 
-    built = connect(live.url, BOB).run(Query().count("rows"), epsilon=0.1)
+    # one row per customer (300 of them): the noise's scale is 10, and a count of 0 needs
+    # noise below -300 (w.p. e^-30); left to the data, the cap on each customer's rows is
+    # too thin to choose at 0.1, and the widest cap's count may read 0
+    built = connect(live.url, BOB).run(Query().count("rows").bound_contributions(
+        max_partitions=1, max_rows_per_partition=1), epsilon=0.1)
     assert built["privacy"]["epsilon"] == 0.1 and built["rows"][0]["rows"] > 0
     bounded = connect(live.url, BOB).sql("SELECT COUNT(*) AS n FROM data", epsilon=0.1,
                                          intervals="bounded", bounding="unit")
