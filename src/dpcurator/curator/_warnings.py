@@ -26,10 +26,12 @@ import numpy as np
 from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 
 from ._auto_bounds import (
+    THIN,
     UNIT_ROW_CANDIDATES,
     UNITS,
     AutoPlan,
     defers_unit_caps,
+    thin_floor,
     thin_threshold,
     unit_thin_threshold,
 )
@@ -167,9 +169,21 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
                     f"{answer:.3g}, if about {again:,.0f} or more {have}; below that "
                     f"{widest} {give} to avoid both."]
         return [first + widest + f" {give} to avoid it."]
-    if not auto.auto.columns or auto.auto.choices == 0:
+    if auto.auto.choices == 0:
         return []
     rows_for = compiled.candidates.rows_for if compiled.candidates is not None else None
+    if not auto.auto.columns:  # the caps alone: no count checks them (yet), so say it
+        caps = " and ".join(name for name in ("max_partitions", "max_rows_per_partition")
+                            if getattr(auto.auto, name))
+        needed = THIN * thin_floor(auto, compiled.plan, rows_for)
+        if needed < THIN_STATED:
+            return []
+        return [f"At this epsilon the caps per group ({caps}) are chosen from the data "
+                f"reliably only with about {needed:,.0f} units or more; with fewer, they are "
+                "chosen within the noise and may cut most of their rows unseen, the counts "
+                "falling far below the truth with intervals about the capped counts only "
+                f"(300 units of 10 rows at epsilon 0.3: counts of 10% to 45% of the truth). "
+                f"Give {caps} to avoid it."]
     threshold = _threshold(auto, compiled.plan, rows_for)
     if threshold < THIN_STATED:
         return []
