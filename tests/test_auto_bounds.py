@@ -87,6 +87,8 @@ def all_statistics(profile: Profile) -> np.ndarray:
                      *(v for k in (2, 4, 16, 64) for v in profile.rows(ROW_CANDIDATES, k)),
                      *profile.magnitudes(0), negative,
                      positive, *profile.unit_rows(OUTER_CANDIDATES), *profile.unit_sums(0),
+                     # a COUNT(*) alone's thin-data count: the units with a row
+                     *profile.unit_rows([0]),
                      # a magnitude read at a row cap r' (1 / max(T, r')), and the thin-data
                      # rule's count of nonzero values (the floor of the same sum)
                      *(v for r in (2, 4) for v in profile.magnitudes(0, r)),

@@ -1771,9 +1771,9 @@ def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], sta
         chosen["rule"] = "widest" if thin[0] or thin[1] else "chosen"
         if thin[3]:
             chosen["warnings"] = [*chosen.get("warnings", ()), thin[3]]
-    chosen["warnings"] = [*chosen.get("warnings", ()), *_at_the_top(auto, chosen, sums, thin)]
-    if not chosen["warnings"]:
-        del chosen["warnings"]
+    top = _at_the_top(auto, chosen, sums, thin)
+    if top:
+        chosen["warnings"] = [*chosen.get("warnings", ()), *top]
     if auto.unit_sums:
         chosen["max_unit_sums"] = {c: sums[c] for c in auto.unit_sums}
     aggregates = _clamped_by_caps(plan, sums)

@@ -97,7 +97,8 @@ def resolve_plan(plan: Plan, columns: Mapping[str, str], defaults: Defaults,
             raise QueryError(f"max_unit_sums names column {column!r} twice; give it once")
         given_sums[column] = v
     unsummed = set(given_sums) - {match_column(a.column, columns, f"aggregate {a.name!r}")
-                                  for a in plan.aggregates if type(a) is Sum}
+                                  for a in plan.aggregates if type(a) is Sum} \
+        if given_sums else set()
     if unsummed:  # accepted and ignored before (a bug hunt)
         raise QueryError(f"max_unit_sums names {', '.join(sorted(unsummed))}, which the query "
                          "does not sum; max_unit_sums caps each unit's sum of |value| of a "

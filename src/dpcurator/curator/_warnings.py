@@ -173,6 +173,8 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
         return []
     rows_for = compiled.candidates.rows_for if compiled.candidates is not None else None
     if not auto.auto.columns:  # the caps alone: no count checks them (yet), so say it
+        # (300 units of 10 rows at epsilon 0.3, private keys: counts of 10% to 45% of the
+        # truth, nothing said; a bug hunt)
         caps = " and ".join(name for name in ("max_partitions", "max_rows_per_partition")
                             if getattr(auto.auto, name))
         needed = THIN * thin_floor(auto, compiled.plan, rows_for)
@@ -181,8 +183,7 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
         return [f"At this epsilon the caps per group ({caps}) are chosen from the data "
                 f"reliably only with about {needed:,.0f} units or more; with fewer, they are "
                 "chosen within the noise and may cut most of their rows unseen, the counts "
-                "falling far below the truth with intervals about the capped counts only "
-                f"(300 units of 10 rows at epsilon 0.3: counts of 10% to 45% of the truth). "
+                "falling far below the truth with intervals about the capped counts only. "
                 f"Give {caps} to avoid it."]
     threshold = _threshold(auto, compiled.plan, rows_for)
     if threshold < THIN_STATED:
