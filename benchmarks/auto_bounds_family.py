@@ -31,7 +31,8 @@ What is measured, per shape and question, against the true *unbounded* answers:
 - the probability that one release's RMSE over the groups exceeds 3x the best fixed expected
   RMSE: per candidate over ``--draws`` draws of the noise, weighed by the choice's law;
 - the probability that the thin-data rule replaces the clamps by the widest
-  (``_auto_bounds.thin_rule``; exact, from the discrete Laplace's law): such a release says
+  (``_auto_bounds.thin_rule``; for a COUNT, the caps by the widest: ``caps_thin_rule``;
+  exact, from the discrete Laplace's law): such a release says
   so and its error is that of a clamp of 2^40, so the expected RMSE and P[error > 3x] are
   given *without* it, conditional on the rule not applying, and ``fallback`` beside them.
 
@@ -427,14 +428,29 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
         gate_at: dict[tuple[int, int], float] = {}
         # P[a two-sided mean's ends are drawn | two-sided clamps, not the rule's]
         end_gate_at: dict[tuple[int, int], float] = {}
+        counted = _auto_bounds.UNITS in ap.epsilons
+        floor = _auto_bounds.thin_floor(ap, captured["plan"], rows_for)
+        q = math.exp(-ap.epsilons[_auto_bounds.UNITS]) if counted else 0.0
+
+        def below(threshold: float, count: int) -> float:
+            z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
+            return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
+
+        if not values and counted:  # the caps alone (``_auto_bounds.caps_thin_rule``): the
+            # widest caps (or the retry) where the noisy count is below its threshold at the
+            # chosen partition cap, and on the last choice not below the low band
+            final = retry is None or ap is not first_ap
+            units = _auto_bounds.caps_statistic(ap, captured["plan"], captured["stats"], final)
+            for k in joint.ks:
+                widest = _auto_bounds.caps_thin_threshold(ap, captured["plan"], rows_for, k)
+                if retry is not None and ap is first_ap:
+                    widest = max(widest, _auto_bounds.RETRY_BELOW * floor)
+                low = _auto_bounds.caps_thin_low(ap, captured["plan"], k) if final else \
+                    -math.inf
+                p = below(widest, units) - (below(min(low, widest), units) if final else 0.0)
+                for r in joint.rs:
+                    thin_at[k, r] = p
         if values:
-            floor = _auto_bounds.thin_floor(ap, captured["plan"], rows_for)
-            q = math.exp(-ap.epsilons[_auto_bounds.UNITS])
-
-            def below(threshold: float, count: int) -> float:
-                z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
-                return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
-
             # a mean's floor is drawn only where the same noisy count reaches the floor's gate
             # (``_auto_bounds.floor_gate``): given a one-sided clamp, with probability
             # gate_at[r], else the floor stays 0

@@ -142,13 +142,16 @@ def test_the_retrys_path_composes_within_the_charge(request_: PrivacyRequest) ->
 def test_no_retry_where_it_cannot_do_better_or_would_choose_other_caps() -> None:
     """No retry where the first choices already have half of what it would spend (a
     bounds_share of 0.3: the retry's 0.5 in all would give its choices less than the first's),
-    where no clamp is chosen (a COUNT), or where the total intervals' outer caps are chosen
-    too (their choice is not repeated)."""
+    where nothing is chosen (a COUNT with its caps given; with its caps chosen it has a
+    retry, ``caps_thin_rule``), or where the total intervals' outer caps are chosen too
+    (their choice is not repeated)."""
     request = PrivacyRequest(epsilon=1.0)
     assert _compiled(SQL, request, keys=KEYS).retry is not None
     assert _compiled(SQL, request, keys=KEYS, bounds_share=0.3).retry is None
-    assert _compiled("SELECT g, COUNT(*) AS n FROM data GROUP BY g", request,
-                     keys=KEYS).retry is None
+    count = "SELECT g, COUNT(*) AS n FROM data GROUP BY g"
+    assert _compiled(count, request, keys=KEYS).retry is not None
+    assert _compiled(count, request, keys=KEYS, max_partitions=1,
+                     max_rows_per_partition=4).retry is None
     assert _compiled(SQL, request, keys=KEYS, intervals="total").retry is None
 
 
@@ -231,19 +234,20 @@ def _one_row_each(nonzero: int, zeros: int = 200) -> pd.DataFrame:
     return pd.DataFrame({"u": np.arange(x.size), "x": x})
 
 
-def _chosen_again(curator: dp.Curator, unit: bool = False, sql: str = AUDIT_SQL) -> str:
+def _chosen_again(curator: dp.Curator, unit: bool | None = False, sql: str = AUDIT_SQL
+                  ) -> str:
     """Whether the release was chosen again; ``unit``: under the caps on each unit's total
-    (nothing to give: the sum's cap, or a COUNT's on the rows, is the one choice), else with
-    both per-group caps given (1 and 1)."""
-    caps: dict[str, Any] = {"bounding": "unit"} if unit else {
+    (nothing to give: the sum's cap, or a COUNT's on the rows, is the one choice); False:
+    with both per-group caps given (1 and 1); None: the per-group caps chosen too."""
+    caps: dict[str, Any] = {"bounding": "unit"} if unit else {} if unit is None else {
         "max_partitions": 1, "max_rows_per_partition": 1}
     release = curator.sql(sql, epsilon=AUDIT_EPSILON, **caps)
     assert release.bounds_chosen is not None
     return "again" if "first_choice" in release.bounds_chosen else "first"
 
 
-def _threshold(monkeypatch: pytest.MonkeyPatch, unit: bool = False, sql: str = AUDIT_SQL
-               ) -> int:
+def _threshold(monkeypatch: pytest.MonkeyPatch, unit: bool | None = False,
+               sql: str = AUDIT_SQL) -> int:
     """The least nonzero count whose exact (noiseless) count makes no retry: found with the
     twin's count by bisection (the retry is monotonic in the count)."""
     monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
@@ -260,7 +264,8 @@ def _threshold(monkeypatch: pytest.MonkeyPatch, unit: bool = False, sql: str = A
     return high
 
 
-def _audit_retry(nonzero: int, draws: int, unit: bool = False, sql: str = AUDIT_SQL) -> Any:
+def _audit_retry(nonzero: int, draws: int, unit: bool | None = False, sql: str = AUDIT_SQL
+                 ) -> Any:
     """The auditor on whether the release was chosen again, D with ``nonzero`` units and its
     neighbour with one of them removed, every release through ``Curator.sql``."""
     from dpcurator.audit import audit_epsilon
@@ -321,6 +326,67 @@ def test_a_count_alones_retry_passes_the_audit_and_a_noiseless_count_is_caught(
     assert not _audit_retry(threshold, 80, unit=True, sql=sql).exceeds(AUDIT_EPSILON)
     monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
     assert _audit_retry(threshold, 80, unit=True, sql=sql).exceeds(AUDIT_EPSILON)
+
+
+@pytest.mark.audit
+def test_caps_per_group_chosen_alones_retry_passes_the_audit_and_a_noiseless_count_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As above, for a COUNT(*) whose caps per group are chosen with no clamp beside them
+    (``caps_thin_rule``: its count is of the units, every one of ``_one_row_each``'s, the
+    zeros too; the neighbour removes one). At its threshold the audit of the query's epsilon
+    holds, and the twin whose count has no noise is caught. Wrong w.p. at most 1e-7 each;
+    320 releases."""
+    sql = "SELECT COUNT(*) AS n FROM data"
+    threshold = _threshold(monkeypatch, unit=None, sql=sql)
+    assert 500 < threshold < 10_000, threshold  # epsilon 0.3: about 1,290 units
+    assert not _audit_retry(threshold, 80, unit=None, sql=sql).exceeds(AUDIT_EPSILON)
+    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
+    assert _audit_retry(threshold, 80, unit=None, sql=sql).exceeds(AUDIT_EPSILON)
+
+
+def test_caps_per_group_chosen_alone_on_thin_data_choose_again_or_use_the_widest() -> None:
+    """A COUNT(*) per group with private keys, 600 and 300 units of 10 rows at epsilon 0.3:
+    its caps per group were chosen within the noise (r of 1 or 2) and the counts came out at
+    10% to 45% of the truth with intervals about the capped counts (a bug hunt). A noisy count
+    of the units now decides (``caps_thin_rule``): 600 units are chosen again with half the
+    budget and every released count is within 25% of the truth; 300 are below the retry's
+    threshold too, get the widest caps (whose selection releases no key at this epsilon), and
+    say so; 300 units of one row keep the caps of one row. Seeded: the same draws every
+    run."""
+    rng = np.random.default_rng(1)
+    sql = "SELECT g, COUNT(*) AS n FROM data GROUP BY g"
+    for units in (600, 300):
+        df = pd.DataFrame({"user": np.repeat(np.arange(units), 10)})
+        df["g"] = rng.choice(["a", "b"], len(df))
+        truth = df.groupby("g").size()
+        for seed in range(3):
+            cur = dp.Curator.from_pandas(df, privacy_unit="user", source=SeededRandom(seed),
+                                         budget=dp.ApproxDP(10.0, 1e-3), cache=False)
+            release = cur.sql(sql, epsilon=0.3, delta=1e-6)
+            frame = release.to_pandas(intervals=True).set_index("g")
+            assert any("chosen again" in w for w in release.warnings), release.warnings
+            if units == 600:  # within 25% of the truth (the noise's scale is about 4%)
+                assert len(frame) == 2
+                for g, row in frame.iterrows():
+                    assert abs(row["n"] - truth[g]) <= 0.25 * truth[g], (seed, frame)
+            else:
+                assert any("the widest caps were used" in w for w in release.warnings)
+                assert frame.empty
+    # one row per unit: the first count (the units) cannot tell these 300 from the above, so
+    # they are chosen again too; the second counts the units beyond the lowest caps (none),
+    # and keeps the caps of one row, which are right
+    df = pd.DataFrame({"user": np.arange(300), "g": rng.choice(["a", "b"], 300)})
+    truth = df.groupby("g").size()
+    for seed in range(3):
+        cur = dp.Curator.from_pandas(df, privacy_unit="user", source=SeededRandom(seed),
+                                     budget=dp.ApproxDP(10.0, 1e-3), cache=False)
+        release = cur.sql(sql, epsilon=1.0, delta=1e-6)
+        assert release.bounds_chosen["max_rows_per_partition"] == 1
+        assert not any("widest" in w for w in release.warnings)
+        frame = release.to_pandas().set_index("g")
+        assert len(frame) == 2
+        for g, row in frame.iterrows():  # the noise's scale is about 3% of the truth
+            assert abs(row["n"] - truth[g]) <= 0.2 * truth[g], (seed, frame)
 
 
 def test_the_thin_data_rule_reads_every_clamped_column() -> None:

@@ -443,14 +443,17 @@ def test_thin_data_gets_the_widest_caps_on_each_units_sum_and_says_so() -> None:
     assert not any("too few units" in w for w in given.warnings)
 
 
-@pytest.mark.parametrize(("aggregate", "share"), [
-    ("SUM(x)", 0.1 / 2.5),
+@pytest.mark.parametrize(("aggregate", "share", "bounding"), [
+    ("SUM(x)", 0.1 / 2.5, "unit"),
     # a COUNT(*) alone: the units with a row, weight 1/4 of the cap's, all of it on top of
     # the share (``UNIT_ROWS_UNITS``), so 0.1 / 4 of epsilon
-    ("COUNT(*)", 0.1 / 4),
+    ("COUNT(*)", 0.1 / 4, "unit"),
+    # the caps per group chosen alone (``caps_thin_rule``): the units, 1/4 of each cap's
+    # weight, all of it on top (``CAPS_UNITS``): 0.5 beside the two caps' 2, so 0.1 / 4
+    ("COUNT(*)", 0.1 / 4, "rescale"),
 ])
 def test_the_unit_modes_thin_count_spends_its_charged_share_at_sensitivity_one(
-        monkeypatch: pytest.MonkeyPatch, aggregate: str, share: float) -> None:
+        monkeypatch: pytest.MonkeyPatch, aggregate: str, share: float, bounding: str) -> None:
     """bounding="unit"'s thin-data count (``unit_thin``) is a discrete Laplace of
     sensitivity 1 (a unit adds at most 1 to the units with a nonzero sum) with the ``units``
     choice's epsilon: weight 1/2 beside the cap on the sum's 1, a quarter on top of the
@@ -475,7 +478,7 @@ def test_the_unit_modes_thin_count_spends_its_charged_share_at_sensitivity_one(
     cur = dp.Curator.from_pandas(df, privacy_unit="user", budget=dp.PureDP(1.0),
                                  source=SeededRandom(2), cache=False)
     release = cur.sql(f"SELECT g, {aggregate} AS s FROM data GROUP BY g", epsilon=1.0,
-                      keys=["a", "b"], bounding="unit")
+                      keys=["a", "b"], bounding=bounding)
     assert len(drawn) == 1
     epsilon, sensitivity = drawn[0]
     assert sensitivity == 1

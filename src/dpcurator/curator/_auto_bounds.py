@@ -183,6 +183,14 @@ customers at epsilon 0.3: a statistic of 0.8 F chose clamps near 3e-6). On the f
 the rule at 2 F fired with probability above 1% on 13 of 104 SUM and AVG cases (up to 99%),
 where the choice was about 1.6x the best fixed bounds without it; at 1.25 F far less often.
 
+Caps per group chosen with no clamp beside them (a COUNT with private keys, or bounds given
+and the caps left to the data) have the same rule (``caps_thin_rule``) with a noisy count of
+about the units the lowest caps would cut (``caps_statistic``, sensitivity 1), weighing
+``CAPS_UNITS`` per cap, on top of the share: below THIN F plus half the caps' target the
+caps are chosen within the noise, and low, so they are chosen again (below) or replaced by
+the widest, except where the last count is so low (``caps_thin_low``) that the lowest caps
+cut almost nobody and are right.
+
 Choosing again (``plan_retry``, ``needs_retry``). Where the thin-data rule would use the
 widest clamps (or its count is below ``RETRY_BELOW`` F, the same 1.25 F), the first choices'
 outcome is set aside and every choice is made again, each with its weight of the retry's
@@ -497,6 +505,19 @@ UNIT_UNITS_ON_TOP = 0.25
 #: mean 1.00x, worst 3.1x to 1.05x, 1.19x, 17x (#48: caps of 512 rows fell to 139): the
 #: tails at epsilon 0.3 need every bit of the cap's epsilon.
 UNIT_ROWS_UNITS = 0.25
+#: Caps per group chosen with no clamp beside them (a COUNT with private keys, or bounds
+#: given and the caps left to the data) have the thin-data count too (``caps_thin_rule``: the
+#: units), weighing CAPS_UNITS per cap chosen (1/4 of each cap's 1), all of it on top of the
+#: share: the caps keep all of the share and the answer pays 2.5% of epsilon. Its noise is
+#: about 0.13 F of the joint choice's. Without it, 300 units of 10 rows at epsilon 0.3 (two
+#: private keys) chose r of 1 or 2 within the noise and answered 10% to 45% of the truth with
+#: intervals about the capped counts, nothing said but a sentence before the charge (a bug
+#: hunt).
+CAPS_UNITS = 0.25
+#: On the caps' last choice, a thin-data count below their target plus CAPS_LOW times its
+#: noise scale keeps the caps chosen (``caps_thin_low``): with nobody beyond the lowest caps
+#: the count passes it w.p. 1 - e^-4 / 2, about 99%
+CAPS_LOW = 4.0
 MAGNITUDE_ROWS = 4
 #: A mean's partition cap aims at MEAN_CAP_FACTOR times a count's target (``joint_scores``)
 MEAN_CAP_FACTOR = 16.0
@@ -592,6 +613,11 @@ def _joint_parts(auto: AutoBounds) -> list[str]:
     return parts + [f"magnitude:{column}" for column in auto.columns[:1]]
 
 
+def _caps_chosen(auto: AutoBounds) -> int:
+    """How many of the caps per group are chosen (0 to 2)."""
+    return int(bool(auto.max_partitions)) + int(bool(auto.max_rows_per_partition))
+
+
 def outer_names(auto: AutoBounds) -> list[str]:
     """The outer caps of total intervals to choose (``choose_outer``), in order."""
     return ([OUTER] if auto.unit_rows else []) + [f"{OUTER_SUM}:{c}" for c in auto.unit_sums]
@@ -682,14 +708,17 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
             names.append((UNITS, WEIGHTS["unit_units"] if auto.unit_sums else
                           UNIT_ROWS_UNITS))
         outers = []
+    caps_alone = not unit_mode and auto.choices > 0 and not auto.columns
+    if caps_alone:  # the caps per group's thin-data count (``caps_thin_rule``), all on top
+        names.append((UNITS, CAPS_UNITS * _caps_chosen(auto)))
     weights = [w for _, w in names]
     share = auto.spent_share / remaining if names else 0.0
     # the histogram and part of the thin-data count on top of the bounds' share: the other
     # choices keep theirs
     counted = any(name == UNITS for name, _ in names)
     on_top = (WEIGHTS[VALUES] if values else 0.0) + \
-        ((UNITS_ON_TOP if not unit_mode else UNIT_UNITS_ON_TOP if auto.unit_sums else
-          UNIT_ROWS_UNITS) if counted else 0.0)
+        ((CAPS_UNITS * _caps_chosen(auto) if caps_alone else UNITS_ON_TOP if not unit_mode
+          else UNIT_UNITS_ON_TOP if auto.unit_sums else UNIT_ROWS_UNITS) if counted else 0.0)
     if on_top and share * sum(weights) / (sum(weights) - on_top) < 1.0:
         share *= sum(weights) / (sum(weights) - on_top)
     # else (a share near 1) the parts on top come from within it: nothing would be left
@@ -753,22 +782,24 @@ def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
     """The choice made again where the thin-data rule would use the widest clamps (the
     module docstring, "Choosing again"): its plan, with ``RETRY_SHARE`` of the whole budget
     for the bounds in all, the first choices' part included, and the rest of ``first``'s
-    request for the answer; and its choices' events. None where it does not apply: no clamp
-    (nor, under ``bounding="unit"``, no cap on a unit's sum) is chosen, a total interval's
+    request for the answer; and its choices' events. None where it does not apply: nothing
+    is chosen (under ``bounding="unit"``, no cap on a unit's total), a total interval's
     outer caps are chosen too, ``bounding="unit"``'s caps are chosen after a private
     selection (``defers_unit_caps``), or the first choices already have half of what the
     retry's would spend in all. Public numbers only.
 
     Under ``bounding="unit"`` the thin-data rule is ``unit_thin``'s: where its noisy count is
     below its threshold, every cap (on a unit's rows and sums, and the partition cap) is
-    chosen again as the clamps are here, from ``RETRY_SHARE`` of the budget in all."""
+    chosen again as the clamps are here, from ``RETRY_SHARE`` of the budget in all. Caps
+    per group chosen with no clamp beside them are chosen again where ``caps_thin_rule``
+    would use the widest."""
     auto = plan.auto
     if auto is None or first.outer:
         return None
     if plan.bounding == "unit":
         if not (auto.unit_sums or auto.unit_rows) or defers_unit_caps(plan):
             return None
-    elif not auto.columns or auto.choices == 0 or outer_names(auto):
+    elif auto.choices == 0 or outer_names(auto):
         return None
     whole_share = RETRY_SHARE / remaining  # of the request the first choices split
     first_share = first.share / remaining
@@ -1253,6 +1284,128 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     return "chosen", noisy, None
 
 
+def caps_target(auto_plan: AutoPlan, plan: Plan, k: int) -> float:
+    """The largest target the joint choice gives the caps per group chosen alone at the
+    partition cap ``k`` (``joint_scores``: the partition cap's G s a k^(a-1), the row cap's
+    factor times G s k^a, over k where it is read per k). Public numbers only."""
+    auto = auto_plan.auto
+    targets = [0.0]
+    if auto.max_partitions:
+        weigh = MEAN_CAP_FACTOR if _means(plan) else 1.0
+        targets.append(weigh * auto_plan.target(k, per_partition=True))
+    if auto.max_rows_per_partition:
+        values = any(not isinstance(agg, Count | CountUnits) for agg in plan.aggregates)
+        factor = ROW_FACTOR_VALUES if values else ROW_FACTOR
+        name = "+".join(_joint_parts(auto))
+        ks = partition_candidates(plan) if auto.max_partitions else [plan.max_partitions or 1]
+        per_k = _per_k_rows(auto_plan, factor, auto_plan.epsilons[name], max(ks))
+        aim = (MEAN_ROW_FACTOR if _means(plan) else 1.0) * \
+            (ROW_FACTOR if per_k else factor) * auto_plan.target(k, per_partition=False)
+        targets.append(aim / k if per_k else aim)
+    return max(targets)
+
+
+def caps_thin_threshold(auto_plan: AutoPlan, plan: Plan,
+                        rows_for: Sequence[tuple[int, int]] | None, k: int) -> float:
+    """Below this noisy count of units the caps per group chosen alone are replaced by the
+    widest (``caps_thin_rule``): ``THIN`` F plus half the caps' target t at ``k``
+    (``caps_target``), and at least t plus ``THIN_ABOVE_TARGET`` F, as the clamps'
+    (``thin_threshold``). Public numbers only."""
+    return _threshold(thin_floor(auto_plan, plan, rows_for), caps_target(auto_plan, plan, k))
+
+
+def widest_caps(plan: Plan, rows_for: Sequence[tuple[int, int]] | None) -> tuple[int, int]:
+    """The widest caps per group the joint choice could pick, among those ``rows_for``
+    allows: the largest partition cap, and the largest row cap at it."""
+    auto = plan.auto
+    assert auto is not None
+    ks = partition_candidates(plan) if auto.max_partitions else [plan.max_partitions or 1]
+    rs = list(ROW_CANDIDATES) if auto.max_rows_per_partition else \
+        [plan.max_rows_per_partition or 1]
+    allowed = dict(rows_for) if rows_for is not None else {k: len(rs) for k in ks}
+    k = max(k for k in ks if allowed.get(k, 0) > 0)
+    return k, rs[allowed[k] - 1]
+
+
+def caps_statistic(auto_plan: AutoPlan, plan: Plan, stats: Profile, final: bool = True
+                   ) -> int:
+    """The caps' thin-data count (``caps_thin_rule``). Where a retry may follow (not
+    ``final``), the units (``Profile.partitions`` at 0: a unit's pairs weigh 1 / P, so it adds
+    exactly 1). On the last choice, the larger of the statistics the caps chosen are scored
+    by at their lowest candidates (``Profile.partitions`` at the least partition cap,
+    ``Profile.rows`` at one row), floored: about the units the lowest caps would cut. Each
+    statistic moves by at most 1 when one unit is added or removed, so their larger does, and
+    so does its floor."""
+    if not final:
+        return math.floor(stats.partitions([0])[0])
+    auto = auto_plan.auto
+    least = 0.0
+    if auto.max_partitions:
+        least = max(least, stats.partitions([partition_candidates(plan)[0]])[0])
+    if auto.max_rows_per_partition:
+        least = max(least, stats.rows([ROW_CANDIDATES[0]], plan.max_partitions or 1)[0]
+                    if not auto.max_partitions else stats.rows([ROW_CANDIDATES[0]])[0])
+    return math.floor(least)
+
+
+def caps_thin_low(auto_plan: AutoPlan, plan: Plan, k: int) -> float:
+    """Below this noisy count the last choice of the caps alone keeps them
+    (``caps_thin_rule``): the caps' target t at ``k`` plus ``CAPS_LOW`` times the count's
+    noise scale. Public numbers only."""
+    return caps_target(auto_plan, plan, k) + CAPS_LOW / auto_plan.epsilons[UNITS]
+
+
+def caps_thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource | None,
+                   rows_for: Sequence[tuple[int, int]] | None, k: int, final: bool = True
+                   ) -> tuple[str, int | None, str | None]:
+    """The thin-data rule for caps per group chosen with no clamp beside them: (``"widest"``
+    or ``"chosen"``, the noisy count or None, a warning or None), as ``thin_rule``'s for the
+    clamps.
+
+    The count is ``caps_statistic`` (the units where a retry may follow, else about the units
+    the lowest caps would cut), made noisy by the discrete Laplace mechanism (sensitivity 1,
+    the ``units`` choice's epsilon; Ghosh, Roughgarden and Sundararajan 2009). Below
+    ``caps_thin_threshold`` (``THIN`` F plus half the caps' target t) the statistics cannot
+    pay the ramp from the lowest caps to the data's, and the caps may be drawn within the
+    noise, low (300 units of 10 rows at epsilon 0.3 chose r of 1 or 2 and answered 10% to 45%
+    of the truth). The rule then has them chosen again (``plan_retry``, where ``final`` is
+    False), or replaces them by the widest (``widest_caps``; post-processing of the count),
+    and the release says so. On the last choice (``final``), a count below
+    ``caps_thin_low`` keeps the caps chosen instead: so few units lie beyond the lowest caps
+    (one row per unit, say) that those are right, and the widest would ruin the answer. (The
+    first count cannot tell that: its noise, about 0.13 F, hides 300 units beyond the lowest
+    caps at epsilon 0.3.) Below ``THIN_WARN`` F the caps are kept with a warning: a tail of
+    fewer than about F units cannot be located."""
+    floor = thin_floor(auto_plan, plan, rows_for)
+    epsilon = auto_plan.epsilons[UNITS]
+    wide_k, wide_r = widest_caps(plan, rows_for)
+    auto = auto_plan.auto
+    caps = " and ".join(name for name in ("max_partitions", "max_rows_per_partition")
+                        if getattr(auto, name))
+    keys = (" (with private keys, a unit in up to that many partitions raises the selection's "
+            "threshold, so few or no keys may be released)") if plan.private_keys and \
+        auto.max_partitions else ""
+    threshold = caps_thin_threshold(auto_plan, plan, rows_for, k)
+    beyond = " beyond the lowest caps" if final else ""
+    widest = (f"too few units for epsilon to choose the caps per group ({caps}) from the data "
+              f"(the choice needs about {threshold:,.0f} units{beyond}); the "
+              f"widest caps were used ({wide_k:,} partitions of {wide_r:,} rows){keys}, so the "
+              f"answer is as uncertain as its interval says: give {caps}, or raise epsilon, or "
+              "the share of it spent choosing them (bounds_share)")
+    if 1.0 / epsilon > MAX_NOISE_SCALE:
+        return "widest", None, widest
+    noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(count))
+    if noisy < threshold and not (final and noisy < caps_thin_low(auto_plan, plan, k)):
+        return "widest", noisy, widest
+    if noisy < THIN_WARN * floor:
+        return "chosen", noisy, (
+            f"thin data for this epsilon (about {max(noisy, 0):,} units{beyond}): the caps "
+            f"per group chosen from the data cannot locate a tail of fewer "
+            f"than about {floor:,.0f} units; rows beyond them are cut unseen (give {caps} to "
+            "be sure; a larger bounds_share locates smaller tails)")
+    return "chosen", noisy, None
+
+
 def sign_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str
                 ) -> tuple[list[float], float]:
     """The scores of a column's signs, [0, M], [-M, 0] and [-M, M], and their epsilon (a
@@ -1363,12 +1516,14 @@ def choose_floor(auto_plan: AutoPlan, stats: Profile, index: int, column: str,
 def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
                   columns: Sequence[str], source: RandomSource | None,
                   rows_for: Sequence[tuple[int, int]] | None = None, *,
-                  defer_unit_caps: bool = False) -> tuple[Plan, dict[str, Any]]:
+                  defer_unit_caps: bool = False, last: bool = True
+                  ) -> tuple[Plan, dict[str, Any]]:
     """The plan with its bounds chosen from ``profile`` (the engine's rows for a
     ``BoundedQuery.profile`` of ``columns``), and what the release says about them; the caps
     among those ``rows_for`` allows (``_choose_joint``). ``defer_unit_caps``
     (``defers_unit_caps``): ``bounding="unit"``'s caps are left at the widest
-    (``widest_unit_caps``), to be chosen once the keys are selected (``choose_unit_caps``)."""
+    (``widest_unit_caps``), to be chosen once the keys are selected (``choose_unit_caps``).
+    ``last``: no retry follows (``caps_thin_rule``'s ``final``)."""
     auto = auto_plan.auto
     stats = Profile(profile)
     eps = auto_plan.epsilons
@@ -1388,6 +1543,11 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     thin = thin_rule(auto_plan, plan, min(stats.nonzero(i, magnitude_cap(r))
                                           for i in range(len(columns))), source, rows_for,
                      k) if columns else None
+    if not columns and UNITS in eps:  # the caps alone: a count of units checks them
+        thin = caps_thin_rule(auto_plan, plan, caps_statistic(auto_plan, plan, stats, last),
+                              source, rows_for, k, last)
+        if thin[0] == "widest":  # post-processing of the count: the stated rule
+            k, r = widest_caps(plan, rows_for)
     if auto.max_partitions:
         chosen["max_partitions"] = k
     if auto.max_rows_per_partition:
@@ -1503,16 +1663,22 @@ def chosen_again(first: AutoPlan, retry: AutoPlan, before: dict[str, Any],
         "max_partitions", "max_rows_per_partition", OUTER, "max_unit_sums", "units",
         cost_name) if key in before}
     answer = retry.request.rho if retry.request.rho is not None else retry.request.epsilon
-    what = "caps on each unit's total" if "unit_method" in chosen else "clamps"
-    worth = "with a row" if "unit_method" in chosen and not retry.auto.unit_sums else \
-        "of nonzero values"
+    units = max(before.get('units') or 0, 0)
+    if "unit_method" in chosen:
+        what, give = "caps on each unit's total", "max_unit_rows and max_unit_sums"
+        count = f"{units:,} units' worth " + \
+            ("of nonzero values" if retry.auto.unit_sums else "with a row")
+    elif retry.auto.columns:
+        what, give = "clamps", "bounds"
+        count = f"{units:,} units' worth of nonzero values"
+    else:  # the caps per group alone (``caps_thin_rule``)
+        give = " and ".join(name for name in ("max_partitions", "max_rows_per_partition")
+                            if getattr(retry.auto, name))
+        what, count = f"caps per group ({give})", f"{units:,} units"
     out["warnings"] = [
-        f"too few units for the first choice of the {what} (a noisy count of "
-        f"{max(before.get('units') or 0, 0):,} units' worth {worth}), so they were "
-        f"chosen again with {retry.share:.0%} of the budget in all; the answer has "
-        f"{cost_name} {answer:.3g} (give "
-        f"{'max_unit_rows and max_unit_sums' if 'unit_method' in chosen else 'bounds'} to "
-        "keep it all for the answer)",
+        f"too few units for the first choice of the {what} (a noisy count of {count}), so "
+        f"they were chosen again with {retry.share:.0%} of the budget in all; the answer has "
+        f"{cost_name} {answer:.3g} (give {give} to keep it all for the answer)",
         *out.get("warnings", ())]
     return out
 

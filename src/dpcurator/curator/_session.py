@@ -748,11 +748,12 @@ class Curator:
         if profile is None:
             raise InternalError("the engine returned no profile; this is a bug")
         defer = defers_unit_caps(compiled.plan)
+        retry, again = compiled.retry, compiled.retry_candidates
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
-                                     self._source, candidates.rows_for, defer_unit_caps=defer)
+                                     self._source, candidates.rows_for, defer_unit_caps=defer,
+                                     last=retry is None or again is None)
         if defer:
             return candidates.bind(plan, chosen), chosen, _Deferred(auto, profile, candidates)
-        retry, again = compiled.retry, compiled.retry_candidates
         if retry is not None and again is not None and needs_retry(
                 auto, compiled.plan, chosen, candidates.rows_for):
             # too thin for the first choice: chosen again, from the answer's part

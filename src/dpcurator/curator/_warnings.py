@@ -26,12 +26,11 @@ import numpy as np
 from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 
 from ._auto_bounds import (
-    THIN,
     UNIT_ROW_CANDIDATES,
     UNITS,
     AutoPlan,
+    caps_thin_threshold,
     defers_unit_caps,
-    thin_floor,
     thin_threshold,
     unit_thin_threshold,
 )
@@ -172,19 +171,32 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
     if auto.auto.choices == 0:
         return []
     rows_for = compiled.candidates.rows_for if compiled.candidates is not None else None
-    if not auto.auto.columns:  # the caps alone: no count checks them (yet), so say it
-        # (300 units of 10 rows at epsilon 0.3, private keys: counts of 10% to 45% of the
-        # truth, nothing said; a bug hunt)
+    if not auto.auto.columns:  # the caps alone: the units' count (``caps_thin_rule``)
         caps = " and ".join(name for name in ("max_partitions", "max_rows_per_partition")
                             if getattr(auto.auto, name))
-        needed = THIN * thin_floor(auto, compiled.plan, rows_for)
+        needed = _caps_threshold(auto, compiled.plan, rows_for)
         if needed < THIN_STATED:
             return []
-        return [f"At this epsilon the caps per group ({caps}) are chosen from the data "
-                f"reliably only with about {needed:,.0f} units or more; with fewer, they are "
-                "chosen within the noise and may cut most of their rows unseen, the counts "
-                "falling far below the truth with intervals about the capped counts only. "
-                f"Give {caps} to avoid it."]
+        retry = compiled.retry
+        again = retry is not None and compiled.retry_candidates is not None
+        first = (f"At this epsilon the caps per group ({caps}) are chosen from the data only "
+                 f"if it holds about {needed:,.0f} units or more" +
+                 ("" if again else " beyond the lowest caps") + " (a noisy count); below that ")
+        widest = ("the widest caps are used and the answer is as uncertain as its interval "
+                  "says" + (" (with private keys, few or no keys may then be released)"
+                            if compiled.plan.private_keys and auto.auto.max_partitions
+                            else "") + ", unless the count shows almost no unit beyond the "
+                  "lowest caps, which are then kept.")
+        if retry is not None and compiled.retry_candidates is not None:
+            needed = _caps_threshold(retry, compiled.plan, compiled.retry_candidates.rows_for)
+            answer = retry.request.rho if retry.request.rho is not None else \
+                retry.request.epsilon
+            cost = "rho" if retry.request.rho is not None else "epsilon"
+            return [first + f"they are chosen again with {retry.share:.0%} of the budget in "
+                    f"all, leaving the answer {cost} {answer:.3g}, if about {needed:,.0f} "
+                    "units or more lie beyond the lowest caps (a second noisy count); below "
+                    f"that {widest} Give {caps} to avoid both."]
+        return [first + widest + f" Give {caps} to avoid it."]
     threshold = _threshold(auto, compiled.plan, rows_for)
     if threshold < THIN_STATED:
         return []
@@ -204,6 +216,13 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
                 "uncertain as its interval says. Give bounds to avoid both."]
     return [first + "the widest clamps (+-2^40) are used and the answer is as uncertain as "
             "its interval says. Give bounds to avoid it."]
+
+
+def _caps_threshold(auto: AutoPlan, plan: Plan, rows_for: Any) -> float:
+    """The caps' thin-data threshold (``_auto_bounds.caps_thin_threshold``) at the smallest
+    partition cap the choice may pick."""
+    k = rows_for[0][0] if rows_for else (plan.max_partitions or 1)
+    return caps_thin_threshold(auto, plan, rows_for, k)
 
 
 def _threshold(auto: AutoPlan, plan: Plan, rows_for: Any) -> float:
