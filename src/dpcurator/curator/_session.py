@@ -749,9 +749,16 @@ class Curator:
             raise InternalError("the engine returned no profile; this is a bug")
         defer = defers_unit_caps(compiled.plan)
         retry, again = compiled.retry, compiled.retry_candidates
+        # the lean path only where the budget is charged the stated request (basic): a zCDP
+        # budget prices the first path's events in rho (``_compile._prove_lean``)
+        lean = compiled.lean if compiled.lean_candidates is not None and \
+            self._budget.composition == "basic" else None
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
                                      self._source, candidates.rows_for, defer_unit_caps=defer,
-                                     last=retry is None or again is None)
+                                     last=retry is None or again is None, lean=lean)
+        if chosen.get("lean"):  # plenty of units: the caps' lean path (``plan_lean``)
+            assert compiled.lean_candidates is not None
+            return compiled.lean_candidates.bind(plan, chosen), chosen, None
         if defer:
             return candidates.bind(plan, chosen), chosen, _Deferred(auto, profile, candidates)
         if retry is not None and again is not None and needs_retry(
