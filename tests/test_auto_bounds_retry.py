@@ -539,11 +539,14 @@ def test_the_lean_path_answers_with_the_epsilon_it_saves_on_a_basic_budget_only(
     """40,000 units: the caps are chosen with half their share and the answer's noise is
     calibrated to the rest (0.92 of epsilon 1 for a SUM, against 0.88 on the first path).
     A zCDP budget prices the first path's events in rho, which the lean path would exceed
-    (its epsilon gathered in the answer): there the first path is kept."""
+    (its epsilon gathered in the answer): there the first path is kept. ``explain`` states
+    the lean path where it may be taken."""
     frame = _one_row_each(40_000)
     for budget, answer, lean in ((dp.PureDP(10.0), 0.92, True), (dp.ZCDP(10.0), 0.88, None)):
         curator = per_group(frame, privacy_unit="u", budget=budget, source=SeededRandom(0),
                             cache=False)
+        stated = curator.explain(LEAN_SQL, epsilon=1.0, bounding="unit")["bounds_to_choose"]
+        assert ("if_plentiful" in stated) is bool(lean)
         release = curator.sql(LEAN_SQL, epsilon=1.0, bounding="unit")
         assert release.bounds_chosen.get("lean") is lean
         assert release.mechanisms["s"][0]["guarantee"].startswith(f"{answer}-DP")

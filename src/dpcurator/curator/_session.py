@@ -66,6 +66,7 @@ from dpcurator.query.schema import declare, folded
 from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import (
+    THIN_WARN,
     VALUES,
     AutoPlan,
     choose_bounds,
@@ -74,6 +75,7 @@ from ._auto_bounds import (
     defers_unit_caps,
     needs_retry,
     outer_names,
+    unit_thin_threshold,
 )
 from ._candidates import Candidates
 from ._compile import CompiledQuery, compile_query
@@ -649,6 +651,14 @@ class Curator:
                     "note": "where the thin-data rule's count is too small for the first "
                             "choice, the bounds are chosen again with these, from the answer's "
                             "part, and the answer keeps the rest"}
+            if compiled.lean is not None and compiled.lean_candidates is not None and \
+                    self._budget.composition == "basic":  # plenty of units: the lean path
+                explained["bounds_to_choose"]["if_plentiful"] = {
+                    "share": compiled.lean.share, "epsilons": compiled.lean.epsilons,
+                    "answer": compiled.lean.request.epsilon,
+                    "above": THIN_WARN * unit_thin_threshold(compiled.lean)[1],
+                    "note": "where the thin-data rule's count is at least 'above', the caps "
+                            "are chosen with these and the answer gets the rest"}
             if compiled.plan.bounding == "unit":
                 explained["bounds_to_choose"].update(
                     max_unit_rows=auto.auto.unit_rows, max_unit_sums=list(auto.auto.unit_sums))
