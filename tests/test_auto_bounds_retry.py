@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import dpcurator as dp
-from dpcurator.accounting.events import ComposedEvent, PureDPEvent
+from dpcurator.accounting.events import ComposedEvent
 from dpcurator.curator import _auto_bounds, _compile
 from dpcurator.curator._cost import within_charge
 from dpcurator.curator._privacy import PrivacyRequest
@@ -454,99 +454,3 @@ def test_caps_per_group_chosen_alone_say_how_many_units_they_need() -> None:
     assert not any(said in w for w in cur.explain(sql, epsilon=3.0, delta=1e-6)["warnings"])
     given = cur.sql(sql, epsilon=0.3, delta=1e-6, max_partitions=1, max_rows_per_partition=5)
     assert not any("caps per group" in w for w in given.warnings)
-
-
-# -- the unit mode's lean path (``_auto_bounds.plan_lean``) ---------------------------------
-
-LEAN_SQL = "SELECT SUM(x) AS s FROM data"
-
-
-def _lean(curator: dp.Curator) -> str:
-    """Whether the unit mode's caps were chosen on the lean path (epsilon 1)."""
-    release = curator.sql(LEAN_SQL, epsilon=1.0, bounding="unit")
-    assert release.bounds_chosen is not None
-    return "lean" if release.bounds_chosen.get("lean") else "first"
-
-
-def _lean_threshold(monkeypatch: pytest.MonkeyPatch) -> int:
-    """The least nonzero count whose exact (noiseless) count takes the lean path, by
-    bisection (the path is monotonic in the count)."""
-    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
-    low, high = 1, 60_000  # first at low, lean at high
-    while high - low > 1:
-        middle = (low + high) // 2
-        curator = per_group(_one_row_each(middle), privacy_unit="u", budget=dp.PureDP(1e9),
-                            cache=False)
-        if _lean(curator) == "lean":
-            high = middle
-        else:
-            low = middle
-    monkeypatch.undo()
-    return high
-
-
-def _audit_lean(nonzero: int, draws: int) -> Any:
-    """The auditor on whether the lean path was taken, D with ``nonzero`` units and its
-    neighbour with one of them removed, every release through ``Curator.sql``."""
-    from dpcurator.audit import audit_epsilon
-
-    def sampler(units: int, seed: int) -> Any:
-        curator = per_group(_one_row_each(units), privacy_unit="u", budget=dp.PureDP(1e9),
-                            source=SeededRandom(seed), cache=False)
-        return lambda k: np.array([_lean(curator) for _ in range(k)], dtype=object)
-
-    return audit_epsilon(sampler(nonzero, 3), sampler(nonzero - 1, 4), n=draws, events="set")
-
-
-@pytest.mark.audit
-def test_the_lean_path_passes_the_audit_and_a_noiseless_count_is_caught(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The unit mode takes its lean path (its caps chosen with half their epsilon, the rest
-    answering) where its thin-data count shows plenty of units: at that count's threshold
-    (20 times the lean choice's F, about 14,700 units at epsilon 1, found by bisection with
-    the count exactly there), the audit of the query's epsilon holds; the twin whose count
-    has no noise takes the lean path on D and never on its neighbour, and the audit proves
-    epsilon above 1 (80 test draws each: p1 >= 0.81 and p2 <= 0.19, about 1.5). Wrong w.p.
-    at most 1e-7 each; 640 releases."""
-    threshold = _lean_threshold(monkeypatch)
-    assert 5_000 < threshold < 40_000, threshold
-    assert not _audit_lean(threshold, 160).exceeds(1.0)
-    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
-    assert _audit_lean(threshold, 160).exceeds(1.0)
-
-
-def test_a_lean_path_that_would_overspend_is_not_proven(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The broken twin, at compile time: ``plan_lean`` giving the answer more epsilon without
-    taking it from the caps makes the lean path spend more than the request; ``_prove_lean``
-    refuses it and the query keeps its first path."""
-    real = _auto_bounds.plan_lean
-
-    def overspending(plan, first, request):  # type: ignore[no-untyped-def]
-        planned = real(plan, first, request)
-        assert planned is not None
-        lean, _ = planned
-        return lean, [PureDPEvent(first.epsilons[name]) for name in first.epsilons]
-
-    curator = per_group(_one_row_each(20_000), privacy_unit="u", budget=dp.PureDP(10.0))
-    plan = curator.parse(LEAN_SQL, bounding="unit")
-    assert curator.prepare(curator.resolve(plan, epsilon=1.0)).compiled.lean is not None
-    monkeypatch.setattr(_compile, "plan_lean", overspending)
-    assert curator.prepare(curator.resolve(plan, epsilon=1.0)).compiled.lean is None
-
-
-def test_the_lean_path_answers_with_the_epsilon_it_saves_on_a_basic_budget_only() -> None:
-    """40,000 units: the caps are chosen with half their share and the answer's noise is
-    calibrated to the rest (0.92 of epsilon 1 for a SUM, against 0.88 on the first path).
-    A zCDP budget prices the first path's events in rho, which the lean path would exceed
-    (its epsilon gathered in the answer): there the first path is kept. ``explain`` states
-    the lean path where it may be taken."""
-    frame = _one_row_each(40_000)
-    for budget, answer, lean in ((dp.PureDP(10.0), 0.92, True), (dp.ZCDP(10.0), 0.88, None)):
-        curator = per_group(frame, privacy_unit="u", budget=budget, source=SeededRandom(0),
-                            cache=False)
-        stated = curator.explain(LEAN_SQL, epsilon=1.0, bounding="unit")["bounds_to_choose"]
-        assert ("if_plentiful" in stated) is bool(lean)
-        release = curator.sql(LEAN_SQL, epsilon=1.0, bounding="unit")
-        assert release.bounds_chosen.get("lean") is lean
-        assert release.mechanisms["s"][0]["guarantee"].startswith(f"{answer}-DP")

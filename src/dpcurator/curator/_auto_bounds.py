@@ -191,13 +191,6 @@ caps are chosen within the noise, and low, so they are chosen again (below) or r
 the widest, except where the last count is so low (``caps_thin_low``) that the lowest caps
 cut almost nobody and are right.
 
-Plenty of units (``plan_lean``, ``lean_enough``). The other way round: where
-``bounding="unit"``'s thin-data count is at least ``THIN_WARN`` times the floor F of a choice
-with ``LEAN`` (half) of the caps' epsilon, the caps are chosen with that half and the answer
-gets the rest: the count is drawn first, so the path is a filter inside the query, and its
-events compose within the same stated epsilon (``_compile._prove_lean``). Only where the
-budget is charged the stated request (basic composition).
-
 Choosing again (``plan_retry``, ``needs_retry``). Where the thin-data rule would use the
 widest clamps (or its count is below ``RETRY_BELOW`` F, the same 1.25 F), the first choices'
 outcome is set aside and every choice is made again, each with its weight of the retry's
@@ -525,13 +518,6 @@ CAPS_UNITS = 0.25
 #: noise scale keeps the caps chosen (``caps_thin_low``): with nobody beyond the lowest caps
 #: the count passes it w.p. 1 - e^-4 / 2, about 99%
 CAPS_LOW = 4.0
-#: Where ``bounding="unit"``'s thin-data count shows plenty of units, its caps are chosen with
-#: LEAN of their epsilon, and the rest goes to the answer (``plan_lean``): at or above
-#: ``THIN_WARN`` times the lean choice's own floor F, where it is not thin by its own rule.
-#: UCI Adult (48,842 people, epsilon 1, 300 releases each; the whole share at 0.1, 0.05,
-#: 0.025): SUM(hours) RMSE 177, 166, 177; COUNT by education 1.63, 1.52, 1.64. A quarter
-#: drifts the caps; a half buys the answer 6% less noise.
-LEAN = 0.5
 MAGNITUDE_ROWS = 4
 #: A mean's partition cap aims at MEAN_CAP_FACTOR times a count's target (``joint_scores``)
 MEAN_CAP_FACTOR = 16.0
@@ -824,50 +810,6 @@ def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
     part = (whole_share - first_share) / (1.0 - first_share)
     retry, events = plan_auto(plan, first.request, share_of_request=part)
     return replace(retry, share=whole_share * remaining), events
-
-
-def plan_lean(plan: Plan, first: AutoPlan, request: PrivacyRequest
-              ) -> tuple[AutoPlan, list[DpEvent]] | None:
-    """``bounding="unit"``'s caps chosen with ``LEAN`` of their epsilon where the thin-data
-    count shows plenty of units (``lean_enough``), the rest of it added to the answer's: the
-    plan of that path and its choices' events (the count's as the first path's: it is drawn
-    before the path is taken). ``request`` is what ``first``'s choices and answer split. None
-    where it does not apply: another mode, no count, a total interval's outer caps, caps
-    chosen after a private selection, or a request in rho or with Gaussian noise (whose
-    answer is priced otherwise). Public numbers only."""
-    auto = plan.auto
-    if auto is None or plan.bounding != "unit" or first.outer or defers_unit_caps(plan) or \
-            auto.choices or UNITS not in first.epsilons or request.rho is not None or \
-            request.kind != "laplace" or request.epsilon is None:
-        return None  # (``auto.choices``: a choice drawn before the count would be undercounted)
-    caps = [name for name in first.epsilons if name != UNITS]
-    if not caps or set(caps) - set(outer_names(auto)):
-        return None
-    epsilons = {}
-    for name, epsilon in first.epsilons.items():
-        lean = epsilon if name == UNITS else float(Fraction(epsilon) * Fraction(LEAN))
-        if name != UNITS and Fraction(lean) > Fraction(epsilon) * Fraction(LEAN):
-            lean = _round_down(lean)
-        epsilons[name] = lean
-    spent = sum((Fraction(e) for e in epsilons.values()), Fraction(0))
-    main = float(Fraction(request.epsilon) - spent)
-    if Fraction(main) > Fraction(request.epsilon) - spent:
-        main = _round_down(main)
-    if main <= 0.0:
-        return None
-    rest = PrivacyRequest(epsilon=main, delta=request.delta, noise=request.noise,
-                          weights=request.weights)
-    noise = math.sqrt(2.0) * len(plan.aggregates) / main
-    lean_plan = replace(first, epsilons=epsilons, request=rest, noise=noise,
-                        spent=float(spent), share=first.share * float(spent) / first.spent)
-    return lean_plan, [PureDPEvent(e) for e in epsilons.values()]
-
-
-def lean_enough(lean: AutoPlan, noisy: int | None) -> bool:
-    """Whether the unit mode's noisy thin-data count lets its caps be chosen by ``lean``
-    (``plan_lean``): at or above ``THIN_WARN`` times the lean choice's own floor F, where its
-    thin-data rule would say nothing. Post-processing of the count."""
-    return noisy is not None and noisy >= THIN_WARN * unit_thin_threshold(lean)[1]
 
 
 def with_bounds(agg: Aggregate, bounds: dict[str, Bounds]) -> Aggregate:
@@ -1574,22 +1516,21 @@ def choose_floor(auto_plan: AutoPlan, stats: Profile, index: int, column: str,
 def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
                   columns: Sequence[str], source: RandomSource | None,
                   rows_for: Sequence[tuple[int, int]] | None = None, *,
-                  defer_unit_caps: bool = False, last: bool = True,
-                  lean: AutoPlan | None = None) -> tuple[Plan, dict[str, Any]]:
+                  defer_unit_caps: bool = False, last: bool = True
+                  ) -> tuple[Plan, dict[str, Any]]:
     """The plan with its bounds chosen from ``profile`` (the engine's rows for a
     ``BoundedQuery.profile`` of ``columns``), and what the release says about them; the caps
     among those ``rows_for`` allows (``_choose_joint``). ``defer_unit_caps``
     (``defers_unit_caps``): ``bounding="unit"``'s caps are left at the widest
     (``widest_unit_caps``), to be chosen once the keys are selected (``choose_unit_caps``).
-    ``last``: no retry follows (``caps_thin_rule``'s ``final``); ``lean``: ``plan_lean``'s
-    path, taken where the unit mode's count shows plenty of units (``chosen["lean"]``)."""
+    ``last``: no retry follows (``caps_thin_rule``'s ``final``)."""
     auto = auto_plan.auto
     stats = Profile(profile)
     eps = auto_plan.epsilons
     chosen: dict[str, Any] = {}
     if auto.choices == 0:
         return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source,
-                           defer_unit_caps, lean)
+                           defer_unit_caps)
     factors = None
     if VALUES in eps:  # the row cap's factor per magnitude, from its own noisy histogram
         factors = value_factors(auto_plan, stats, source)
@@ -1691,7 +1632,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
                         "(Amin et al. 2019's bias-variance rule, penalties ramping above it); "
                         "epsilons " +
                         ", ".join(f"{name} {value:.3g}" for name, value in eps.items()))
-    return _with_outer(auto_plan, final, chosen, stats, source, defer_unit_caps, lean)
+    return _with_outer(auto_plan, final, chosen, stats, source, defer_unit_caps)
 
 
 def needs_retry(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any],
@@ -1977,18 +1918,12 @@ def unit_thin(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
 
 
 def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
-                    source: RandomSource | None, lean: AutoPlan | None = None
-                    ) -> tuple[Plan, dict[str, Any]]:
+                    source: RandomSource | None) -> tuple[Plan, dict[str, Any]]:
     """The plan with ``bounding="unit"``'s caps chosen (``choose_unit_rows``,
     ``choose_unit_sum``), each SUM's bounds the clamp [-V, V] its values get; the caps the
-    widest where the data is thin (``unit_thin``), and chosen by ``lean`` (``plan_lean``)
-    where the count shows plenty of units (``lean_enough``: ``chosen["lean"]``)."""
+    widest where the data is thin (``unit_thin``)."""
     auto = auto_plan.auto
     thin = unit_thin(auto_plan, stats, source) if UNITS in auto_plan.epsilons else None
-    if lean is not None and thin is not None and not (thin[0] or thin[1]) and \
-            lean_enough(lean, thin[2]):
-        auto_plan = lean  # the caps' choices with LEAN of their epsilon, the rest answers
-        chosen["lean"] = True
     if auto.unit_rows:
         chosen[OUTER] = UNIT_ROW_CANDIDATES[-1] if thin is not None and thin[1] else \
             choose_unit_rows(auto_plan, stats, source)
@@ -2011,7 +1946,7 @@ def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], sta
     if "method" not in chosen:
         cost = "rho" if auto_plan.request.rho is not None else "epsilon"
         chosen[cost] = auto_plan.spent
-        chosen["share"] = auto_plan.share if chosen.get("lean") else auto.spent_share
+        chosen["share"] = auto.spent_share
     chosen["unit_method"] = (
         "permute-and-flip over the caps on each unit's total (Amin et al. 2019's "
         "bias-variance rule, penalties ramping above it); epsilons " +
@@ -2092,8 +2027,8 @@ def choose_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any],
 
 
 def _with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
-                source: RandomSource | None, defer_unit_caps: bool = False,
-                lean: AutoPlan | None = None) -> tuple[Plan, dict[str, Any]]:
+                source: RandomSource | None, defer_unit_caps: bool = False
+                ) -> tuple[Plan, dict[str, Any]]:
     """The plan with a total interval's outer cap chosen, when asked (``choose_outer``), or
     ``bounding="unit"``'s caps (``_with_unit_caps``; the widest, for now, where they are
     chosen after the keys: ``defer_unit_caps``)."""
@@ -2103,7 +2038,7 @@ def _with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: 
     if plan.bounding == "unit":
         if defer_unit_caps:
             return widest_unit_caps(plan, auto), chosen
-        return _with_unit_caps(auto_plan, plan, chosen, stats, source, lean)
+        return _with_unit_caps(auto_plan, plan, chosen, stats, source)
     cost = "rho" if auto_plan.request.rho is not None else "epsilon"
     if auto.unit_rows:  # never below the inner caps, chosen or given (``choose_outer``)
         outer = choose_outer(auto_plan, stats, source, inner_unit_rows(plan))

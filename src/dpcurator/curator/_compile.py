@@ -28,7 +28,6 @@ from typing import Any
 
 from dpcurator.accounting import ZCDP, ApproxDP, PureDP
 from dpcurator.accounting.events import ComposedEvent, DpEvent
-from dpcurator.accounting.filters import event_totals
 from dpcurator.errors import InternalError, UserError
 from dpcurator.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dpcurator.mechanisms.partition_selection import (
@@ -56,7 +55,7 @@ from dpcurator.query.plan import (
 )
 
 from . import _privacy, _total
-from ._auto_bounds import AutoPlan, outer_names, plan_auto, plan_lean, plan_retry
+from ._auto_bounds import AutoPlan, outer_names, plan_auto, plan_retry
 from ._candidates import Candidates, prove_candidates
 from ._cost import check_within, stated_event, within_charge
 from ._estimators import Estimator, NoisyMeasure
@@ -98,10 +97,6 @@ class CompiledQuery:
     # (``_auto_bounds.plan_retry``) and its candidates, proven too; None where it cannot be
     retry: AutoPlan | None = None
     retry_candidates: Candidates | None = None
-    # where the unit mode's thin-data count shows plenty of units, its caps chosen with less
-    # of epsilon and the rest answering (``_auto_bounds.plan_lean``), and its candidates
-    lean: AutoPlan | None = None
-    lean_candidates: Candidates | None = None
 
     @property
     def event(self) -> ComposedEvent:
@@ -258,46 +253,9 @@ def _compile_query(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
     retry = _prove_retry(plan, auto, remaining, choices, charged, request, partial(
         compile_query, privacy_unit=privacy_unit, postprocess=postprocess, source=source,
         total=total), source)
-    lean = _prove_lean(plan, auto, request, partial(
-        compile_query, privacy_unit=privacy_unit, postprocess=postprocess, source=source,
-        total=total), source)
     return CompiledQuery(plan, whole, main.bounded, main.estimators, main.selection,
                          _whole_cost(whole, main.cost), charged, main.threshold_measure,
-                         auto, candidates, *(retry or (None, None)), *(lean or (None, None)))
-
-
-def _prove_lean(plan: Plan, first: AutoPlan, allowed: PrivacyRequest,
-                compile_with: Callable[..., Any],
-                source: RandomSource | None) -> tuple[AutoPlan, Candidates] | None:
-    """The unit mode's caps chosen with less of epsilon where its thin-data count shows
-    plenty of units (``_auto_bounds.plan_lean``), its candidates proven to compile, before
-    the charge; None where it does not apply or cannot be compiled (public numbers only).
-
-    Privacy: as the retry's (``_prove_retry``), a path chosen from an output released
-    before it (the count), a privacy filter inside the query (Rogers, Roth, Ullman and
-    Vadhan 2016, Section 3, basic composition). Its events (the count's epsilon as the first
-    path's, the caps' smaller ones, and the answer's larger one) are checked here to compose
-    within the request the first path splits, by basic composition: the sum of their
-    epsilons and of their deltas within the request's. That is what a basic budget is
-    charged (the stated request: ``_cost.query_cost``), and only there is the path taken
-    (``Curator``: a zCDP budget prices the first path's events in rho, which the lean path,
-    its epsilon gathered in the answer, would exceed)."""
-    planned = plan_lean(plan, first, allowed)
-    if planned is None:
-        return None
-    lean, lean_choices = planned
-    lean = replace(lean, total=first.total)
-    try:
-        candidates = prove_candidates(plan, lean, partial(compile_with,
-                                                          request=lean.request), source)
-    except (UserError, ValueError, OverflowError):  # as compile_query reports them
-        return None
-    answer = next(iter(candidates.frontier.values()))
-    eps_sum, delta_sum, rho_sum = event_totals(ComposedEvent((*lean_choices, *answer.events)))
-    if rho_sum or allowed.epsilon is None or eps_sum > Fraction(allowed.epsilon) or \
-            delta_sum > Fraction(allowed.delta):
-        return None
-    return lean, candidates
+                         auto, candidates, *(retry or (None, None)))
 
 
 def _prove_retry(plan: Plan, first: AutoPlan, remaining: float, choices: list[DpEvent],

@@ -66,7 +66,6 @@ from dpcurator.query.schema import declare, folded
 from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import (
-    THIN_WARN,
     VALUES,
     AutoPlan,
     choose_bounds,
@@ -75,7 +74,6 @@ from ._auto_bounds import (
     defers_unit_caps,
     needs_retry,
     outer_names,
-    unit_thin_threshold,
 )
 from ._candidates import Candidates
 from ._compile import CompiledQuery, compile_query
@@ -651,14 +649,6 @@ class Curator:
                     "note": "where the thin-data rule's count is too small for the first "
                             "choice, the bounds are chosen again with these, from the answer's "
                             "part, and the answer keeps the rest"}
-            if compiled.lean is not None and compiled.lean_candidates is not None and \
-                    self._budget.composition == "basic":  # plenty of units: the lean path
-                explained["bounds_to_choose"]["if_plentiful"] = {
-                    "share": compiled.lean.share, "epsilons": compiled.lean.epsilons,
-                    "answer": compiled.lean.request.epsilon,
-                    "above": THIN_WARN * unit_thin_threshold(compiled.lean)[1],
-                    "note": "where the thin-data rule's count is at least 'above', the caps "
-                            "are chosen with these and the answer gets the rest"}
             if compiled.plan.bounding == "unit":
                 explained["bounds_to_choose"].update(
                     max_unit_rows=auto.auto.unit_rows, max_unit_sums=list(auto.auto.unit_sums))
@@ -759,16 +749,9 @@ class Curator:
             raise InternalError("the engine returned no profile; this is a bug")
         defer = defers_unit_caps(compiled.plan)
         retry, again = compiled.retry, compiled.retry_candidates
-        # the lean path only where the budget is charged the stated request (basic): a zCDP
-        # budget prices the first path's events in rho (``_compile._prove_lean``)
-        lean = compiled.lean if compiled.lean_candidates is not None and \
-            self._budget.composition == "basic" else None
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
                                      self._source, candidates.rows_for, defer_unit_caps=defer,
-                                     last=retry is None or again is None, lean=lean)
-        if chosen.get("lean"):  # plenty of units: the caps' lean path (``plan_lean``)
-            assert compiled.lean_candidates is not None
-            return compiled.lean_candidates.bind(plan, chosen), chosen, None
+                                     last=retry is None or again is None)
         if defer:
             return candidates.bind(plan, chosen), chosen, _Deferred(auto, profile, candidates)
         if retry is not None and again is not None and needs_retry(
