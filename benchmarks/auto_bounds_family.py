@@ -436,20 +436,22 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
             return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
 
-        if not values and counted:  # the caps alone (``_auto_bounds.caps_thin_rule``): the
-            # widest caps (or the retry) where the noisy count is below its threshold at the
-            # chosen partition cap, and on the last choice not below the low band
-            final = retry is None or ap is not first_ap
-            units = _auto_bounds.caps_statistic(ap, captured["plan"], captured["stats"], final)
+        if not values and counted:  # the caps alone (``_auto_bounds.caps_thin_rule``): on
+            # the first choice the widest caps (or the retry) where the noisy count of the
+            # units is below its threshold at the chosen partition cap; on the retry's, where
+            # the noisy count of the units its caps cut reaches ``caps_cut_bound``
+            again = retry is not None and ap is not first_ap
+            units = _auto_bounds.caps_statistic(ap, captured["stats"])
             for k in joint.ks:
                 widest = _auto_bounds.caps_thin_threshold(ap, captured["plan"], rows_for, k)
                 if retry is not None and ap is first_ap:
                     widest = max(widest, _auto_bounds.RETRY_BELOW * floor)
-                low = _auto_bounds.caps_thin_low(ap, captured["plan"], k) if final else \
-                    -math.inf
-                p = below(widest, units) - (below(min(low, widest), units) if final else 0.0)
                 for r in joint.rs:
-                    thin_at[k, r] = p
+                    if again:
+                        cut = _auto_bounds.caps_statistic(ap, captured["stats"], (k, r))
+                        thin_at[k, r] = 1.0 - below(_auto_bounds.caps_cut_bound(ap), cut)
+                    else:
+                        thin_at[k, r] = below(widest, units)
         if values:
             # a mean's floor is drawn only where the same noisy count reaches the floor's gate
             # (``_auto_bounds.floor_gate``): given a one-sided clamp, with probability

@@ -187,9 +187,9 @@ Caps per group chosen with no clamp beside them (a COUNT with private keys, or b
 and the caps left to the data) have the same rule (``caps_thin_rule``) with a noisy count of
 about the units the lowest caps would cut (``caps_statistic``, sensitivity 1), weighing
 ``CAPS_UNITS`` per cap, on top of the share: below THIN F plus half the caps' target the
-caps are chosen within the noise, and low, so they are chosen again (below) or replaced by
-the widest, except where the last count is so low (``caps_thin_low``) that the lowest caps
-cut almost nobody and are right.
+caps are chosen within the noise, and low, so they are chosen again (below), or replaced by
+the widest where no retry can follow. The choice made again is checked by a noisy count of
+the units its caps cut (``caps_cut_bound``): the widest caps where they cut many, else kept.
 
 Choosing again (``plan_retry``, ``needs_retry``). Where the thin-data rule would use the
 widest clamps (or its count is below ``RETRY_BELOW`` F, the same 1.25 F), the first choices'
@@ -514,10 +514,12 @@ UNIT_ROWS_UNITS = 0.25
 #: intervals about the capped counts, nothing said but a sentence before the charge (a bug
 #: hunt).
 CAPS_UNITS = 0.25
-#: On the caps' last choice, a thin-data count below their target plus CAPS_LOW times its
-#: noise scale keeps the caps chosen (``caps_thin_low``): with nobody beyond the lowest caps
-#: the count passes it w.p. 1 - e^-4 / 2, about 99%
-CAPS_LOW = 4.0
+#: On the caps' choice made again, a noisy count of the units they cut at or above CAPS_LOW
+#: times its noise scale replaces them by the widest (``caps_cut_bound``): where they cut
+#: nobody the count stays below it w.p. 1 - e^-3 / 2, about 97.5%; where they cut 300 units
+#: of a SUM over 20 public keys at epsilon 0.3 (scale 44), it reaches it w.p. about 99%. At 4
+#: scales a bug hunt's seed kept such caps (a count of 142): answers at 15% of the truth.
+CAPS_LOW = 3.0
 MAGNITUDE_ROWS = 4
 #: A mean's partition cap aims at MEAN_CAP_FACTOR times a count's target (``joint_scores``)
 MEAN_CAP_FACTOR = 16.0
@@ -1327,55 +1329,57 @@ def widest_caps(plan: Plan, rows_for: Sequence[tuple[int, int]] | None) -> tuple
     return k, rs[allowed[k] - 1]
 
 
-def caps_statistic(auto_plan: AutoPlan, plan: Plan, stats: Profile, final: bool = True
+def caps_statistic(auto_plan: AutoPlan, stats: Profile, chosen: tuple[int, int] | None = None
                    ) -> int:
-    """The caps' thin-data count (``caps_thin_rule``). Where a retry may follow (not
-    ``final``), the units (``Profile.partitions`` at 0: a unit's pairs weigh 1 / P, so it adds
-    exactly 1). On the last choice, the larger of the statistics the caps chosen are scored
-    by at their lowest candidates (``Profile.partitions`` at the least partition cap,
-    ``Profile.rows`` at one row), floored: about the units the lowest caps would cut. Each
-    statistic moves by at most 1 when one unit is added or removed, so their larger does, and
-    so does its floor."""
-    if not final:
+    """The caps' thin-data count (``caps_thin_rule``). On the first choice (``chosen`` None),
+    the units (``Profile.partitions`` at 0: a unit's pairs weigh 1 / P, so it adds exactly
+    1). On the choice made again, about the units the caps chosen, ``chosen`` = (k, r), cut:
+    the larger of the statistics those caps are scored by (``Profile.partitions`` at k,
+    ``Profile.rows`` at r with each pair weighing 1 / P, whatever partition cap is given: a
+    bug hunt found 1 / max(P, k) hiding 300 units behind a given cap of 20). Each statistic
+    moves by at most 1 when one unit is added or removed, so their larger does, and so does
+    its floor."""
+    if chosen is None:
         return math.floor(stats.partitions([0])[0])
     auto = auto_plan.auto
-    least = 0.0
+    k, r = chosen
+    cut = 0.0
     if auto.max_partitions:
-        least = max(least, stats.partitions([partition_candidates(plan)[0]])[0])
+        cut = max(cut, stats.partitions([k])[0])
     if auto.max_rows_per_partition:
-        least = max(least, stats.rows([ROW_CANDIDATES[0]], plan.max_partitions or 1)[0]
-                    if not auto.max_partitions else stats.rows([ROW_CANDIDATES[0]])[0])
-    return math.floor(least)
+        cut = max(cut, stats.rows([r])[0])
+    return math.floor(cut)
 
 
-def caps_thin_low(auto_plan: AutoPlan, plan: Plan, k: int) -> float:
-    """Below this noisy count the last choice of the caps alone keeps them
-    (``caps_thin_rule``): the caps' target t at ``k`` plus ``CAPS_LOW`` times the count's
-    noise scale. Public numbers only."""
-    return caps_target(auto_plan, plan, k) + CAPS_LOW / auto_plan.epsilons[UNITS]
+def caps_cut_bound(auto_plan: AutoPlan) -> float:
+    """On the choice made again, a noisy count of the units its caps cut at or above this
+    replaces them by the widest (``caps_thin_rule``): ``CAPS_LOW`` times the count's noise
+    scale. Public numbers only."""
+    return CAPS_LOW / auto_plan.epsilons[UNITS]
 
 
 def caps_thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource | None,
-                   rows_for: Sequence[tuple[int, int]] | None, k: int, final: bool = True
+                   rows_for: Sequence[tuple[int, int]] | None, k: int, again: bool = False
                    ) -> tuple[str, int | None, str | None]:
     """The thin-data rule for caps per group chosen with no clamp beside them: (``"widest"``
     or ``"chosen"``, the noisy count or None, a warning or None), as ``thin_rule``'s for the
     clamps.
 
-    The count is ``caps_statistic`` (the units where a retry may follow, else about the units
-    the lowest caps would cut), made noisy by the discrete Laplace mechanism (sensitivity 1,
-    the ``units`` choice's epsilon; Ghosh, Roughgarden and Sundararajan 2009). Below
-    ``caps_thin_threshold`` (``THIN`` F plus half the caps' target t) the statistics cannot
-    pay the ramp from the lowest caps to the data's, and the caps may be drawn within the
-    noise, low (300 units of 10 rows at epsilon 0.3 chose r of 1 or 2 and answered 10% to 45%
-    of the truth). The rule then has them chosen again (``plan_retry``, where ``final`` is
-    False), or replaces them by the widest (``widest_caps``; post-processing of the count),
-    and the release says so. On the last choice (``final``), a count below
-    ``caps_thin_low`` keeps the caps chosen instead: so few units lie beyond the lowest caps
-    (one row per unit, say) that those are right, and the widest would ruin the answer. (The
-    first count cannot tell that: its noise, about 0.13 F, hides 300 units beyond the lowest
-    caps at epsilon 0.3.) Below ``THIN_WARN`` F the caps are kept with a warning: a tail of
-    fewer than about F units cannot be located."""
+    The count is ``caps_statistic``, made noisy by the discrete Laplace mechanism
+    (sensitivity 1, the ``units`` choice's epsilon; Ghosh, Roughgarden and Sundararajan 2009).
+    On the first choice it is of the units: below ``caps_thin_threshold`` (``THIN`` F plus
+    half the caps' target t) the statistics cannot pay the ramp from the lowest caps to the
+    data's, and the caps may be drawn within the noise, low (300 units of 10 rows at epsilon
+    0.3 chose r of 1 or 2 and answered 10% to 45% of the truth). The caps are then chosen
+    again (``plan_retry``), or, where no retry can follow, replaced by the widest
+    (``widest_caps``; post-processing of the count), and the release says so. On the choice
+    made again (``again``) the data is thin by then, and the count is of the units its caps
+    cut: at or above ``caps_cut_bound`` (3 noise scales) they are replaced by the widest; below
+    it they are kept, cutting almost nobody (one row per unit keeps caps of one row; a count
+    of the units beyond the lowest caps, tried first, kept them wherever the caps' target was
+    large against the noise, where the choice had collapsed: a bug hunt). Above the first
+    threshold but below ``THIN_WARN`` F, the caps are kept with a warning: a tail of fewer
+    than about F units cannot be located."""
     floor = thin_floor(auto_plan, plan, rows_for)
     epsilon = auto_plan.epsilons[UNITS]
     wide_k, wide_r = widest_caps(plan, rows_for)
@@ -1385,24 +1389,36 @@ def caps_thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSo
     keys = (" (with private keys, a unit in up to that many partitions raises the selection's "
             "threshold, so few or no keys may be released)") if plan.private_keys and \
         auto.max_partitions else ""
-    threshold = caps_thin_threshold(auto_plan, plan, rows_for, k)
-    beyond = " beyond the lowest caps" if final else ""
-    widest = (f"too few units for epsilon to choose the caps per group ({caps}) from the data "
-              f"(the choice needs about {threshold:,.0f} units{beyond}); the "
-              f"widest caps were used ({wide_k:,} partitions of {wide_r:,} rows){keys}, so the "
-              f"answer is as uncertain as its interval says: give {caps}, or raise epsilon, or "
-              "the share of it spent choosing them (bounds_share)")
-    if 1.0 / epsilon > MAX_NOISE_SCALE:
+    threshold = caps_cut_bound(auto_plan) if again else \
+        caps_thin_threshold(auto_plan, plan, rows_for, k)
+    # public numbers only: the noisy count, never ``count``
+    noisy = None if 1.0 / epsilon > MAX_NOISE_SCALE else \
+        int(DiscreteLaplace(epsilon=epsilon, source=source).release(count))
+    why = (f"the caps chosen again from the data cut many units (a noisy count of "
+           f"{noisy if noisy is not None else 'no'} against {threshold:,.0f})" if again else
+           f"too few units for epsilon to choose the caps per group ({caps}) from the data "
+           f"(the choice needs about {threshold:,.0f})")
+    widest = (f"{why}; the widest caps were used ({wide_k:,} partitions of {wide_r:,} rows)"
+              f"{keys}, so the answer is as uncertain as its interval says: give {caps}, or "
+              "raise epsilon, or the share of it spent choosing them (bounds_share)")
+    if noisy is None:
         return "widest", None, widest
-    noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(count))
-    if noisy < threshold and not (final and noisy < caps_thin_low(auto_plan, plan, k)):
+    if again:
+        if noisy >= threshold:
+            return "widest", noisy, widest
+        return "chosen", noisy, (
+            f"thin data for this epsilon: the caps per group chosen again from the data cut "
+            f"few units (a noisy count of {noisy:,}), but cannot locate a tail of fewer than "
+            f"about {floor:,.0f} units; rows beyond them are cut unseen (give {caps} to be "
+            "sure)")
+    if noisy < threshold:
         return "widest", noisy, widest
     if noisy < THIN_WARN * floor:
         return "chosen", noisy, (
-            f"thin data for this epsilon (about {max(noisy, 0):,} units{beyond}): the caps "
-            f"per group chosen from the data cannot locate a tail of fewer "
-            f"than about {floor:,.0f} units; rows beyond them are cut unseen (give {caps} to "
-            "be sure; a larger bounds_share locates smaller tails)")
+            f"thin data for this epsilon (about {max(noisy, 0):,} units): the caps per group "
+            f"chosen from the data cannot locate a tail of fewer than about {floor:,.0f} "
+            f"units; rows beyond them are cut unseen (give {caps} to be sure; a larger "
+            "bounds_share locates smaller tails)")
     return "chosen", noisy, None
 
 
@@ -1516,14 +1532,14 @@ def choose_floor(auto_plan: AutoPlan, stats: Profile, index: int, column: str,
 def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
                   columns: Sequence[str], source: RandomSource | None,
                   rows_for: Sequence[tuple[int, int]] | None = None, *,
-                  defer_unit_caps: bool = False, last: bool = True
+                  defer_unit_caps: bool = False, again: bool = False
                   ) -> tuple[Plan, dict[str, Any]]:
     """The plan with its bounds chosen from ``profile`` (the engine's rows for a
     ``BoundedQuery.profile`` of ``columns``), and what the release says about them; the caps
     among those ``rows_for`` allows (``_choose_joint``). ``defer_unit_caps``
     (``defers_unit_caps``): ``bounding="unit"``'s caps are left at the widest
     (``widest_unit_caps``), to be chosen once the keys are selected (``choose_unit_caps``).
-    ``last``: no retry follows (``caps_thin_rule``'s ``final``)."""
+    ``again``: the choice made again (``plan_retry``; ``caps_thin_rule``)."""
     auto = auto_plan.auto
     stats = Profile(profile)
     eps = auto_plan.epsilons
@@ -1544,8 +1560,9 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
                                           for i in range(len(columns))), source, rows_for,
                      k) if columns else None
     if not columns and UNITS in eps:  # the caps alone: a count of units checks them
-        thin = caps_thin_rule(auto_plan, plan, caps_statistic(auto_plan, plan, stats, last),
-                              source, rows_for, k, last)
+        thin = caps_thin_rule(auto_plan, plan,
+                              caps_statistic(auto_plan, stats, (k, r) if again else None),
+                              source, rows_for, k, again)
         if thin[0] == "widest":  # post-processing of the count: the stated rule
             k, r = widest_caps(plan, rows_for)
     if auto.max_partitions:

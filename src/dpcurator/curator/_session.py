@@ -750,8 +750,7 @@ class Curator:
         defer = defers_unit_caps(compiled.plan)
         retry, again = compiled.retry, compiled.retry_candidates
         plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
-                                     self._source, candidates.rows_for, defer_unit_caps=defer,
-                                     last=retry is None or again is None)
+                                     self._source, candidates.rows_for, defer_unit_caps=defer)
         if defer:
             return candidates.bind(plan, chosen), chosen, _Deferred(auto, profile, candidates)
         if retry is not None and again is not None and needs_retry(
@@ -759,7 +758,7 @@ class Curator:
             # too thin for the first choice: chosen again, from the answer's part
             # (``_auto_bounds.plan_retry``; its privacy: ``_compile._prove_retry``)
             plan, second = choose_bounds(retry, compiled.plan, profile, auto.auto.columns,
-                                         self._source, again.rows_for)
+                                         self._source, again.rows_for, again=True)
             chosen = chosen_again(auto, retry, chosen, second)
             return again.bind(plan, chosen), chosen, None
         return candidates.bind(plan, chosen), chosen, None

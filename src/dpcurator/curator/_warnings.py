@@ -29,6 +29,7 @@ from ._auto_bounds import (
     UNIT_ROW_CANDIDATES,
     UNITS,
     AutoPlan,
+    caps_cut_bound,
     caps_thin_threshold,
     defers_unit_caps,
     thin_threshold,
@@ -178,24 +179,21 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
         if needed < THIN_STATED:
             return []
         retry = compiled.retry
-        again = retry is not None and compiled.retry_candidates is not None
         first = (f"At this epsilon the caps per group ({caps}) are chosen from the data only "
-                 f"if it holds about {needed:,.0f} units or more" +
-                 ("" if again else " beyond the lowest caps") + " (a noisy count); below that ")
+                 f"if it holds about {needed:,.0f} units or more (a noisy count); below that ")
         widest = ("the widest caps are used and the answer is as uncertain as its interval "
                   "says" + (" (with private keys, few or no keys may then be released)"
                             if compiled.plan.private_keys and auto.auto.max_partitions
-                            else "") + ", unless the count shows almost no unit beyond the "
-                  "lowest caps, which are then kept.")
+                            else "") + ".")
         if retry is not None and compiled.retry_candidates is not None:
-            needed = _caps_threshold(retry, compiled.plan, compiled.retry_candidates.rows_for)
+            bound = caps_cut_bound(retry)
             answer = retry.request.rho if retry.request.rho is not None else \
                 retry.request.epsilon
             cost = "rho" if retry.request.rho is not None else "epsilon"
             return [first + f"they are chosen again with {retry.share:.0%} of the budget in "
-                    f"all, leaving the answer {cost} {answer:.3g}, if about {needed:,.0f} "
-                    "units or more lie beyond the lowest caps (a second noisy count); below "
-                    f"that {widest} Give {caps} to avoid both."]
+                    f"all, leaving the answer {cost} {answer:.3g}, and kept if a second noisy "
+                    f"count of the units they cut is below about {bound:,.0f}; else {widest} "
+                    f"Give {caps} to avoid both."]
         return [first + widest + f" Give {caps} to avoid it."]
     threshold = _threshold(auto, compiled.plan, rows_for)
     if threshold < THIN_STATED:
