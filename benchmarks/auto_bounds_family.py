@@ -473,13 +473,27 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                                               count)) / sided if sided > 0.0 else 0.0)
                 end_gate_at[k, r] = ((1.0 - below(max(_auto_bounds.ONE_SIDED * floor, end_f),
                                                   count)) / sided if sided > 0.0 else 0.0)
+        # the clamps' kept count (``_auto_bounds.kept_check``): where it falls below its bound
+        # the clamps are set aside as the widest's are
+        kept_q = math.exp(-ap.epsilons[_auto_bounds.KEPT]) if values and \
+            _auto_bounds.KEPT in ap.epsilons else None
+
+        def fires(k: int, r: int, m: int | None) -> float:
+            if kept_q is None or m is None or m == len(_auto_bounds.MAGNITUDES) - 1:
+                return 0.0
+            kept = _auto_bounds.kept_statistic(captured["stats"], [(0, m)], r)
+            z = math.ceil(_auto_bounds.kept_bound(ap) - kept) - 1  # P[kept + Z < bound]
+            return kept_q ** (-z) / (1 + kept_q) if z < 0 else 1 - kept_q ** (z + 1) / (1 + kept_q)
+
         fallback = 0.0
         by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}
         for index in np.flatnonzero(probabilities > 1e-12):
             k, r, m = joint.decode(int(index))
             p = float(probabilities[index])
-            fallback += p * thin_at.get((k, r), 0.0)
-            by_km.setdefault((k, m), []).append((r, p * (1.0 - thin_at.get((k, r), 0.0))))
+            thin = thin_at.get((k, r), 0.0)
+            aside = thin + (1.0 - thin) * fires(k, r, m)
+            fallback += p * aside
+            by_km.setdefault((k, m), []).append((r, p * (1.0 - aside)))
         sums = {"total": 0.0, "mass": 0.0, "far": 0.0}
         likeliest: list[tuple[float, ...]] = []
         threshold = 9.0 * best

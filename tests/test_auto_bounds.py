@@ -28,6 +28,7 @@ from dpcurator.curator._auto_bounds import (
     ROW_CANDIDATES,
     VALUES_SENSITIVITY,
     factors_from,
+    kept_statistic,
 )
 from dpcurator.curator._profile import Profile, _beyond, _down
 from dpcurator.engines import MEAN_OCTAVES, PROFILE_STEPS, UNIT_TOTALS, DuckDBEngine
@@ -93,6 +94,9 @@ def all_statistics(profile: Profile) -> np.ndarray:
                      # rule's count of nonzero values (the floor of the same sum)
                      *(v for r in (2, 4) for v in profile.magnitudes(0, r)),
                      profile.nonzero(0, 1), profile.nonzero(0, 4),
+                     # the clamps' kept count at a few magnitudes chosen (``kept_check``)
+                     *(kept_statistic(profile, [(0, m)], r) for m in (0, 40, 88, 120)
+                       for r in (1, 8)),
                      # what a mean's floor raises, on either side
                      *(v for r in (1, 4) for side in (1, -1)
                        for v in profile.raised(0, r, side)),
@@ -302,8 +306,9 @@ def test_the_statistics_are_their_exact_sums_of_fractions() -> None:
 
 #: what the choices spend per unit of the bounds' share where one column's clamp is chosen:
 #: the thin-data count weighs 1, 3/4 of it on top of the share (``UNITS_ON_TOP``), so the
-#: weights 6 (4 for the joint choice, 1 for the signs, 1 for the count) cost 6 / 5.25 of it
-ON_TOP = 6 / 5.25
+#: weights 6.5 (4 for the joint choice, 1 for the signs, 1 for the count, 1/2 for the kept
+#: count, all on top: ``kept_check``) cost 6.5 / 5.25 of it
+ON_TOP = 6.5 / 5.25
 
 
 def clear_frame(units: int = 3000) -> pd.DataFrame:
@@ -494,8 +499,15 @@ def test_the_share_spent_choosing_is_the_users_to_set() -> None:
     chosen = release.bounds_chosen
     assert chosen is not None
     assert chosen["first_choice"]["epsilon"] == pytest.approx(0.1 * ON_TOP)
-    assert chosen["share"] == 0.5 and chosen["epsilon"] == pytest.approx(1.0)
-    assert chosen["epsilon"] <= 1.0 and release.privacy == dp.PureDP(2)
+    # half of the budget in all, and each path's kept count on top of it (``kept_check``: 1/2
+    # of 6.5 on the first path, 1/2 of 6 on top of the retry's other choices)
+    first = 0.05 * ON_TOP
+    first_kept = first * 0.5 / 6.5
+    retry_kept = (0.5 - (first - first_kept)) * 0.5 / 6.0
+    whole = 0.5 + first_kept + retry_kept
+    assert chosen["share"] == pytest.approx(whole)
+    assert chosen["epsilon"] == pytest.approx(2 * whole)
+    assert chosen["epsilon"] <= 2 * whole + 1e-12 and release.privacy == dp.PureDP(2)
     assert any("chosen again" in w for w in release.warnings)
     query = Query().group_by("g", keys=keys).sum("x").bounds_share(0.5)
     release = curator.run(query, epsilon=1)
@@ -981,15 +993,16 @@ def test_the_thin_rules_count_spends_its_charged_share_at_sensitivity_one(
     """The thin-data rule's noisy count is a discrete Laplace of sensitivity 1 with the
     ``units`` choice's epsilon: its weight 1 of the bounds' share over the weights paid
     from it (a joint choice of k, r and a magnitude 4, the signs 1, the count's 1/4: its
-    other 3/4 on top, ``UNITS_ON_TOP``), which the release's privacy includes. A count
-    drawn with more epsilon than charged would pass every other test; this one fails."""
+    other 3/4 on top, ``UNITS_ON_TOP``), which the release's privacy includes; the clamps'
+    kept count (``kept_check``) likewise at its weight 1/2, all on top. A count drawn with
+    more epsilon than charged would pass every other test; this one fails."""
     drawn = spy_on_mechanism(monkeypatch, "DiscreteLaplace")
     curator, release = sum_of_clear_frame()
-    assert len(drawn) == 1
-    epsilon, sensitivity = drawn[0]
-    assert sensitivity == 1
-    assert epsilon == pytest.approx(0.2 * 1.0 / 5.25, rel=1e-9)
-    assert epsilon <= 0.2 * 1.0 / 5.25
+    assert len(drawn) == 2
+    for (epsilon, sensitivity), weight in zip(drawn, (1.0, 0.5), strict=True):
+        assert sensitivity == 1
+        assert epsilon == pytest.approx(0.2 * weight / 5.25, rel=1e-9)
+        assert epsilon <= 0.2 * weight / 5.25
     assert release.privacy == dp.PureDP(2.0) and curator.spent.epsilon == pytest.approx(2.0)
 
 

@@ -215,6 +215,18 @@ with probability above 1% on 1 SUM shape and no AVG shape (6 and 5 before), SUM 
 mass out); COMPAS's juvenile felonies summed by race at epsilon 1: the widest clamps in 9%
 of releases (96% before), 1.8x the best fixed bounds (``benchmarks/compas.py``).
 
+The kept count (``kept_check``). A thin-data count above its threshold does not make the
+choice safe near it: the lowest magnitudes then score about F / 2 below the data's, each
+(beta / C)^(1/2) as likely, and there are thousands of them, so a few percent of releases
+drew a clamp below every value (500 units of 20 rows at epsilon 0.5, AVG per group: 0 within
+[0, 0] in 8 of 200 seeded releases). After the clamps are chosen, a noisy count of the units'
+worth of nonzero values within them (the least over the columns, sensitivity 1,
+``WEIGHTS["kept"]`` all on top of the share, and on top of ``RETRY_SHARE`` on the retry)
+below ``CAPS_LOW`` noise scales (``kept_bound``) sets them aside, as the thin-data rule's
+widest clamps are: chosen again, or the widest used, said in the release. A clamp at the
+bias-variance point keeps all but about the noise's rate t of the N units' worth of values;
+a collapsed one keeps none.
+
 The floor. F = 2 ln(C / beta) / epsilon (``AutoPlan.floor``; C the choice's number of
 candidates, beta = ``BETA`` = 1e-4). Each coordinate of a choice has a candidate with
 penalty at most F (the smallest j with stat_j <= F, or the last: every term is then at most
@@ -446,7 +458,8 @@ OUTER_PRIOR = 1.0
 #: errors 0.0022, 0.0028, 0.0034 with 1; 0.0021, 0.0026, 0.0029 with 1/4)
 WEIGHTS = {"max_partitions": 1.0, "max_rows_per_partition": 1.0, "magnitude": 2.0,
            "signs": 1.0, "floor": 0.5, "units": 1.0, "unit": 1.0,
-           "unit_partitions": 0.25, "unit_units": 0.5, VALUES: VALUES_WEIGHT}
+           "unit_partitions": 0.25, "unit_units": 0.5, VALUES: VALUES_WEIGHT,
+           "kept": 0.5}
 #: ``bounding="unit"``: a unit's rows in all, on the profile's grid (``choose_unit_rows``)
 UNIT_ROW_CANDIDATES = tuple(t for t in UNIT_TOTALS if t <= MAX_CONTRIBUTIONS)
 #: The data is too thin to choose a clamp from when a noisy count of its units is below
@@ -520,6 +533,21 @@ CAPS_UNITS = 0.25
 #: of a SUM over 20 public keys at epsilon 0.3 (scale 44), it reaches it w.p. about 99%. At 4
 #: scales a bug hunt's seed kept such caps (a count of 142): answers at 15% of the truth.
 CAPS_LOW = 3.0
+#: Where clamps are chosen, a noisy count of the units' worth of nonzero values the chosen
+#: clamps keep (``kept_check``) weighs ``WEIGHTS["kept"]`` (1/2), all of it on top of the
+#: share (and of ``RETRY_SHARE`` on the retry); below ``kept_bound`` (3 noise scales) the
+#: choice is set aside as the thin-data rule's widest clamps are (the choice is made again,
+#: or the widest clamps used). Without it, 500 units of 20 rows (values about N(100, 20), two
+#: public keys) asked AVG at epsilon 0.5 answered 0 with the interval [0, 0] or 38 within
+#: [33, 38] in 8 of 200 seeded releases: counts just above the thin-data threshold, where the
+#: lowest magnitudes' plateau still holds a few percent of the choice's mass. A count of the
+#: values the clamps cut, against a bound between the noise's rate t and the thin-data count
+#: N, was tried first: the collapses came where the noisy N had passed its threshold well
+#: above the true N, so the bound lay above what a collapsed clamp cut (6 of 200 kept at 3/4
+#: of the way), and halfway it set aside sound clamps in 1.4% of the family's #42 (AVG over
+#: 20 groups at epsilon 0.3: N 1,218, t 419; ``auto_bounds.py --family --only 42``). The
+#: kept count needs no N: about 0 where the clamp collapsed, about N - t where it did not.
+KEPT = "kept"
 MAGNITUDE_ROWS = 4
 #: A mean's partition cap aims at MEAN_CAP_FACTOR times a count's target (``joint_scores``)
 MEAN_CAP_FACTOR = 16.0
@@ -586,6 +614,7 @@ class AutoPlan:
     total: float | None = None  # what measures the total (``_total``), for the second compile
     share: float = 0.0  # the share of the whole budget the bounds spend (``plan_auto``)
     values_share: float = 0.0  # of which a sum's histogram's (``value_factors``)
+    kept_share: float = 0.0  # of which the clamps' kept count's (``kept_check``)
     means: bool = False  # the histogram is a mean's: the light pairs too (``value_histogram``)
 
     def floor(self, choice: str, candidates: int, beta: float = BETA, *,
@@ -713,6 +742,10 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     caps_alone = not unit_mode and auto.choices > 0 and not auto.columns
     if caps_alone:  # the caps per group's thin-data count (``caps_thin_rule``), all on top
         names.append((UNITS, CAPS_UNITS * _caps_chosen(auto)))
+    kept = not unit_mode and auto.choices > 0 and bool(auto.columns)
+    kept_weight = WEIGHTS[KEPT]
+    if kept:  # the count of what the clamps chosen keep (``kept_check``), all on top
+        names.append((KEPT, kept_weight))
     weights = [w for _, w in names]
     share = auto.spent_share / remaining if names else 0.0
     # the histogram and part of the thin-data count on top of the bounds' share: the other
@@ -720,12 +753,16 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     counted = any(name == UNITS for name, _ in names)
     on_top = (WEIGHTS[VALUES] if values else 0.0) + \
         ((CAPS_UNITS * _caps_chosen(auto) if caps_alone else UNITS_ON_TOP if not unit_mode
-          else UNIT_UNITS_ON_TOP if auto.unit_sums else UNIT_ROWS_UNITS) if counted else 0.0)
+          else UNIT_UNITS_ON_TOP if auto.unit_sums else UNIT_ROWS_UNITS) if counted else 0.0) \
+        + (kept_weight if kept else 0.0)
     if on_top and share * sum(weights) / (sum(weights) - on_top) < 1.0:
         share *= sum(weights) / (sum(weights) - on_top)
     # else (a share near 1) the parts on top come from within it: nothing would be left
     if share_of_request is not None:
         share = share_of_request
+        if kept and share * sum(weights) / (sum(weights) - kept_weight) < 1.0:
+            # the kept count on top of the retry's part too: its choices keep all of it
+            share *= sum(weights) / (sum(weights) - kept_weight)
     if share >= 1.0:
         if remaining < 1.0:
             raise UserError(f"the bounds' share ({auto.spent_share:g}) and the total "
@@ -774,9 +811,10 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     spent = chosen
     partitions = len(plan.keys) if plan.keys is not None and plan.group_by else 1
     values_share = share * remaining * WEIGHTS[VALUES] / sum(weights) if values else 0.0
+    kept_share = share * remaining * kept_weight / sum(weights) if kept else 0.0
     return AutoPlan(auto, epsilons, rest, partitions, noise, exponent, spent,
                     outer or 0.0, share=share * remaining, values_share=values_share,
-                    means=values and _means(plan)), events
+                    means=values and _means(plan), kept_share=kept_share), events
 
 
 def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
@@ -805,13 +843,21 @@ def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
         return None
     whole_share = RETRY_SHARE / remaining  # of the request the first choices split
     first_share = first.share / remaining
-    if whole_share < 2.0 * first_share:
+    # the clamps' kept counts (``kept_check``) are on top of RETRY_SHARE, the first's and the
+    # retry's: the other choices keep what they had without them
+    first_choices = (first.share - first.kept_share) / remaining
+    if whole_share < 2.0 * first_choices:
         return None
     # the first answer's part is 1 - first_share of the request; the retry's choices take
-    # whole_share - first_share of it, so that its answer keeps 1 - whole_share
-    part = (whole_share - first_share) / (1.0 - first_share)
+    # whole_share - first_choices of the request, so that its answer keeps 1 - whole_share
+    # less the cut counts
+    part = (whole_share - first_choices) / (1.0 - first_share)
     retry, events = plan_auto(plan, first.request, share_of_request=part)
-    return replace(retry, share=whole_share * remaining), events
+    # of the first answer's request the retry takes retry.share (its clamps' kept count on top
+    # of ``part``: ``plan_auto``); both shares as parts of the whole budget
+    whole = first_share + (1.0 - first_share) * retry.share
+    return replace(retry, share=whole * remaining,
+                   kept_share=(1.0 - first_share) * retry.kept_share * remaining), events
 
 
 def with_bounds(agg: Aggregate, bounds: dict[str, Bounds]) -> Aggregate:
@@ -1286,6 +1332,53 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     return "chosen", noisy, None
 
 
+def kept_statistic(stats: Profile, chosen: Sequence[tuple[int, int]], r: int) -> int:
+    """The clamps' kept count (``kept_check``): the least, over the columns ``chosen`` (each
+    a column's index and its chosen magnitude's, public: released choices), of the units'
+    worth of nonzero values within that magnitude (``Profile.within``, at the row cap's
+    ``magnitude_cap(r)``, as the choice read it). Each column's statistic moves by at most 1
+    when one unit is added or removed (a unit's values weigh at most 1 in all), so their
+    least does."""
+    cap = magnitude_cap(r)
+    return min(stats.within(i, cap, PROFILE_STEPS[m]) for i, m in chosen)
+
+
+def kept_bound(auto_plan: AutoPlan) -> float:
+    """Below this noisy kept count the clamps chosen are set aside (``kept_check``):
+    ``CAPS_LOW`` noise scales of the count. Public numbers only."""
+    return CAPS_LOW / auto_plan.epsilons[KEPT]
+
+
+def kept_check(auto_plan: AutoPlan, stats: Profile, chosen: Sequence[tuple[int, int]], r: int,
+               source: RandomSource | None) -> tuple[bool, int | None, str | None]:
+    """Whether the clamps chosen collapsed: (set them aside, the noisy count or None, a
+    warning or None).
+
+    The count is ``kept_statistic`` made noisy by the discrete Laplace mechanism (sensitivity
+    1, the ``kept`` choice's epsilon; Ghosh, Roughgarden and Sundararajan 2009). A clamp at
+    the bias-variance point keeps all but about the noise's rate t of the N units' worth of
+    nonzero values; one drawn from the lowest magnitudes' plateau, or below every value,
+    keeps none of them. Near the thin-data threshold the plateau holds a few percent of the
+    joint choice's mass (its candidates score about F / 2 below the data's, each (beta /
+    C)^(1/2) as likely, and there are thousands), so the thin-data count alone let such
+    clamps through. Below ``kept_bound`` the outcome is the thin-data rule's widest clamps
+    (post-processing of the counts): the choice is made again where it can be, else the
+    widest clamps are used, and the release says why."""
+    epsilon = auto_plan.epsilons[KEPT]
+    bound = kept_bound(auto_plan)
+    widest = ("the clamps chosen from the data kept almost none of the values (a noisy count "
+              "of {noisy} units' worth within them, against {bound:,.0f}): the choice had "
+              "collapsed, so the widest clamps (+-2^40) were used and the answer is as "
+              "uncertain as its interval says: give bounds, or raise epsilon")
+    if 1.0 / epsilon > MAX_NOISE_SCALE:
+        return True, None, widest.format(noisy="no", bound=bound)
+    noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(
+        kept_statistic(stats, chosen, r)))
+    if noisy < bound:
+        return True, noisy, widest.format(noisy=f"{noisy:,}", bound=bound)
+    return False, noisy, None
+
+
 def caps_target(auto_plan: AutoPlan, plan: Plan, k: int) -> float:
     """The largest target the joint choice gives the caps per group chosen alone at the
     partition cap ``k`` (``joint_scores``: the partition cap's G s a k^(a-1), the row cap's
@@ -1573,6 +1666,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
     top: list[str] = []  # the columns whose chosen magnitude is the largest candidate
     raised: list[str] = []  # the columns whose clamp got a floor, or an end brought in
     rate = auto_plan.target(k, per_partition=False)
+    indexes: list[int] = []  # each column's magnitude chosen (``kept_check``)
     for index, column in enumerate(columns):
         if index == 0:
             assert first is not None
@@ -1585,6 +1679,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
                                    [rate] * len(MAGNITUDES), cap, eps[choice],
                                    MAGNITUDE_LAMBDA)
             chosen_index = _release(-penalties, eps[choice], source)
+        indexes.append(chosen_index)
         magnitude = MAGNITUDES[chosen_index]
         # the signs: [0, M] costs the negative values, [-M, 0] the positive ones, [-M, M] a
         # fixed price (twice the width: twice the noise of a mean); adding a unit lowers or
@@ -1614,6 +1709,18 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
         bounds[column] = Bounds(lo, hi)
         if magnitude == MAGNITUDES[-1] and not (thin is not None and thin[0] == "widest"):
             top.append(column)
+    # the clamps' kept count (``kept_check``), over the columns whose magnitude is below the
+    # largest candidate (there the widest clamps are no wider; ``top`` says what it cuts)
+    below_top = [(i, m) for i, m in enumerate(indexes) if m < len(MAGNITUDES) - 1]
+    if KEPT in eps and below_top and thin is not None and thin[0] != "widest" and \
+            thin[1] is not None:
+        collapsed, noisy_kept, why = kept_check(auto_plan, stats, below_top, r, source)
+        chosen["kept"] = noisy_kept
+        if collapsed:  # post-processing of the counts: the thin-data rule's widest clamps
+            thin = ("widest", thin[1], why)
+            chosen["collapsed"] = True
+            bounds = {c: Bounds(-MAGNITUDES[-1], MAGNITUDES[-1]) for c in bounds}
+            top, raised = [], []
     if bounds:
         chosen["bounds"] = {c: (b.lo, b.hi) for c, b in bounds.items()}
     aggregates = [with_bounds(agg, bounds) for agg in plan.aggregates]
@@ -1677,7 +1784,7 @@ def chosen_again(first: AutoPlan, retry: AutoPlan, before: dict[str, Any],
     out["share"] = retry.share  # in all: a sum's histogram included
     out.pop("values_share", None)
     out["first_choice"] = {key: before[key] for key in (
-        "max_partitions", "max_rows_per_partition", OUTER, "max_unit_sums", "units",
+        "max_partitions", "max_rows_per_partition", OUTER, "max_unit_sums", "units", "kept",
         cost_name) if key in before}
     answer = retry.request.rho if retry.request.rho is not None else retry.request.epsilon
     units = max(before.get('units') or 0, 0)
@@ -1692,10 +1799,13 @@ def chosen_again(first: AutoPlan, retry: AutoPlan, before: dict[str, Any],
         give = " and ".join(name for name in ("max_partitions", "max_rows_per_partition")
                             if getattr(retry.auto, name))
         what, count = f"caps per group ({give})", f"{units:,} units"
+    why = f"too few units for the first choice of the {what} (a noisy count of {count})"
+    if before.get("collapsed"):  # set aside by its kept count (``kept_check``)
+        why = (f"the first choice of the clamps kept almost none of the values (a noisy count "
+               f"of {before.get('kept') or 0:,} units' worth within them)")
     out["warnings"] = [
-        f"too few units for the first choice of the {what} (a noisy count of {count}), so "
-        f"they were chosen again with {retry.share:.0%} of the budget in all; the answer has "
-        f"{cost_name} {answer:.3g} (give {give} to keep it all for the answer)",
+        f"{why}, so they were chosen again with {retry.share:.0%} of the budget in all; the "
+        f"answer has {cost_name} {answer:.3g} (give {give} to keep it all for the answer)",
         *out.get("warnings", ())]
     return out
 

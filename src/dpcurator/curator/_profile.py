@@ -119,6 +119,15 @@ class Profile:
         return math.floor(sum((Fraction(c, max(t, r)) for t, _, b, c in
                                self.values.get(column, []) if b >= first), Fraction(0)))
 
+    def within(self, column: int, r: int, q: int) -> int:
+        """The floor of the exact weighted count of the column's nonzero values within the
+        magnitude 2^(q/4): those above 2^-20 that ``magnitudes`` does not count at q, each
+        weighing 1 / max(T, r) as there (a unit adds at most 1; the floor moves by at most 1
+        when the exact count does)."""
+        first = PROFILE_STEPS[0]
+        return math.floor(sum((Fraction(c, max(t, r)) for t, _, b, c in
+                               self.values.get(column, []) if first <= b < q), Fraction(0)))
+
     def partitions(self, caps: Sequence[int]) -> list[float]:
         """Units with more than K partitions (each pair weighs 1 / P)."""
         return [_down(sum((Fraction(c, p) for (p, _), c in self._by_shape.items() if p > cap),

@@ -211,9 +211,14 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
         return [first + f"they are chosen again with {retry.share:.0%} of the budget in all, "
                 f"leaving the answer {cost} {answer:.3g}, if it holds about {again:,.0f} or "
                 "more; below that the widest clamps (+-2^40) are used and the answer is as "
-                "uncertain as its interval says. Give bounds to avoid both."]
+                f"uncertain as its interval says. {KEPT_STATED} Give bounds to avoid both."]
     return [first + "the widest clamps (+-2^40) are used and the answer is as uncertain as "
-            "its interval says. Give bounds to avoid it."]
+            f"its interval says. {KEPT_STATED} Give bounds to avoid it."]
+
+
+#: the clamps' kept count (``_auto_bounds.kept_check``), stated with the thin-data rule
+KEPT_STATED = ("Clamps chosen that keep almost none of the values (a second noisy count, of "
+               "the values within them) are set aside the same way.")
 
 
 def _caps_threshold(auto: AutoPlan, plan: Plan, rows_for: Any) -> float:
