@@ -850,7 +850,7 @@ def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
         return None
     # the first answer's part is 1 - first_share of the request; the retry's choices take
     # whole_share - first_choices of the request, so that its answer keeps 1 - whole_share
-    # less the cut counts
+    # less the kept counts
     part = (whole_share - first_choices) / (1.0 - first_share)
     retry, events = plan_auto(plan, first.request, share_of_request=part)
     # of the first answer's request the retry takes retry.share (its clamps' kept count on top
