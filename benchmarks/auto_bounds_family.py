@@ -432,7 +432,8 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
         floor = _auto_bounds.thin_floor(ap, captured["plan"], rows_for)
         q = math.exp(-ap.epsilons[_auto_bounds.UNITS]) if counted else 0.0
 
-        def below(threshold: float, count: int) -> float:
+        def below(threshold: float, count: int, q: float = q) -> float:
+            """P[count + Z < threshold], Z discrete Laplace of parameter q = e^-epsilon."""
             z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
             return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
 
@@ -482,8 +483,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             if kept_q is None or m is None or m == len(_auto_bounds.MAGNITUDES) - 1:
                 return 0.0
             kept = _auto_bounds.kept_statistic(captured["stats"], [(0, m)], r)
-            z = math.ceil(_auto_bounds.kept_bound(ap) - kept) - 1  # P[kept + Z < bound]
-            return kept_q ** (-z) / (1 + kept_q) if z < 0 else 1 - kept_q ** (z + 1) / (1 + kept_q)
+            return below(_auto_bounds.kept_bound(ap), kept, kept_q)
 
         fallback = 0.0
         by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}

@@ -114,12 +114,11 @@ class Profile:
     def nonzero(self, column: int, r: int = 1) -> int:
         """The floor of the exact weighted count of the column's values above 2^-20 in
         magnitude, each weighing 1 / max(T, r) as in ``magnitudes`` (a unit adds at most 1;
-        the floor moves by at most 1 when the exact count does)."""
-        first = PROFILE_STEPS[0]
-        return math.floor(sum((Fraction(c, max(t, r)) for t, _, b, c in
-                               self.values.get(column, []) if b >= first), Fraction(0)))
+        the floor moves by at most 1 when the exact count does): ``within`` every
+        magnitude."""
+        return self.within(column, r, math.inf)
 
-    def within(self, column: int, r: int, q: int) -> int:
+    def within(self, column: int, r: int, q: float) -> int:
         """The floor of the exact weighted count of the column's nonzero values within the
         magnitude 2^(q/4): those above 2^-20 that ``magnitudes`` does not count at q, each
         weighing 1 / max(T, r) as there (a unit adds at most 1; the floor moves by at most 1
