@@ -264,3 +264,54 @@ def test_a_noise_calibrated_below_what_one_unit_moves_is_refused() -> None:
     wider = CountThreshold(noise=DiscreteLaplace(epsilon=1.0, sensitivity=20),
                            contribution=5, delta=1e-6, max_partitions=3)  # conservative
     assert wider.guarantee == dp.ApproxDP(1.0, 1e-6)
+
+
+def test_a_unit_total_bounds_both_norms() -> None:
+    """Under caps on each unit's total (``bounding="unit"``) one unit's counts are
+    non-negative and sum to at most T over all its partitions: both norms are at most T, so
+    noise for T suffices whatever k (k C would be 4 x 8 = 32 here), and less is refused."""
+    fine = CountThreshold(noise=DiscreteLaplace(epsilon=1.0, sensitivity=8), contribution=8,
+                          delta=1e-6, max_partitions=4, total=8)
+    assert fine.threshold == 8 + upper_tail_point(fine.noise, fine.partition_delta)
+    with pytest.raises(dp.errors.UserError, match=r"its total over all partitions, 8 \(L1\)"):
+        CountThreshold(noise=DiscreteLaplace(epsilon=1.0, sensitivity=7.5), contribution=8,
+                       delta=1e-6, max_partitions=4, total=8)
+    CountThreshold(noise=DiscreteGaussian(rho=0.5, sensitivity=8), contribution=8,
+                   delta=1e-6, max_partitions=4, total=8)
+    with pytest.raises(dp.errors.UserError, match=r"total over all partitions, 8; .* 8"):
+        CountThreshold(noise=DiscreteGaussian(rho=0.5, sensitivity=7), contribution=8,
+                       delta=1e-6, max_partitions=4, total=8)
+    with pytest.raises(dp.errors.UserError, match="total must be a positive integer"):
+        CountThreshold(noise=DiscreteLaplace(epsilon=1.0, sensitivity=8), contribution=8,
+                       delta=1e-6, max_partitions=4, total=0)
+
+
+def _spread(mech: CountThreshold, counts: list[int]) -> object:
+    """Draws of the released counts of several partitions (one row per draw)."""
+    def sample(n: int) -> npt.NDArray[np.int64]:
+        flat = mech.release(np.tile(np.asarray(counts, dtype=np.int64), n))
+        return flat.reshape(n, len(counts))
+    return sample
+
+
+def test_audit_a_unit_spread_over_partitions_within_its_total_and_a_per_partition_twin() -> None:
+    """One unit adds 2 to each of 4 shared partitions (its total 8, the most the caps on
+    each unit's total allow). Noise calibrated for the total passes the audit at epsilon 1
+    (the sum of the four released counts is the most telling statistic). The twin calibrates
+    for one partition's share, 2 (as though each partition were its own unit), and claims
+    epsilon 1 where it is 4: caught."""
+    delta = 1e-2
+    base = [100, 100, 100, 100]
+    added = [102, 102, 102, 102]
+    noise = DiscreteLaplace(epsilon=1.0, sensitivity=8, source=SeededRandom(31))
+    good = CountThreshold(noise=noise, contribution=8, delta=delta, max_partitions=4, total=8,
+                          source=SeededRandom(31))
+    assert good.threshold < 100  # every partition released but for a noise of many scales
+    result = audit_epsilon(_spread(good, added), _spread(good, base), n=400_000, delta=delta,
+                           statistic=lambda rows: rows.sum(axis=1))  # type: ignore[arg-type]
+    assert not result.exceeds(1.0)
+    noise = DiscreteLaplace(epsilon=1.0, sensitivity=2, source=SeededRandom(32))
+    twin = CountThreshold(noise=noise, contribution=2, delta=delta, source=SeededRandom(32))
+    caught = audit_epsilon(_spread(twin, added), _spread(twin, base), n=400_000, delta=delta,
+                           statistic=lambda rows: rows.sum(axis=1))  # type: ignore[arg-type]
+    assert caught.exceeds(1.0)

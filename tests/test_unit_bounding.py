@@ -20,6 +20,7 @@ import pytest
 
 import dpcurator as dp
 from dpcurator.errors import UserError
+from dpcurator.mechanisms.partition_selection import CountThreshold
 from dpcurator.noise import SeededRandom
 from dpcurator.query import Query, QueryError
 from test_joins import FOUR, NATIONS, _neighbour, flat, schema_curator, tables
@@ -196,37 +197,71 @@ def test_a_sum_under_a_cap_on_each_customers_total_is_accurate() -> None:
     assert np.all(low <= release.values["s"]) and np.all(release.values["s"] <= high)
 
 
-def test_private_keys_are_selected_with_the_partition_cap() -> None:
-    """Without public keys the partitions are selected privately, by a separate step where
-    each customer adds to at most max_partitions of them, and measured under the cap on
-    each customer's total over *all* their partitions (a cap of one partition loses no
-    row of the count)."""
+def test_private_keys_are_selected_by_the_noisy_count_within_the_partition_cap() -> None:
+    """Without public keys a COUNT(*) selects the partitions itself: its noisy count of the
+    weighed rows (scale M / epsilon, the whole count's share; a separate step would take half
+    of epsilon) against a threshold for k partitions per customer of at most M each, every
+    customer kept to the first k of their partitions (a hard cap, ``partitions_mode`` sample),
+    their rows still weighed by their total over all of them."""
     data = tables(3, customers=3000, orders=12000, items=50000)
     cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
     release = cur.sql(BY_MODE, epsilon=1.0, delta=1e-6, bounding="unit", max_partitions=1,
                       max_unit_rows=64)
     assert sorted(k[0] for k in release.keys) == MODES
-    assert release.partition_selection["method"] == "separate"
-    for k in (1, 2):
+    selection = release.partition_selection
+    assert selection["method"] == "count threshold" and selection["count"] == "n"
+    for k in (1, 3):
         cur = schema_curator(data)
         prepared = cur.prepare(cur.resolve(cur.parse(
             BY_MODE, bounding="unit", max_partitions=k, max_unit_rows=64),
             epsilon=1.0, delta=1e-6))
         compiled = prepared.compiled
-        assert compiled.bounded.partitions_mode == "select"
+        assert compiled.bounded.partitions_mode == "sample"
+        threshold = compiled.selection
+        assert isinstance(threshold, CountThreshold)
+        # one customer moves the counts by at most M in all, whatever k: the noise's scale
+        # is M / epsilon; the threshold is for k partitions of at most M each
+        assert threshold.noise.sensitivity == 64 and threshold.total == 64
+        assert threshold.contribution == 64 and threshold.max_partitions == k
         result = cur._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded, 7)
         (name,) = result.measures
-        assert dict(zip((g for g, in result.keys), result.measures[name], strict=True)) == \
-            reference_rows(data, 64)
+        got = dict(zip((g for g, in result.keys), result.measures[name], strict=True))
+        reference = reference_rows(data, 64)
+        if k == 3:  # every customer's three modes kept: the measure of every pair
+            assert got == reference
+        else:  # each customer's first mode only, weighed by the rows in all three
+            assert sum(got.values()) < sum(reference.values())
+            assert all(got.get(mode, 0) <= reference[mode] for mode in MODES)
+
+
+def test_private_keys_with_no_count_are_selected_by_a_separate_step() -> None:
+    """A SUM with no COUNT(*) beside it has no count to select with: a separate step counts
+    each customer in at most max_partitions partitions (its first k, keyed order), with its
+    own share of epsilon, and every pair is measured under the cap on the customer's total
+    (``partitions_mode`` select)."""
+    data = tables(3, customers=3000, orders=12000, items=50000)
+    cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
+    caps = {"max_unit_sums": {"l_extendedprice": 5000.0}}
+    release = cur.sql(SUM_BY_MODE, epsilon=1.0, delta=1e-6, bounding="unit",
+                      max_partitions=1, **caps)
+    assert sorted(k[0] for k in release.keys) == MODES
+    assert release.partition_selection["method"] == "separate"
+    for k in (1, 2):
+        cur = schema_curator(data)
+        prepared = cur.prepare(cur.resolve(cur.parse(
+            SUM_BY_MODE, bounding="unit", max_partitions=k, **caps),
+            epsilon=1.0, delta=1e-6))
+        compiled = prepared.compiled
+        assert compiled.bounded.partitions_mode == "select"
+        result = cur._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded, 7)
         # the selection counts each customer in at most k modes (its first k, keyed order)
         customers = flat(data).groupby("c_custkey").l_shipmode.nunique()
         assert result.selection_units is not None
         assert sum(result.selection_units) == int(customers.clip(upper=k).sum())
 
 
-@pytest.mark.parametrize("sql", [BY_MODE, SUM_BY_MODE])
 def test_with_private_keys_the_caps_are_chosen_for_the_keys_released(
-        monkeypatch: Any, sql: str) -> None:
+        monkeypatch: Any, sql: str = SUM_BY_MODE) -> None:
     """With private keys the caps on each customer's total are chosen after the selection,
     their targets counting the G partitions it released (TPC-H's five market segments: a
     choice aiming at one partition lands above the best cap). The engine runs three times:
@@ -273,14 +308,59 @@ def test_with_private_keys_the_caps_are_chosen_for_the_keys_released(
                                       bounding="unit")["bounds_to_choose"]
 
 
+def test_with_private_keys_a_count_chooses_its_cap_first_and_selects_with_it(
+        monkeypatch: Any) -> None:
+    """Where a COUNT(*) selects the keys, its cap M comes first (aimed at one partition: the
+    keys are not known yet) and one run measures the count the selection thresholds: the
+    engine runs twice, the profile and the measures; nothing waits for the keys."""
+    from dpcurator.curator import _auto_bounds
+    from dpcurator.engines import DuckDBEngine
+
+    aimed: list[int] = []
+    real = _auto_bounds.choose_unit_rows
+
+    def spy(auto_plan: Any, *args: Any) -> Any:
+        aimed.append(auto_plan.partitions)
+        return real(auto_plan, *args)
+
+    monkeypatch.setattr(_auto_bounds, "choose_unit_rows", spy)
+    runs: list[Any] = []
+    exact = DuckDBEngine.compute_exact_aggregates
+
+    def compute(self: Any, bounded: Any, key: int) -> Any:
+        runs.append(bounded)
+        return exact(self, bounded, key)
+
+    monkeypatch.setattr(DuckDBEngine, "compute_exact_aggregates", compute)
+    data = tables(3, customers=3000, orders=12000, items=50000)
+    cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
+    release = cur.sql(BY_MODE, epsilon=1.0, delta=1e-6, bounding="unit")
+    assert sorted(k[0] for k in release.keys) == MODES
+    assert aimed == [1]
+    profile, measures = runs
+    assert profile.profile is not None and measures.partitions_mode == "sample"
+    assert release.partition_selection["method"] == "count threshold"
+    assert "aimed at" not in release.bounds_chosen["unit_method"]
+    assert len(release.sql) == 1
+    # the count answers with the whole of the answer's epsilon (at least 0.8): noise of scale
+    # at most 1.25 M about the rows the cap M keeps, so within 25 M of them (20 scales: wrong
+    # w.p. below 1e-8)
+    cap = release.bounds_chosen["max_unit_rows"]
+    capped = reference_rows(data, cap)
+    for mode, value in release.to_pandas().set_index("l_shipmode").n.items():
+        assert abs(value - capped[mode]) < 25 * cap, (mode, value, capped, cap)
+    assert "order" not in cur.explain(BY_MODE, epsilon=1.0, delta=1e-6,
+                                      bounding="unit")["bounds_to_choose"]
+
+
 def test_with_private_keys_and_nothing_released_the_caps_are_still_stated() -> None:
     """When the selection releases no key the measures are not computed again, and the
     release is empty, with the caps chosen for one partition stated."""
     data = tables(3, customers=60, orders=200, items=600)
     cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
-    release = cur.sql(BY_MODE, epsilon=0.05, delta=1e-12, bounding="unit")
+    release = cur.sql(SUM_BY_MODE, epsilon=0.05, delta=1e-12, bounding="unit")
     assert release.keys == ()
-    assert release.bounds_chosen["max_unit_rows"] >= 1
+    assert release.bounds_chosen["max_unit_sums"]["l_extendedprice"] > 0
     assert "aimed at the 0 partitions" in release.bounds_chosen["unit_method"]
 
 
@@ -291,10 +371,12 @@ def test_a_nan_key_keeps_its_measure_across_the_two_runs() -> None:
 
     con = duckdb.connect()
     con.execute("CREATE TABLE t AS SELECT i % 20000 AS u, CASE WHEN i % 3 = 0 THEN "
-                "'NaN'::DOUBLE ELSE (i % 3)::DOUBLE END AS g FROM range(150000) r(i)")
+                "'NaN'::DOUBLE ELSE (i % 3)::DOUBLE END AS g, 1.0 AS v FROM range(150000) r(i)")
     cur = dp.Curator.from_duckdb(con, "t", privacy_unit="u", budget=dp.ApproxDP(100, 1e-3),
                                  source=SeededRandom(1))
-    release = cur.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=1.0,
+    # a SUM alone: selected by a separate step first (a COUNT(*) would select with its own
+    # noisy count, in one run)
+    release = cur.sql("SELECT g, SUM(v) AS n FROM data GROUP BY g", epsilon=1.0,
                       delta=1e-6, bounding="unit")
     got = release.to_pandas()
     assert len(got) == 3 and got.g.isna().sum() == 1

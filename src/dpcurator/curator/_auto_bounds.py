@@ -815,10 +815,10 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
         else:
             rho = zcdp_rho_for(main, request.delta / 2 if plan.private_keys else request.delta)
             noise, exponent = 1.0 / math.sqrt(2.0 * rho / measures), 0.5
-    if unit_mode and plan.private_keys and not zcdp:
-        # bounding="unit" always selects private keys by a separate step, whose share of
-        # epsilon the measures do not get: the noise per unit of sensitivity is that of the
-        # smallest share the measures do get (``_privacy.allocate``, public numbers only)
+    if unit_mode and plan.private_keys and not zcdp and not count_selects(plan):
+        # bounding="unit" selects private keys with no COUNT(*) by a separate step, whose
+        # share of epsilon the measures do not get: the noise per unit of sensitivity is that
+        # of the smallest share the measures do get (``_privacy.allocate``, public numbers)
         shares = _privacy.allocate(rest, [a.name for a in plan.aggregates], True)
         noise = (math.sqrt(2.0) / min(shares.pure.values()) if request.kind == "laplace"
                  else 1.0 / math.sqrt(2.0 * min(shares.rho.values())))
@@ -2131,10 +2131,21 @@ def defers_unit_caps(plan: Plan) -> bool:
     targets count the G partitions whose noise the answer pays (``AutoPlan.target``); before
     the selection G is unknown, and a choice aiming at one partition lands above the best
     cap wherever several are released (TPC-H's count by market segment, five released: caps
-    of 140 to 198 rows where 128 is best). Public numbers only."""
+    of 140 to 198 rows where 128 is best). Not where a COUNT(*) selects the keys
+    (``count_selects``): its noisy count under the cap M is the selection, so M comes first,
+    aimed at one partition. Public numbers only."""
     auto = plan.auto
     return plan.bounding == "unit" and plan.private_keys and auto is not None and \
-        bool(outer_names(auto))
+        bool(outer_names(auto)) and not count_selects(plan)
+
+
+def count_selects(plan: Plan) -> bool:
+    """Whether ``bounding="unit"``'s private keys are selected by the query's noisy COUNT(*)
+    (``_compile._threshold_candidate``: where it has one, each unit kept to its first k
+    partitions) rather than by a separate step with its own share of epsilon. Public numbers
+    only."""
+    return plan.bounding == "unit" and plan.private_keys and \
+        any(type(a) is Count for a in plan.aggregates)
 
 
 def widest_unit_caps(plan: Plan, auto: AutoBounds) -> Plan:

@@ -38,6 +38,7 @@ from dpcurator.mechanisms.partition_selection import (
 )
 from dpcurator.noise import RandomSource
 from dpcurator.query.bounding import (
+    OUTER_KINDS,
     BoundedQuery,
     HistogramSpec,
     MeasureKind,
@@ -330,7 +331,11 @@ def _compile_plain(plan: Plan, request: PrivacyRequest, *, privacy_unit: str | N
         rows_mode = partitions_mode = "none"
     elif mode == "unit":  # every row of every pair, weighed by the unit's total (bounding)
         rows_mode = "rescale"
-        partitions_mode = "select" if private else "none"
+        # private keys: the noisy COUNT(*) selects them where there is one, among each unit's
+        # first k partitions ("sample"); else a separate step counts the units there while
+        # every pair is measured ("select")
+        partitions_mode = "none" if not private else \
+            "sample" if _threshold_candidate(plan, request) is not None else "select"
     else:
         rows_mode = mode
         if not plan.group_by:
@@ -397,8 +402,8 @@ def _threshold_candidate(plan: Plan, request: PrivacyRequest) -> Aggregate | Non
     if not plan.private_keys or (_privacy.SELECTION in dict(request.weights)
                                  and _privacy.SELECTION not in names):
         return None
-    if plan.bounding == "unit":  # a unit's count reaches all its partitions, not k
-        return None
+    if plan.bounding == "unit":  # its COUNT(*): a unit's weighed rows, at most M in all
+        return next((a for a in plan.aggregates if type(a) is Count), None)
     for wanted in (CountUnits, Count):
         for agg in plan.aggregates:
             if isinstance(agg, wanted):
@@ -416,9 +421,10 @@ def _count_threshold(agg: Aggregate, index: int, allocation: _privacy.Allocation
     ((spec, used),) = _measures_for(agg, index, kind, budget, k, r, integer, plan)
     assert allocation.threshold_delta is not None
     noise = _new_mechanism(kind, used, spec, shell, source)
+    total = shell.l1_sensitivity(spec) if spec.kind in OUTER_KINDS else None
     return spec, CountThreshold(noise=noise, contribution=shell.per_partition_bound(spec),
                                 delta=allocation.threshold_delta, max_partitions=k,
-                                unit_weight=spec.weight, source=source)
+                                unit_weight=spec.weight, total=total, source=source)
 
 
 def _choose_allocation(plan: Plan, request: PrivacyRequest, names: list[str],
@@ -434,6 +440,11 @@ def _choose_allocation(plan: Plan, request: PrivacyRequest, names: list[str],
     assert by_threshold.threshold_delta is not None
     if per_partition_delta(by_threshold.threshold_delta, shell.partitions_cap) >= 0.5:
         return separate  # delta of 1/2 or more per partition (allow_large_delta): no tail
+    if plan.bounding == "unit":
+        # the caps on each unit's total are not known here (chosen from the data, or given
+        # per query): the count selects wherever there is one (``_threshold_candidate``), its
+        # noise of scale M / epsilon on every partition instead of a separate step's share
+        return by_threshold
     index = list(plan.aggregates).index(candidate)
     _, threshold = _count_threshold(candidate, index, by_threshold, request.kind, shell, source,
                                     plan)

@@ -349,23 +349,30 @@ def choose_partition_selection(*, epsilon: float, delta: float, max_partitions: 
 
 
 def _check_noise_sensitivity(noise: DiscreteLaplace | DiscreteGaussian, contribution: int,
-                             max_partitions: int) -> None:
+                             max_partitions: int, total: int | None = None) -> None:
     """The noise must be calibrated for what one unit moves: the counts of k partitions by C
-    each, L1 norm k C (Laplace) and L2 norm sqrt(k) C (Gaussian). ``CountThreshold`` claims
-    the noise's own epsilon or rho, which holds only then (class docstring); compared
-    exactly, as Fractions and integers."""
+    each, L1 norm k C (Laplace) and L2 norm sqrt(k) C (Gaussian), or at most ``total`` where
+    the unit's counts are non-negative and sum to at most that (then both norms are at most
+    ``total``). ``CountThreshold`` claims the noise's own epsilon or rho, which holds only
+    then (class docstring); compared exactly, as Fractions and integers."""
     k, c = max_partitions, contribution
     if isinstance(noise, DiscreteLaplace):
-        if Fraction(noise.sensitivity) < k * c:
+        need = k * c if total is None else min(k * c, total)
+        if Fraction(noise.sensitivity) < need:
+            what = (f"max_partitions x contribution = {k} x {c} = {k * c}" if need == k * c
+                    else f"its total over all partitions, {total}")
             raise UserError(
                 f"the noise's sensitivity {noise.sensitivity:g} is below what one unit moves "
-                f"the counts by: max_partitions x contribution = {k} x {c} = {k * c} (L1); "
-                f"calibrate the DiscreteLaplace for sensitivity {k * c}")
-    elif noise.sensitivity**2 < k * c * c:
+                f"the counts by: {what} (L1); calibrate the DiscreteLaplace for sensitivity "
+                f"{need}")
+    elif noise.sensitivity**2 < k * c * c and (total is None or noise.sensitivity < total):
         need = math.isqrt(k * c * c - 1) + 1  # the least integer >= sqrt(k) C
+        if total is not None:
+            need = min(need, total)
         raise UserError(
             f"the noise's sensitivity {noise.sensitivity} is below what one unit moves the "
-            f"counts by: sqrt(max_partitions) x contribution = sqrt({k}) x {c} (L2); "
+            f"counts by: sqrt(max_partitions) x contribution = sqrt({k}) x {c} (L2)"
+            f"{'' if total is None else f', or its total over all partitions, {total}'}; "
             f"calibrate the DiscreteGaussian for sensitivity {need}")
 
 
@@ -384,19 +391,25 @@ class CountThreshold(Mechanism):
     count of units, W being the measure's weight per row or unit). The noise must be calibrated
     for that: a ``DiscreteLaplace`` for L1 sensitivity at least k C, a ``DiscreteGaussian`` for
     L2 sensitivity at least sqrt(k) C; a noise calibrated for less is refused (the guarantee
-    below claims the noise's own epsilon or rho).
+    below claims the noise's own epsilon or rho). Where the unit's counts are also known to
+    be non-negative and to sum to at most ``total`` = T over all its partitions (the caps on
+    each unit's total, ``bounding="unit"``: its rows weighed by min(1, M / rows) sum to at most
+    M, C = M too), both norms are at most T, and noise calibrated for min(k C, T) (L1) or
+    min(sqrt(k) C, T) (L2) suffices: the L2 norm of non-negative parts is at most their sum.
 
     Guarantee. Let D' = D plus unit u. Split D''s partitions into those D also has (P_both) and
     the at most k that only u backs (P_new), each with a count of at most C in D'. The output
     is a pair of independent parts: what is released about P_both, a post-processing
     (thresholding) of noisy counts whose difference between D and D' has L1 norm <= k C and L2
-    norm <= sqrt(k) C; and what is released about P_new, which is nothing on D and, on D',
-    something only when one of those noisy counts reaches tau: probability at most
-    1 - (1 - P[Z >= tau - C])^k <= delta, so the two output distributions of that part are
-    within total variation delta, a (0, delta)-DP statement in both directions. Basic
-    composition of the independent parts (Dwork and Roth 2014, Theorem 3.16) gives:
+    norm <= sqrt(k) C (each at most T where ``total`` is given); and what is released about
+    P_new, which is nothing on D and, on D', something only when one of those noisy counts
+    reaches tau: probability at most 1 - (1 - P[Z >= tau - C])^k <= delta, so the two output
+    distributions of that part are within total variation delta, a (0, delta)-DP statement
+    in both directions. Basic composition of the independent parts (Dwork and Roth 2014,
+    Theorem 3.16) gives:
 
-    - discrete Laplace of scale t = k C / epsilon: (epsilon, delta)-DP (the pure part:
+    - discrete Laplace of scale t = k C / epsilon (T / epsilon where ``total`` = T is the
+      smaller): (epsilon, delta)-DP (the pure part:
       Ghosh, Roughgarden and Sundararajan 2009);
     - discrete Gaussian with rho-zCDP for L2 sensitivity sqrt(k) C (Canonne, Kamath and
       Steinke 2020, Theorem 14): rho-zCDP for P_both, hence (epsilon(rho, delta'), delta' +
@@ -426,7 +439,7 @@ class CountThreshold(Mechanism):
 
     def __init__(self, *, noise: DiscreteLaplace | DiscreteGaussian, contribution: int,
                  delta: float, max_partitions: int = 1, unit_weight: int = 1,
-                 source: RandomSource | None = None) -> None:
+                 total: int | None = None, source: RandomSource | None = None) -> None:
         super().__init__(neighbouring=Neighbouring.ADD_REMOVE, source=source)
         if not isinstance(noise, DiscreteLaplace | DiscreteGaussian):
             raise UserError("noise must be a DiscreteLaplace or a DiscreteGaussian mechanism")
@@ -434,7 +447,8 @@ class CountThreshold(Mechanism):
             raise UserError("count thresholding is stated for add/remove neighbouring only")
         if isinstance(noise, DiscreteGaussian) and noise.rho is None:
             raise UserError("a Gaussian count threshold needs the noise calibrated by rho")
-        for name, value in (("contribution", contribution), ("unit_weight", unit_weight)):
+        for name, value in (("contribution", contribution), ("unit_weight", unit_weight),
+                            ("total", 1 if total is None else total)):
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
                 raise UserError(f"{name} must be a positive integer, got {value!r}")
         self.noise = noise
@@ -442,7 +456,8 @@ class CountThreshold(Mechanism):
         self.unit_weight = int(unit_weight)
         self.delta = check_delta(delta)
         self.max_partitions = _check_max_partitions(max_partitions)
-        _check_noise_sensitivity(noise, self.contribution, self.max_partitions)
+        self.total = None if total is None else int(total)
+        _check_noise_sensitivity(noise, self.contribution, self.max_partitions, self.total)
         self.partition_delta = per_partition_delta(self.delta, self.max_partitions)
         if not self.partition_delta < 0.5:
             raise UserError("delta is too large for count thresholding")
