@@ -699,7 +699,8 @@ def test_a_count_alone_on_thin_data_chooses_again_or_says_its_widest_cap() -> No
      "unit"),
     ("SELECT COUNT(*) AS n FROM data", {}, {}, "unit"),
     ("SELECT SUM(x) AS s FROM data WHERE x > 1", {}, {}, "unit"),
-    # private keys: the unit mode's separate selection would take the answer's epsilon
+    # private keys over one table: per group, whose row cap costs nothing on one row per
+    # unit (UCI Adult); over a join, ``test_the_default_over_a_join_with_private_keys``
     ("SELECT g, COUNT(*) AS n FROM data GROUP BY g", {}, {}, "rescale"),
     ("SELECT g, AVG(x) AS m FROM data GROUP BY g", {}, {"keys": ["a", "b"]}, "rescale"),
     ("SELECT COUNT(DISTINCT user) AS n FROM data", {}, {}, "rescale"),
@@ -741,6 +742,30 @@ def test_the_default_bounding_caps_each_units_total_where_nothing_is_given(
     if "DISTINCT" not in sql and "max_unit" not in str(options):  # no unit to cap
         assert row_level.resolve(row_level.parse(sql, **options),
                                  epsilon=1.0).plan.bounding in ("rescale", "sample")
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    (BY_MODE, "unit"),  # its COUNT(*) selects the keys under the cap on each unit's total
+    (SUM_BY_MODE, "unit"),  # a SUM alone selects by a separate step in either mode
+    (f"SELECT l_shipmode, COUNT(*) AS n, SUM(l_extendedprice) AS s {FOUR} GROUP BY "
+     "l_shipmode", "unit"),
+    (f"SELECT l_shipmode, AVG(l_extendedprice) AS m {FOUR} GROUP BY l_shipmode", "rescale"),
+    ("SELECT c_mktsegment, COUNT(*) AS n FROM customer GROUP BY c_mktsegment", "rescale"),
+])
+def test_the_default_over_a_join_with_private_keys(sql: str, expected: str) -> None:
+    """Over a join, where a customer's rows multiply through their paths and spread over the
+    partitions, COUNT(*) and SUM with private keys are answered under caps on each unit's
+    total, a COUNT(*)'s noisy count selecting the keys (TPC-H at scale 0.1: count by ship
+    mode 0.0048 -> 0.0016 median relative error, revenue by ship mode 0.012 -> 0.0035,
+    ``benchmarks/joins_expected.py``); one table or another aggregate keep the caps per
+    group. Decided from the plan alone."""
+    cur = schema_curator(tables(3), budget=dp.ApproxDP(100, 1e-4))
+    assert cur.resolve(cur.parse(sql), epsilon=1.0, delta=1e-6).plan.bounding == expected
+    release = cur.sql(sql, epsilon=1.0, delta=1e-6)
+    assert release.plan.bounding == expected
+    if expected == "unit":
+        assert release.partition_selection["method"] == (
+            "separate" if "COUNT" not in sql else "count threshold")
 
 
 def test_caps_on_each_units_total_a_query_cannot_use_are_said_not_dropped() -> None:
@@ -801,6 +826,31 @@ def test_the_default_on_thin_data_states_its_rule_never_a_confident_zero(
         if epsilon <= 0.3:
             assert release.warnings
         assert low[0] <= value <= high[0]
+
+
+def test_an_interval_wholly_below_zero_is_not_printed_as_zero_to_zero() -> None:
+    """A count (and a sum of non-negative values) cannot be negative, so its interval is
+    clipped at 0; where the noise put the whole interval below 0 that left [0, 0] beside an
+    answer of 0, a tight interval about a wrong answer. The sample's 300 customers at epsilon
+    0.2 get the widest caps (noise far above every count), and one partition in forty did so:
+    19 of 200 releases had one (a dashboard test failed on it). Now such an interval is
+    [0, its width]: never tighter than the noise, and it holds the clipped one, so coverage
+    cannot drop. 60 seeded releases (the old clipping shows one in 99.8% of such runs)."""
+    sql = "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM data GROUP BY region"
+    keys = ["north", "south", "east", "west"]
+    below = 0
+    for seed in range(60):
+        cur = dp.Curator("examples/orders.csv", privacy_unit="customer_id",
+                         budget=dp.PureDP(1.0), source=SeededRandom(seed), cache=False)
+        release = cur.sql(sql, epsilon=0.2, keys=keys)
+        assert release.bounds_chosen["rule"] == "widest"
+        for name in ("n", "total"):
+            low, high = release.interval(name)
+            values = release.values[name]
+            assert (low <= values).all() and (values <= high).all()
+            assert (high - low > 1e6).all(), (name, low, high)  # the widest caps' noise
+            below += int(((values == 0) & (low == 0)).sum())
+    assert below > 0  # the case arose: answers of 0 whose interval starts at 0
 
 
 def test_a_unit_mode_retry_draws_within_what_it_is_charged(
