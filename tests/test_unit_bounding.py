@@ -260,13 +260,9 @@ def test_private_keys_with_no_count_are_selected_by_a_separate_step() -> None:
         assert sum(result.selection_units) == int(customers.clip(upper=k).sum())
 
 
-def test_with_private_keys_the_caps_are_chosen_for_the_keys_released(
-        monkeypatch: Any, sql: str = SUM_BY_MODE) -> None:
-    """With private keys the caps on each customer's total are chosen after the selection,
-    their targets counting the G partitions it released (TPC-H's five market segments: a
-    choice aiming at one partition lands above the best cap). The engine runs three times:
-    the profile, the selection's unit counts, the measures under the caps chosen; and the
-    release says what the caps aimed at."""
+def _spied_release(monkeypatch: Any, sql: str) -> tuple[Any, Any, list[int], list[Any]]:
+    """The curator and ``sql``'s release (private keys, ``bounding="unit"``, caps chosen),
+    with the G each cap's choice aimed at and the bounded queries the engine ran."""
     from dpcurator.curator import _auto_bounds
     from dpcurator.engines import DuckDBEngine
 
@@ -289,7 +285,18 @@ def test_with_private_keys_the_caps_are_chosen_for_the_keys_released(
     monkeypatch.setattr(DuckDBEngine, "compute_exact_aggregates", compute)
     data = tables(3, customers=3000, orders=12000, items=50000)
     cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
-    release = cur.sql(sql, epsilon=1.0, delta=1e-6, bounding="unit")
+    return cur, cur.sql(sql, epsilon=1.0, delta=1e-6, bounding="unit"), aimed, runs
+
+
+def test_with_private_keys_the_caps_are_chosen_for_the_keys_released(
+        monkeypatch: Any) -> None:
+    """With private keys the caps on each customer's total are chosen after the selection,
+    their targets counting the G partitions it released (TPC-H's five market segments: a
+    choice aiming at one partition lands above the best cap). The engine runs three times:
+    the profile, the selection's unit counts, the measures under the caps chosen; and the
+    release says what the caps aimed at."""
+    sql = SUM_BY_MODE
+    cur, release, aimed, runs = _spied_release(monkeypatch, sql)
     assert sorted(k[0] for k in release.keys) == MODES
     assert aimed == [3]  # one choice, aimed at the three modes released
     profile, selection, measures = runs
@@ -313,28 +320,7 @@ def test_with_private_keys_a_count_chooses_its_cap_first_and_selects_with_it(
     """Where a COUNT(*) selects the keys, its cap M comes first (aimed at one partition: the
     keys are not known yet) and one run measures the count the selection thresholds: the
     engine runs twice, the profile and the measures; nothing waits for the keys."""
-    from dpcurator.curator import _auto_bounds
-    from dpcurator.engines import DuckDBEngine
-
-    aimed: list[int] = []
-    real = _auto_bounds.choose_unit_rows
-
-    def spy(auto_plan: Any, *args: Any) -> Any:
-        aimed.append(auto_plan.partitions)
-        return real(auto_plan, *args)
-
-    monkeypatch.setattr(_auto_bounds, "choose_unit_rows", spy)
-    runs: list[Any] = []
-    exact = DuckDBEngine.compute_exact_aggregates
-
-    def compute(self: Any, bounded: Any, key: int) -> Any:
-        runs.append(bounded)
-        return exact(self, bounded, key)
-
-    monkeypatch.setattr(DuckDBEngine, "compute_exact_aggregates", compute)
-    data = tables(3, customers=3000, orders=12000, items=50000)
-    cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
-    release = cur.sql(BY_MODE, epsilon=1.0, delta=1e-6, bounding="unit")
+    cur, release, aimed, runs = _spied_release(monkeypatch, BY_MODE)
     assert sorted(k[0] for k in release.keys) == MODES
     assert aimed == [1]
     profile, measures = runs
@@ -346,7 +332,7 @@ def test_with_private_keys_a_count_chooses_its_cap_first_and_selects_with_it(
     # at most 1.25 M about the rows the cap M keeps, so within 25 M of them (20 scales: wrong
     # w.p. below 1e-8)
     cap = release.bounds_chosen["max_unit_rows"]
-    capped = reference_rows(data, cap)
+    capped = reference_rows(tables(3, customers=3000, orders=12000, items=50000), cap)
     for mode, value in release.to_pandas().set_index("l_shipmode").n.items():
         assert abs(value - capped[mode]) < 25 * cap, (mode, value, capped, cap)
     assert "order" not in cur.explain(BY_MODE, epsilon=1.0, delta=1e-6,
