@@ -435,6 +435,43 @@ def test_joined_counts_and_sums_pass_the_audit(sql: str, options: dict[str, Any]
 
 
 @pytest.mark.audit
+def test_a_count_selecting_its_keys_under_caps_on_each_units_total_passes_the_audit() -> None:
+    """Private keys over a four-table join under ``bounding="unit"`` (the default there): the
+    noisy COUNT(*) selects the keys. The heaviest customer removed with all their rows moves
+    the exact counts of all partitions by at most M in all (the noise's sensitivity, the
+    selection's ``total``), each by at most M, in at most k partitions; and the selection's
+    release (the noisy count, or dropped) of the partition that moves most stays within
+    epsilon = 1 under the audit (wrong w.p. at most 1e-7)."""
+    from dpcurator.audit import audit_mechanism
+    from dpcurator.mechanisms.partition_selection import CountThreshold
+
+    sql = f"SELECT l_shipmode, COUNT(*) AS n {FOUR} GROUP BY l_shipmode"
+    caps = {"bounding": "unit", "max_unit_rows": 20, "max_partitions": 2}
+
+    def measured(data: dict[str, pd.DataFrame]) -> tuple[dict[Any, int], Any]:
+        cur = schema_curator(data)
+        compiled = cur.prepare(cur.resolve(cur.parse(sql, **caps), epsilon=1.0,
+                                           delta=1e-6)).compiled
+        result = cur._engine_of(compiled.plan).compute_exact_aggregates(compiled.bounded,
+                                                                         key=99)
+        (name,) = result.measures
+        return dict(zip((k[0] for k in result.keys), result.measures[name], strict=True)), \
+            compiled.selection
+
+    data = tables(3)
+    heaviest = int(flat(data).groupby("c_custkey").size().idxmax())
+    x1, selection = measured(data)
+    x2, _ = measured(_neighbour(data, heaviest))
+    assert isinstance(selection, CountThreshold) and selection.total == 20
+    moved = {k: x1[k] - x2.get(k, 0) for k in x1}
+    assert all(0 <= m <= 20 for m in moved.values())
+    assert 0 < sum(moved.values()) <= selection.noise.sensitivity == 20
+    assert sum(m > 0 for m in moved.values()) <= 2
+    key = max(moved, key=lambda k: moved[k])
+    assert not audit_mechanism(selection, x1[key], x2.get(key, 0), n=200_000).exceeds(1.0)
+
+
+@pytest.mark.audit
 def test_the_audit_catches_caps_applied_before_the_join(monkeypatch: Any) -> None:
     """The broken twin bounds each table on its own before joining: a customer's orders are
     capped (5 per nation), then the join fans each kept order out to all its line items, and
