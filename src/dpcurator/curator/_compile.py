@@ -38,7 +38,6 @@ from dpcurator.mechanisms.partition_selection import (
 )
 from dpcurator.noise import RandomSource
 from dpcurator.query.bounding import (
-    OUTER_KINDS,
     BoundedQuery,
     HistogramSpec,
     MeasureKind,
@@ -421,7 +420,9 @@ def _count_threshold(agg: Aggregate, index: int, allocation: _privacy.Allocation
     ((spec, used),) = _measures_for(agg, index, kind, budget, k, r, integer, plan)
     assert allocation.threshold_delta is not None
     noise = _new_mechanism(kind, used, spec, shell, source)
-    total = shell.l1_sensitivity(spec) if spec.kind in OUTER_KINDS else None
+    # under caps on each unit's total a unit's weighed rows are non-negative and sum to at
+    # most M over its partitions: both norms are at most M (``CountThreshold``'s total)
+    total = shell.l1_sensitivity(spec) if spec.kind == "unit_rows" else None
     return spec, CountThreshold(noise=noise, contribution=shell.per_partition_bound(spec),
                                 delta=allocation.threshold_delta, max_partitions=k,
                                 unit_weight=spec.weight, total=total, source=source)
