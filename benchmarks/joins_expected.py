@@ -76,7 +76,7 @@ class Rows:
         order = np.argsort(unit, kind="stable")
         self.unit, self.group, self.value = unit[order], group[order], value[order]
         self.groups = groups
-        _, self.start, self.rows = np.unique(self.unit, return_index=True, return_counts=True)
+        _, self.rows = np.unique(self.unit, return_counts=True)
         self.unit_rows = np.repeat(self.rows, self.rows)  # each row's customer's rows in all
         pairs = np.unique(self.unit.astype(np.int64) * len(groups) + self.group)
         self.one_partition = len(pairs) == len(self.rows)  # every customer in one partition

@@ -234,6 +234,30 @@ def test_private_keys_are_selected_by_the_noisy_count_within_the_partition_cap()
             assert all(got.get(mode, 0) <= reference[mode] for mode in MODES)
 
 
+def test_a_gaussian_count_selecting_its_keys_is_calibrated_for_the_units_total() -> None:
+    """Under Gaussian noise the count that selects is calibrated for L2 sensitivity M, the
+    unit's total (its non-negative counts' L2 norm is at most their sum), not sqrt(k) M, and
+    its threshold is for k partitions of at most M each; the answer and the selection still
+    compose within the (epsilon, delta) charged."""
+    from dpcurator.mechanisms import DiscreteGaussian
+
+    data = tables(3, customers=3000, orders=12000, items=50000)
+    cur = schema_curator(data, seed=3, budget=dp.ApproxDP(100, 1e-4))
+    compiled = cur.prepare(cur.resolve(cur.parse(
+        BY_MODE, bounding="unit", max_partitions=4, max_unit_rows=64),
+        epsilon=1.0, delta=1e-6, noise="gaussian")).compiled
+    threshold = compiled.selection
+    assert isinstance(threshold, CountThreshold)
+    assert isinstance(threshold.noise, DiscreteGaussian)
+    assert threshold.noise.sensitivity == 64 and threshold.total == 64
+    assert threshold.contribution == 64 and threshold.max_partitions == 4
+    assert compiled.bounded.partitions_mode == "sample"
+    release = cur.sql(BY_MODE, epsilon=1.0, delta=1e-6, noise="gaussian", bounding="unit",
+                      max_partitions=4, max_unit_rows=64)
+    assert release.partition_selection["method"] == "count threshold"
+    assert sorted(k[0] for k in release.keys) == MODES
+
+
 def test_private_keys_with_no_count_are_selected_by_a_separate_step() -> None:
     """A SUM with no COUNT(*) beside it has no count to select with: a separate step counts
     each customer in at most max_partitions partitions (its first k, keyed order), with its
