@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 import dpcurator as dp
 from dpcurator.cli import app
 from dpcurator.curator._auto_bounds import (
+    MAGNITUDES,
     OUTER_CANDIDATES,
     ROW_CANDIDATES,
     VALUES_SENSITIVITY,
@@ -170,19 +171,19 @@ def broken_mean_octaves(profile: Profile) -> list[float]:
 def broken_magnitudes(profile: Profile, r: int) -> list[float]:
     """The twin: a value weighing 1 / r, not 1 / max(T, r) (its unit's rows forgotten)."""
     return [float(sum(c for _, _, b, c in profile.values.get(0, []) if b >= q)) / r
-            for q in (-80, 0, 40)]
+            for q in (PROFILE_STEPS[0], 0, 40)]
 
 
 def broken_raised(profile: Profile) -> list[float]:
     """The twin: what a floor raises counted per value, its unit's rows forgotten."""
     return [float(sum(c for _, s, b, c in profile.values.get(0, []) if s < 0 or b < q))
-            for q in (-80, 0, 40)]
+            for q in (PROFILE_STEPS[0], 0, 40)]
 
 
 def broken_side(profile: Profile) -> list[float]:
     """The twin: what a mean's end cuts counted per value, its unit's rows forgotten."""
     return [float(sum(c for _, s, b, c in profile.values.get(0, []) if s > 0 and b >= q))
-            for q in (-80, -1, 40)]
+            for q in (PROFILE_STEPS[0], -1, 40)]
 
 
 def test_the_broken_twin_is_caught_on_a_wide_unit() -> None:
@@ -237,12 +238,13 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
         assert profile.unit_rows([cap])[0] == pytest.approx(
             float(weight[totals > cap].sum()), abs=2**-16)
     present = df[df.x.notna()]
+    steps = (PROFILE_STEPS[0], -80, -4, 0, 7, 80, PROFILE_STEPS[-1])  # the ends included
     expected_beyond = [float(sum(1.0 / rows[u] for u, x in zip(present.u, present.x,
                                                               strict=True)
-                                 if abs(x) > 2.0 ** (q / 4))) for q in (-80, -4, 0, 7, 80)]
+                                 if abs(x) > 2.0 ** (q / 4))) for q in steps]
     got = profile.magnitudes(0)
-    assert [got[q + 80] for q in (-80, -4, 0, 7, 80)] == pytest.approx(expected_beyond,
-                                                                       abs=2**-16)
+    assert [got[PROFILE_STEPS.index(q)] for q in steps] == pytest.approx(expected_beyond,
+                                                                        abs=2**-16)
     # the pairs by the octave of their mean |x| (NULL as 0), those beyond 3 rows, each
     # weighing 1 / up(P) and, above 8 rows, the part of (n / 2, n] above 3
     means = df.assign(a=df.x.abs().fillna(0.0)).groupby(["u", "g"]).a.mean()
@@ -329,7 +331,9 @@ def test_the_choice_finds_clear_bounds_and_the_release_states_them() -> None:
     assert chosen["max_partitions"] == 1
     assert chosen["max_rows_per_partition"] == 5
     lo, hi = chosen["bounds"]["x"]
-    assert lo == 0.0 and 6.0 <= hi <= 2**3.5  # at most the first step above the largest value
+    # at most the second step above the largest value (seeds 0 to 59: the first in 50, the
+    # second in 5, and one step above it once)
+    assert lo == 0.0 and 6.0 <= hi <= 2**3.75
     # the share (10%), and 3/4 of the thin-data count's weight on top (``UNITS_ON_TOP``)
     assert chosen["epsilon"] == pytest.approx(0.2 * ON_TOP) and chosen["epsilon"] <= 0.2 * ON_TOP
     assert release.plan.max_rows_per_partition == 5 and release.plan.auto is None
@@ -863,7 +867,7 @@ def customers_frame(units: int = 1500) -> pd.DataFrame:
                          "amount": rng.gamma(2.0, 50.0, customer.size).round(2)})
 
 
-WIDEST = 2.0**40
+WIDEST = MAGNITUDES[-1]  # 2^49.75, about 9.5e14
 
 
 @pytest.mark.parametrize("epsilon", [0.01, 0.05, 0.2, 0.3, 1.0, 3.0])
@@ -926,15 +930,16 @@ def test_a_noise_rate_above_twice_the_floor_still_gets_the_widest_clamps() -> No
 
 
 def test_a_clamp_chosen_at_the_largest_candidate_says_values_may_lie_beyond() -> None:
-    """Values of about 1e13, above the largest magnitude the choice can pick (2^40, about
-    1.1e12) but within what given bounds allow (1e15): the clamp chosen is 2^40, the answer
-    about a tenth of the truth, and the release says that values beyond the clamp were cut
-    unseen (found by a bug hunt: it said nothing). The choice lands on 2^40 unless it falls
-    more than 10 octaves below every value, less likely than beta = 1e-4 by the floor's
-    argument; the release is seeded, so the test is fixed."""
+    """Values just below 1e15, above the largest magnitude the choice can pick (2^49.75,
+    about 9.5e14) but within what given bounds allow (1e15): the clamp chosen is 2^49.75,
+    the answer a few percent below the truth, and the release says that values beyond the
+    clamp were cut unseen (found by a bug hunt: it said nothing, when the largest was 2^40
+    and the values 1e13). The choice lands on the largest unless it falls far below every
+    value, less likely than beta = 1e-4 by the floor's argument; the release is seeded, so
+    the test is fixed."""
     rng = np.random.default_rng(0)
     units = 3000
-    df = pd.DataFrame({"user": np.arange(units), "x": rng.uniform(9e12, 1.1e13, units)})
+    df = pd.DataFrame({"user": np.arange(units), "x": rng.uniform(9.6e14, 1e15, units)})
     curator = per_group(df, privacy_unit="user", budget=dp.PureDP(1e6),
                                      source=SeededRandom(5), cache=False)
     release = curator.sql("SELECT SUM(x) AS s FROM data", epsilon=10.0)
@@ -942,7 +947,7 @@ def test_a_clamp_chosen_at_the_largest_candidate_says_values_may_lie_beyond() ->
     assert chosen is not None and chosen["bounds"]["x"] == (0.0, WIDEST)
     assert chosen["rule"] == "chosen"
     assert any("largest the choice can pick" in w for w in release.warnings)
-    given = curator.sql("SELECT SUM(x) AS s FROM data", epsilon=10.0, bounds={"x": (0, 2e13)},
+    given = curator.sql("SELECT SUM(x) AS s FROM data", epsilon=10.0, bounds={"x": (0, 1e15)},
                         max_partitions=1, max_rows_per_partition=1)
     assert not any("largest the choice" in w for w in given.warnings)
 

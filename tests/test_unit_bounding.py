@@ -23,6 +23,7 @@ from dpcurator.errors import UserError
 from dpcurator.mechanisms.partition_selection import CountThreshold
 from dpcurator.noise import SeededRandom
 from dpcurator.query import Query, QueryError
+from dpcurator.query.plan import MAX_UNIT_SUM
 from test_joins import FOUR, NATIONS, _neighbour, flat, schema_curator, tables
 
 MODES = ["AIR", "RAIL", "SHIP"]
@@ -657,7 +658,7 @@ def test_thin_data_chooses_the_caps_again_with_half_the_budget() -> None:
         release = cur.sql(sql, epsilon=0.5, keys=list("abcd"), bounding="unit")
         chosen = release.bounds_chosen
         assert chosen["rule"] == "chosen" and chosen["max_unit_sums"]["x"] < 1e4
-        assert chosen["first_choice"]["max_unit_sums"] == {"x": float(2**40)}
+        assert chosen["first_choice"]["max_unit_sums"] == {"x": MAX_UNIT_SUM}
         assert any("chosen again with 50%" in w for w in release.warnings)
         answer = release.to_pandas().set_index("g")["s"]
         assert float(np.max(np.abs(answer / truth - 1))) < 0.8
@@ -829,7 +830,7 @@ def test_the_default_on_thin_data_states_its_rule_never_a_confident_zero(
         confident_zero = abs(value) < 0.01 * truth and width < 0.1 * truth
         assert not (confident_zero and not release.warnings)
         if chosen["rule"] == "widest":
-            assert chosen["max_unit_sums"] == {"amount": float(2**40)}
+            assert chosen["max_unit_sums"] == {"amount": MAX_UNIT_SUM}
             assert any("widest caps" in w for w in release.warnings) and width > truth
         else:
             assert 100.0 <= chosen["max_unit_sums"]["amount"] <= 2**20
@@ -910,15 +911,15 @@ def test_a_unit_mode_retry_draws_within_what_it_is_charged(
 
 def test_a_cap_chosen_at_the_largest_candidate_says_units_beyond_it_were_cut() -> None:
     """700 units, each one value of 1e15: the cap on each unit's sum lands on the largest
-    candidate (2^40), every unit is cut, and the answer (about 7e14 where the truth is 7e17)
-    has a tight interval. It said nothing but a thin-data sentence about a tail of 73 units
-    (a bug hunt); now it says the cap is the largest the choice can pick, and how to ask for
-    more. Seeded."""
+    candidate (2^49.75, about 9.5e14), every unit is cut, and the answer (about 6.6e17
+    where the truth is 7e17; with the largest at 2^40, 7.7e14) has a tight interval. It
+    said nothing but a thin-data sentence about a tail of 73 units (a bug hunt); now it says
+    the cap is the largest the choice can pick, and how to ask for more. Seeded."""
     df = pd.DataFrame({"user": np.arange(700), "x": np.full(700, 1e15)})
     cur = dp.Curator.from_pandas(df, privacy_unit="user", budget=dp.PureDP(10.0),
                                  source=SeededRandom(4), cache=False)
     release = cur.sql("SELECT SUM(x) AS s FROM data", epsilon=1.0)
-    assert release.plan.bounding == "unit" and release.max_unit_sums == {"x": float(2**40)}
+    assert release.plan.bounding == "unit" and release.max_unit_sums == {"x": MAX_UNIT_SUM}
     assert release.bounds_chosen is not None and release.bounds_chosen["rule"] == "chosen"
     said = [w for w in release.warnings if "largest the choice can pick" in w]
     assert len(said) == 1 and "bounding='rescale' with bounds" in said[0]

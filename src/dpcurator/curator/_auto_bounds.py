@@ -173,11 +173,11 @@ count of the first column's nonzero values (weighed as its magnitude statistic, 
 1) below ``THIN`` F (1.25 F), plus half the magnitude's target t where the noise's rate is
 large against the values (``thin_rule``: the lowest magnitudes score max(0, N - t), so the
 clamp falls below every value while N < F + t / 2), replaces the clamps chosen by the
-widest, +-2^40, and says so in the release (unless the bounds are chosen again, below);
-below 20 F the clamps are kept with a warning that a tail of fewer than F units cannot be
-located. Before the charge, ``explain`` states the rule with its threshold. Why about F:
-from the lowest magnitude (where every nonzero value lies beyond) to the data's the ramp
-costs up to 2 F, less what the statistic there exceeds its target by; below about F the
+widest, +-2^49.75 (about 9.5e14), and says so in the release (unless the bounds are chosen
+again, below); below 20 F the clamps are kept with a warning that a tail of fewer than F
+units cannot be located. Before the charge, ``explain`` states the rule with its threshold.
+Why about F: from the lowest magnitude (where every nonzero value lies beyond) to the data's
+the ramp costs up to 2 F, less what the statistic there exceeds its target by; below about F the
 lowest magnitudes score better than the data's, and the clamp falls to zero (1,500
 customers at epsilon 0.3: a statistic of 0.8 F chose clamps near 3e-6). On the family,
 the rule at 2 F fired with probability above 1% on 13 of 104 SUM and AVG cases (up to 99%),
@@ -349,7 +349,7 @@ FloatArray = npt.NDArray[np.float64]
 PARTITION_CANDIDATES = tuple(2**i for i in range(11))  # 1 .. 1024
 # 1 .. 4096 in steps of about 2^(1/4): finer than powers of two, where the error moves fast
 ROW_CANDIDATES = tuple(sorted({round(2 ** (i / 4)) for i in range(49)}))
-# value bounds: the engine's bucket steps 2^(q/4), 2^-20 .. 2^40 (PROFILE_STEPS)
+# value bounds: the engine's bucket steps 2^(q/4), 2^-30 .. 2^49.75 (PROFILE_STEPS)
 MAGNITUDES = tuple(2.0 ** (q / 4) for q in PROFILE_STEPS)
 #: the chance, at most, that a bound is chosen where its ramp has reached its cap
 BETA = 1e-4
@@ -1294,11 +1294,11 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     2009), below ``THIN`` times the joint choice's floor F it means that the statistic
     cannot pay the choice's ramp from the lowest magnitude to the data's (up to 2 F, less
     its excess over the target): the clamp chosen is drawn towards zero (or a sign the data
-    does not have). The rule then replaces every chosen clamp by the widest, [-2^40, 2^40]
-    (post-processing of the choices and the count), so that the answer's interval is as
-    wide as its uncertainty, and the release says so. Below ``THIN_WARN`` times F the clamp
-    is kept with a warning: the choice cannot locate a tail of fewer than about F units (of
-    values, and of rows where the caps are chosen with them);
+    does not have). The rule then replaces every chosen clamp by the widest,
+    [-2^49.75, 2^49.75] (post-processing of the choices and the count), so that the answer's
+    interval is as wide as its uncertainty, and the release says so. Below ``THIN_WARN``
+    times F the clamp is kept with a warning: the choice cannot locate a tail of fewer than
+    about F units (of values, and of rows where the caps are chosen with them);
     below ``ONE_SIDED`` times F it is made symmetric, [-M, M], whatever the signs' choice
     (``"symmetric"``): the count's noise (scale about 0.1 F; about 0.4 F when it weighed
     1/4, ``UNITS_ON_TOP``) lets thin data through the first threshold now and then, and
@@ -1317,10 +1317,10 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     floor = thin_floor(auto_plan, plan, rows_for)
     epsilon = auto_plan.epsilons[UNITS]
     widest = (f"too few units for epsilon to choose the clamps from the data (the choice "
-              f"needs about {floor:,.0f}); the widest clamps (+-2^40) were used, so the "
-              "answer is as uncertain as its interval says: give bounds, or raise epsilon, or "
-              "the share of it spent choosing them (bounds_share); values of 2^-20 (about "
-              "1e-6) or less in magnitude count as zero here: rescale such a column")
+              f"needs about {floor:,.0f}); the widest clamps (+-9.5e14) were used, so "
+              "the answer is as uncertain as its interval says: give bounds, or raise epsilon, "
+              "or the share of it spent choosing them (bounds_share); values of 2^-30 (about "
+              "9.3e-10) or less in magnitude count as zero here: rescale such a column")
     if 1.0 / epsilon > MAX_NOISE_SCALE:
         return "widest", None, widest
     noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(count))
@@ -1331,7 +1331,7 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
         return "widest", noisy, (
             f"the noise at this epsilon outweighs the column's nonzero values (about "
             f"{noisy:,} units' worth, against a noise rate of {rate:,.0f}): clamps chosen from "
-            "the data would cut them all and answer about zero, so the widest clamps (+-2^40) "
+            "the data would cut them all and answer about zero, so the widest clamps (+-9.5e14) "
             "were used and the answer is as uncertain as its interval says: give bounds, or "
             "raise epsilon")
     if noisy < THIN_WARN * floor:
@@ -1382,7 +1382,7 @@ def kept_check(auto_plan: AutoPlan, stats: Profile, chosen: Sequence[tuple[int, 
     bound = kept_bound(auto_plan)
     widest = ("the clamps chosen from the data kept almost none of the values (a noisy count "
               "of {noisy} units' worth within them, against {bound:,.0f}): the choice had "
-              "collapsed, so the widest clamps (+-2^40) were used and the answer is as "
+              "collapsed, so the widest clamps (+-9.5e14) were used and the answer is as "
               "uncertain as its interval says: give bounds, or raise epsilon")
     if 1.0 / epsilon > MAX_NOISE_SCALE:
         return True, None, widest.format(noisy="no", bound=bound)
@@ -1755,10 +1755,10 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, 
             "one side (a floor, or one end brought in), and at this epsilon that choice cannot "
             f"see a tail of fewer than about {worst:,.0f} units beyond it: values there, if "
             "any, were moved to it unseen (give bounds to be sure)")]
-    if top:  # post-processing of the choice: the candidates stop at 2^40
+    if top:  # post-processing of the choice: the candidates stop at 2^49.75
         chosen["warnings"] = [*chosen.get("warnings", ()), (
             f"the clamp chosen for {', '.join(top)} is the largest the choice can pick "
-            f"(+-2^40, about {MAGNITUDES[-1]:.3g}): values beyond it, if any, were clamped "
+            f"(+-2^49.75, about {MAGNITUDES[-1]:.3g}): values beyond it, if any, were clamped "
             f"to it unseen; give bounds (up to {MAX_BOUND:.0e}) if they may be larger")]
     cost_name = "rho" if auto_plan.request.rho is not None else "epsilon"
     chosen[cost_name] = auto_plan.spent

@@ -112,7 +112,7 @@ class Profile:
         self._by_total = _counts(self.unit_totals)
 
     def nonzero(self, column: int, r: int = 1) -> int:
-        """The floor of the exact weighted count of the column's values above 2^-20 in
+        """The floor of the exact weighted count of the column's values above 2^-30 in
         magnitude, each weighing 1 / max(T, r) as in ``magnitudes`` (a unit adds at most 1;
         the floor moves by at most 1 when the exact count does): ``within`` every
         magnitude."""
@@ -120,7 +120,7 @@ class Profile:
 
     def within(self, column: int, r: int, q: float) -> int:
         """The floor of the exact weighted count of the column's nonzero values within the
-        magnitude 2^(q/4): those above 2^-20 that ``magnitudes`` does not count at q, each
+        magnitude 2^(q/4): those above 2^-30 that ``magnitudes`` does not count at q, each
         weighing 1 / max(T, r) as there (a unit adds at most 1; the floor moves by at most 1
         when the exact count does)."""
         first = PROFILE_STEPS[0]
@@ -258,7 +258,7 @@ class Profile:
         return _on_grid(sum(per_bucket.values()), d), _suffix_series(per_bucket, d)
 
     def signs(self, column: int) -> tuple[float, float]:
-        """(negative, positive) values above 2^-20 in magnitude (each weighs 1 / T)."""
+        """(negative, positive) values above 2^-30 in magnitude (each weighs 1 / T)."""
         values = self.values.get(column, [])
         first = PROFILE_STEPS[0]
         negative = sum((Fraction(c, t) for t, s, b, c in values if s < 0 and b >= first),

@@ -210,9 +210,9 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
         cost = "rho" if retry.request.rho is not None else "epsilon"
         return [first + f"they are chosen again with {retry.share:.0%} of the budget in all, "
                 f"leaving the answer {cost} {answer:.3g}, if it holds about {again:,.0f} or "
-                "more; below that the widest clamps (+-2^40) are used and the answer is as "
+                "more; below that the widest clamps (+-9.5e14) are used and the answer is as "
                 f"uncertain as its interval says. {KEPT_STATED} Give bounds to avoid both."]
-    return [first + "the widest clamps (+-2^40) are used and the answer is as uncertain as "
+    return [first + "the widest clamps (+-9.5e14) are used and the answer is as uncertain as "
             f"its interval says. {KEPT_STATED} Give bounds to avoid it."]
 
 

@@ -30,10 +30,18 @@ from dpcurator.engines._trees import (
 
 __all__ = ["MEAN_OCTAVES", "PROFILE_STEPS", "UNIT_TOTALS", "profile_statement"]
 
-#: The magnitude steps of a profile's value buckets: 2^(q/4), 2^-20 to 2^40.
-PROFILE_STEPS = tuple(range(-80, 161))
+#: The magnitude steps of a profile's value buckets: 2^(q/4), 2^-30 (about 9.3e-10) to
+#: 2^49.75 (about 9.5e14, the last step within the bounds a query may give, 1e15). It was
+#: 2^-20 to 2^40 until a bug hunt (2026-12-02) asked for AVG of epoch milliseconds (1.7e12:
+#: clamped to 1.1e12, the answer 34% low) and SUM of values near 1e-7 (all of them read as
+#: zero: the widest clamps, an answer 1e15 times the truth).
+PROFILE_STEPS = tuple(range(-120, 200))
 #: The octaves of a pair's mean |x| in a profile's pairs (part 0): 2^o < mean <= 2^(o+1),
-#: o from -20 to 40, and -21 for the means at or below 2^-20 (zeros included)
+#: o from -20 to 40, and -21 for the means at or below 2^-20 (zeros included); a mean
+#: beyond counts in the last. Not widened with the steps above: each bin is one more place
+#: for the histogram's noise to pass its threshold, and a false bin at an end wrecks the
+#: row cap's aim (``auto_bounds.py --family``, 32 draws of the histogram: AVG on #2 2.06x ->
+#: 5.54x, #19 1.10x -> 3.02x with o from -30 to 49).
 MEAN_OCTAVES = tuple(range(-21, 41))
 
 

@@ -45,7 +45,7 @@ __all__ = [
 BoundingMode = Literal["rescale", "sample", "unit"]
 _BOUNDING_MODES = ("rescale", "sample", "unit")
 IntervalKind = Literal["bounded", "total"]
-MAX_UNIT_SUM = 2.0**40  # a total SUM's outer cap: the profile's largest bucket
+MAX_UNIT_SUM = 2.0**49.75  # a total SUM's outer cap: the profile's largest bucket (below 1e15)
 INTERVAL_KINDS = ("bounded", "total")
 # Contribution bounds are capped so that fixed-point arithmetic in the engine cannot overflow
 # (values times rows times weights stay below 2^127 in HUGEINT arithmetic).
