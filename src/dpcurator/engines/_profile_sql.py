@@ -38,10 +38,10 @@ __all__ = ["MEAN_OCTAVES", "PROFILE_STEPS", "UNIT_TOTALS", "profile_statement"]
 PROFILE_STEPS = tuple(range(-120, 200))
 #: The octaves of a pair's mean |x| in a profile's pairs (part 0): 2^o < mean <= 2^(o+1),
 #: o from -20 to 40, and -21 for the means at or below 2^-20 (zeros included); a mean
-#: beyond counts in the last. Not widened with the steps above: each bin is one more place
-#: for the histogram's noise to pass its threshold, and a false bin at an end wrecks the
-#: row cap's aim (``auto_bounds.py --family``, 32 draws of the histogram: AVG on #2 2.06x ->
-#: 5.54x, #19 1.10x -> 3.02x with o from -30 to 49).
+#: beyond counts in the last. Not widened with the steps above: with o from -30 to 49 the
+#: means' row caps were aimed worse (``auto_bounds.py --family``, 32 draws of the
+#: histogram: AVG on #2 2.06x -> 5.54x, #19 1.10x -> 3.02x), probably as each bin is one
+#: more place for the histogram's noise to pass its threshold, far from the data.
 MEAN_OCTAVES = tuple(range(-21, 41))
 
 
