@@ -264,17 +264,18 @@ laws): median 1.42x -> 1.22x the best fixed bounds, geometric mean 1.54x -> 1.36
 1.40x, 27 and 44 (the exact histogram, no noise: 1.25x, 1.37x, 29); per k, f(M) did
 better than 0.75 f(M) (the ratio of the fixed factors, 1.5 / 2: median 1.24x, 28 shapes)
 and as well as 1.4 f(M).
-A query of means (``values_choice``) draws the same histogram with a second half: the pairs
-of at most ``VALUES_CAP`` rows by the same octaves, each weighing 1 / P
-(``Profile.light_octaves``). A pair counts in one half or the other, so one unit still adds
-at most 1 in all (L1). A row cut moves a mean by its distance from the rest, not by its
-value, and by the distance from the mean of the rows kept: the factor at the magnitude M
-and the row cap r is ``MEAN_HALF`` M / (|m_h(M) - m_l(M)| lambda(r)) (the two halves' means of
-min(m_o, M), lambda(r) the short pairs' share of the rows kept), the gap at least m_h(M) /
-``MEAN_RATIO_MOST`` (``_mean_factors``); where either half is empty, the fixed
-``MEAN_ROW_FACTOR``. On the family (``--questions AVG``), with the gap alone: median 1.59x ->
-1.37x, geometric mean 1.93x -> 1.68x, within 1.25x 16 -> 21 of 56 shapes, P[>3x] <= 1% on
-30 -> 32; with lambda(r) and the ends below, see ``MEAN_HALF``.
+A query of means (``values_choice``) draws the same histogram, with four times the weight
+(``MEAN_VALUES_WEIGHT``), with a second half: the pairs of at most ``VALUES_CAP`` rows by
+the same octaves, each weighing 1 / P (``Profile.light_octaves``). A pair counts in one half
+or the other, so one unit still adds at most 1 in all (L1). A row cut moves a mean by its
+distance from the rest, not by its value, and by the distance from the mean of the rows
+kept: the factor at the magnitude M and the row cap r is ``MEAN_HALF`` M / (|m_h(M) -
+m_l(M)| lambda(r)) (the two halves' means of min(m_o, M), lambda(r) the short pairs' share
+of the rows kept), the gap at least m_h(M) / ``MEAN_RATIO_MOST`` (``_mean_factors``); where
+either half is empty, the fixed ``MEAN_ROW_FACTOR``. On the family (``--questions AVG``),
+with the gap alone: median 1.59x -> 1.37x, geometric mean 1.93x -> 1.68x, within 1.25x 16 ->
+21 of 56 shapes, P[>3x] <= 1% on 30 -> 32; with lambda(r) and the ends below, see
+``MEAN_HALF``.
 
 A two-sided mean's ends (``end_scores``, ``choose_end``). A mean's noise grows with its
 clamp's width, and values mostly of one sign need the other end only as far as their own
