@@ -43,6 +43,7 @@ from dpcurator.engines.spark import SparkDialect
 from dpcurator.errors import UserError
 from dpcurator.query import GroupKey, PublicKeys
 from dpcurator.query.bounding import BoundedQuery, HistogramSpec, MeasureSpec, ValueSpec
+from dpcurator.query.plan import MAX_UNIT_SUM
 from test_engine_duckdb import (
     CENTRED,
     GROUP,
@@ -910,6 +911,11 @@ def test_one_heavy_unit_moves_the_outer_capped_sum_by_at_most_its_cap(make: Make
     loose = moved_by_the_extreme_unit(make, spec(2**40))
     assert sum(abs(d) for d in loose) > 10**9  # the twin: the unit's values, nearly as they are
     assert not within_sensitivity(spec(50), loose)
+    # at the largest cap the choice can pick (``MAX_UNIT_SUM``, 2^49.75 since 2026-12-02): the
+    # unit's inf values clamped to it, its sum divided, still within V on every engine
+    top = int(MAX_UNIT_SUM)
+    at_top = moved_by_the_extreme_unit(make, spec(top))
+    assert sum(abs(d) for d in at_top) > 10**9 and within_sensitivity(spec(top), at_top)
 
 
 # -- the dialects' plan flags: each changes the statement, never a result ----------------------

@@ -352,6 +352,8 @@ PARTITION_CANDIDATES = tuple(2**i for i in range(11))  # 1 .. 1024
 ROW_CANDIDATES = tuple(sorted({round(2 ** (i / 4)) for i in range(49)}))
 # value bounds: the engine's bucket steps 2^(q/4), 2^-30 .. 2^49.75 (PROFILE_STEPS)
 MAGNITUDES = tuple(2.0 ** (q / 4) for q in PROFILE_STEPS)
+#: the widest clamps, as the release's sentences name them (+-9.5e+14)
+WIDEST_CLAMPS = f"+-{MAGNITUDES[-1]:.2g}"
 #: the chance, at most, that a bound is chosen where its ramp has reached its cap
 BETA = 1e-4
 #: Exact scores: statistics are summed exactly (``Fraction``, ``_profile``), capped at 2^36
@@ -1341,7 +1343,7 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     floor = thin_floor(auto_plan, plan, rows_for)
     epsilon = auto_plan.epsilons[UNITS]
     widest = (f"too few units for epsilon to choose the clamps from the data (the choice "
-              f"needs about {floor:,.0f}); the widest clamps (+-9.5e14) were used, so "
+              f"needs about {floor:,.0f}); the widest clamps ({WIDEST_CLAMPS}) were used, so "
               "the answer is as uncertain as its interval says: give bounds, or raise epsilon, "
               "or the share of it spent choosing them (bounds_share); values of 2^-30 (about "
               "9.3e-10) or less in magnitude count as zero here: rescale such a column")
@@ -1355,9 +1357,9 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
         return "widest", noisy, (
             f"the noise at this epsilon outweighs the column's nonzero values (about "
             f"{noisy:,} units' worth, against a noise rate of {rate:,.0f}): clamps chosen from "
-            "the data would cut them all and answer about zero, so the widest clamps (+-9.5e14) "
-            "were used and the answer is as uncertain as its interval says: give bounds, or "
-            "raise epsilon")
+            "the data would cut them all and answer about zero, so the widest clamps "
+            f"({WIDEST_CLAMPS}) were used and the answer is as uncertain as its interval says: "
+            "give bounds, or raise epsilon")
     if noisy < THIN_WARN * floor:
         # the caps are chosen by the same joint choice, with the same floor
         rows = auto_plan.auto.max_rows_per_partition or auto_plan.auto.max_partitions
@@ -1406,8 +1408,8 @@ def kept_check(auto_plan: AutoPlan, stats: Profile, chosen: Sequence[tuple[int, 
     bound = kept_bound(auto_plan)
     widest = ("the clamps chosen from the data kept almost none of the values (a noisy count "
               "of {noisy} units' worth within them, against {bound:,.0f}): the choice had "
-              "collapsed, so the widest clamps (+-9.5e14) were used and the answer is as "
-              "uncertain as its interval says: give bounds, or raise epsilon")
+              "collapsed, so the widest clamps (" + WIDEST_CLAMPS + ") were used and the "
+              "answer is as uncertain as its interval says: give bounds, or raise epsilon")
     if 1.0 / epsilon > MAX_NOISE_SCALE:
         return True, None, widest.format(noisy="no", bound=bound)
     noisy = int(DiscreteLaplace(epsilon=epsilon, source=source).release(

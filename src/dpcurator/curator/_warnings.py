@@ -28,6 +28,7 @@ from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 from ._auto_bounds import (
     UNIT_ROW_CANDIDATES,
     UNITS,
+    WIDEST_CLAMPS,
     AutoPlan,
     caps_cut_bound,
     caps_thin_threshold,
@@ -210,10 +211,10 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
         cost = "rho" if retry.request.rho is not None else "epsilon"
         return [first + f"they are chosen again with {retry.share:.0%} of the budget in all, "
                 f"leaving the answer {cost} {answer:.3g}, if it holds about {again:,.0f} or "
-                "more; below that the widest clamps (+-9.5e14) are used and the answer is as "
-                f"uncertain as its interval says. {KEPT_STATED} Give bounds to avoid both."]
-    return [first + "the widest clamps (+-9.5e14) are used and the answer is as uncertain as "
-            f"its interval says. {KEPT_STATED} Give bounds to avoid it."]
+                f"more; below that the widest clamps ({WIDEST_CLAMPS}) are used and the answer "
+                f"is as uncertain as its interval says. {KEPT_STATED} Give bounds to avoid both."]
+    return [first + f"the widest clamps ({WIDEST_CLAMPS}) are used and the answer is as "
+            f"uncertain as its interval says. {KEPT_STATED} Give bounds to avoid it."]
 
 
 #: the clamps' kept count (``_auto_bounds.kept_check``), stated with the thin-data rule
