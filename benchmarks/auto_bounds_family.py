@@ -401,20 +401,26 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
 
     retry = captured.get("retry")
     first_ap = captured["auto_plan"]
+    # the histogram's draws (``_auto_bounds.draw_aim``): one per query, which the retry reads
+    # too, so both paths' laws are taken per draw and the retry's weighed by the first's
+    # fallback in the same draw
+    aims = factor_draws(captured, FACTOR_DRAWS)
 
     def path_law(ap: Any, rows_for: Any, scales: tuple[float, float]
-                 ) -> tuple[float, float, float, list[tuple[float, ...]], float]:
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[float, ...]],
+                            np.ndarray]:
         """One path's choices (the first, or the retry's: ``_auto_bounds.plan_retry``), exactly
-        over their law: (the weighted squared error, the weight, the weight of releases above
-        3x the best, the likeliest bounds, P[the widest clamps])."""
+        over their law, per draw of the histogram: (the weighted squared error, the weight,
+        the weight of releases above 3x the best, the likeliest bounds over the draws,
+        P[the widest clamps])."""
         laws = []
-        # and over the factors' noise
-        for factors in factor_draws({**captured, "auto_plan": ap}, FACTOR_DRAWS):
+        for factors in aims:
             joint = _auto_bounds.joint_scores(ap, captured["plan"],
                                               captured["stats"], rows_for, factors)
             laws.append(_law(np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
                              _auto_bounds.SENSITIVITY))
-        probabilities = np.mean(laws, axis=0)
+        per_draw = np.asarray(laws)
+        probabilities = per_draw.mean(axis=0)
         sign_law = [(1.0, (0.0, 1.0))]
         if values:
             sscores, seps = _auto_bounds.sign_scores(ap, captured["stats"], 0,
@@ -489,28 +495,30 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             kept = _auto_bounds.kept_statistic(captured["stats"], [(0, m)], r)
             return below(_auto_bounds.kept_bound(ap), kept, kept_q)
 
-        fallback = 0.0
-        by_km: dict[tuple[int, int | None], list[tuple[int, float]]] = {}
+        fallback = np.zeros(len(aims))
+        by_km: dict[tuple[int, int | None], list[tuple[int, np.ndarray]]] = {}
         for index in np.flatnonzero(probabilities > 1e-12):
             k, r, m = joint.decode(int(index))
-            p = float(probabilities[index])
+            p = per_draw[:, index]
             thin = thin_at.get((k, r), 0.0)
             aside = thin + (1.0 - thin) * fires(k, r, m)
             fallback += p * aside
             by_km.setdefault((k, m), []).append((r, p * (1.0 - aside)))
-        sums = {"total": 0.0, "mass": 0.0, "far": 0.0}
+        sums = {name: np.zeros(len(aims)) for name in ("total", "mass", "far")}
         likeliest: list[tuple[float, ...]] = []
         threshold = 9.0 * best
 
-        def add(weight: float, per: np.ndarray, k: int, r: int, lo: float | None,
+        def add(weight: np.ndarray, per: np.ndarray, k: int, r: int, lo: float | None,
                 hi: float | None) -> None:
-            """One candidate's weight in the law, with its squared errors over the draws."""
-            if weight <= 0.0:
+            """One candidate's weight in the law per draw of the histogram, with its squared
+            errors over the draws of the answer's noise."""
+            if not np.any(weight > 0.0):
                 return
             sums["total"] += weight * float(per.mean())
             sums["mass"] += weight
             sums["far"] += weight * float((per > threshold).mean())
-            likeliest.append((round(weight, 4), k, r, round(lo or 0.0, 3), round(hi or 0.0, 3)))
+            likeliest.append((round(float(weight.mean()), 4), k, r, round(lo or 0.0, 3),
+                              round(hi or 0.0, 3)))
         floored = question == "AVG" and "floor:x" in ap.epsilons
 
         def floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
@@ -613,18 +621,21 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
         factor = math.sqrt(factor) if gaussian else factor
         return scales[0] * factor, scales[1] * factor
 
-    total, mass, far, likeliest, fallback = path_law(first_ap, captured["rows_for"],
-                                                     scaled(first_ap))
-    if retry is not None and fallback > 0.0:  # the widest clamps' mass takes the retry's path
+    totals, masses, fars, likeliest, fallbacks = path_law(first_ap, captured["rows_for"],
+                                                          scaled(first_ap))
+    if retry is not None and np.any(fallbacks > 0.0):  # the widest clamps' mass takes the
+        # retry's path, in the same draw of the histogram
         t2, m2, f2, l2, w2 = path_law(retry[0], retry[1], scaled(retry[0]))
-        total, mass, far = total + fallback * t2, mass + fallback * m2, far + fallback * f2
-        likeliest += [(round(fallback * w[0], 4), *w[1:]) for w in l2]
-        fallback *= w2
+        totals, masses = totals + fallbacks * t2, masses + fallbacks * m2
+        fars = fars + fallbacks * f2
+        likeliest += [(round(float(fallbacks.mean()) * w[0], 4), *w[1:]) for w in l2]
+        fallbacks = fallbacks * w2
+    total, mass, far = float(totals.mean()), float(masses.mean()), float(fars.mean())
     auto_rmse = math.sqrt(total / mass) if mass > 0 else math.inf
     likeliest.sort(reverse=True)
     return Outcome(shape.label(), question, best_rmse, best_bounds, auto_rmse,
                    auto_rmse / best_rmse, far / mass if mass > 0 else 1.0, likeliest[:3],
-                   fallback=fallback)
+                   fallback=float(fallbacks.mean()))
 
 
 def run_family(count: int, questions: list[str], draws: int, only: list[int] | None = None

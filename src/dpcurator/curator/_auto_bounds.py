@@ -198,6 +198,9 @@ part: the bounds spend ``RETRY_SHARE`` (half) of the budget in all, the first ch
 included, and the answer keeps the other half. At the default share the retry's choices
 have 4 times the first's epsilon, so its F is 4 times smaller and it locates tails 4 times
 thinner; where its own count is still below 1.25 F, the widest clamps are used as before.
+A row cap aimed by a histogram (``value_factors``) reads the first choice's in the retry
+(``Aim``: post-processing of a release already charged), and the weight a second one would
+have had goes to the retry's other choices.
 The answer's noise is then twice the first path's (1.8x), which is why the retry is not
 made above 1.25 F: at 4 F it was worse than the first choice on the family (SUM on #2
 2.8x -> 5.5x the best fixed bounds, #20 1.6x -> 2.6x; geometric mean 1.37x -> 1.40x, with
@@ -467,8 +470,8 @@ VALUES_WEIGHT = 0.25
 #: -> 1.17x, #44 4.59x -> 1.94x, #22 2.47x -> 1.72x, #24 1.78x -> 1.21x, #0 1.48x ->
 #: 1.09x; worse #16 1.41x -> 1.65x). A SUM's keeps 1/4: at 1 its family moved by less
 #: than the draws (geometric mean 1.380x -> 1.367x), and a SUM of one row per person (no
-#: pair beyond 3 rows: the histogram always empty) paid for it, in its retry from within
-#: the retry's half of the budget too.
+#: pair beyond 3 rows: the histogram always empty) paid for it. The retry (``plan_retry``)
+#: draws none of its own since 2026-12-02: it reads the first choice's (``Aim``).
 MEAN_VALUES_WEIGHT = 1.0
 #: the histogram's L1 sensitivity told to the Laplace mechanism: 1, and the roundings of its
 #: 62 bins (124 for a mean's) to multiples of 2^-16 (``Profile.mean_octaves``,
@@ -752,16 +755,19 @@ def choice_names(auto: AutoBounds, floors: Sequence[str] = (), values: float = 0
 
 
 def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
-              remaining: float = 1.0, *, share_of_request: float | None = None
-              ) -> tuple[AutoPlan, list[DpEvent]]:
+              remaining: float = 1.0, *, share_of_request: float | None = None,
+              reuse_values: bool = False) -> tuple[AutoPlan, list[DpEvent]]:
     """Split the request between choosing ``plan.auto``'s bounds and the query; ``outer``
     (epsilon, or rho) pays for choosing a total interval's outer cap (``choose_outer``).
     ``request`` is the part ``remaining`` of the query's budget that is left after a total
     interval's share: the bounds' share stays a share of the whole budget. A sum's row cap
     is aimed per magnitude (``value_factors``) where ``values_choice`` holds.
     ``share_of_request``: the choices' part of ``request``, every choice included, instead
-    of the one the plan's share gives (``plan_retry``)."""
-    values = values_weight(plan)
+    of the one the plan's share gives (``plan_retry``). ``reuse_values``: no histogram of
+    its own, the row cap aimed by the first choice's (``plan_retry``: post-processing of a
+    release already paid for), so its weight goes to the other choices."""
+    aimed = values_weight(plan)
+    values = 0.0 if reuse_values else aimed
     auto = plan.auto
     unit_mode = plan.bounding == "unit"
     outers = outer_names(auto) if auto is not None and (outer or unit_mode) else []
@@ -854,7 +860,7 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     kept_share = share * remaining * kept_weight / sum(weights) if kept else 0.0
     return AutoPlan(auto, epsilons, rest, partitions, noise, exponent, spent,
                     outer or 0.0, share=share * remaining, values_share=values_share,
-                    means=values > 0.0 and _means(plan), kept_share=kept_share), events
+                    means=aimed > 0.0 and _means(plan), kept_share=kept_share), events
 
 
 def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
@@ -892,7 +898,9 @@ def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
     # whole_share - first_choices of the request, so that its answer keeps 1 - whole_share
     # less the kept counts
     part = (whole_share - first_choices) / (1.0 - first_share)
-    retry, events = plan_auto(plan, first.request, share_of_request=part)
+    # the row cap aimed by the first choice's histogram (``choose_bounds``' ``factors``): no
+    # second one, its weight to the other choices
+    retry, events = plan_auto(plan, first.request, share_of_request=part, reuse_values=True)
     # of the first answer's request the retry takes retry.share (its clamps' kept count on top
     # of ``part``: ``plan_auto``); both shares as parts of the whole budget
     whole = first_share + (1.0 - first_share) * retry.share
@@ -1662,29 +1670,52 @@ def choose_floor(auto_plan: AutoPlan, stats: Profile, index: int, column: str,
     return floors[_release(scores, epsilon, source)]
 
 
-def choose_bounds(auto_plan: AutoPlan, plan: Plan, profile: Sequence[tuple[Any, ...]],
+@dataclass(frozen=True)
+class Aim:
+    """The row cap's factors per magnitude (``value_factors``; None where no bin passed),
+    drawn once per query (``draw_aim``) and read by the first choice and by the retry
+    (``plan_retry``) alike: post-processing of the one histogram the query paid for."""
+
+    factors: FloatArray | None
+
+
+def draw_aim(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
+             ) -> Aim | None:
+    """The first choice's histogram and the factors it gives (``value_factors``); None
+    where the plan draws none (``values_choice``)."""
+    if VALUES not in auto_plan.epsilons:
+        return None
+    return Aim(value_factors(auto_plan, stats, source))
+
+
+def choose_bounds(auto_plan: AutoPlan, plan: Plan,
+                  profile: Sequence[tuple[Any, ...]] | Profile,
                   columns: Sequence[str], source: RandomSource | None,
                   rows_for: Sequence[tuple[int, int]] | None = None, *,
-                  defer_unit_caps: bool = False, again: bool = False
-                  ) -> tuple[Plan, dict[str, Any]]:
+                  defer_unit_caps: bool = False, again: bool = False,
+                  aim: Aim | None = None) -> tuple[Plan, dict[str, Any]]:
     """The plan with its bounds chosen from ``profile`` (the engine's rows for a
-    ``BoundedQuery.profile`` of ``columns``), and what the release says about them; the caps
-    among those ``rows_for`` allows (``_choose_joint``). ``defer_unit_caps``
-    (``defers_unit_caps``): ``bounding="unit"``'s caps are left at the widest
-    (``widest_unit_caps``), to be chosen once the keys are selected (``choose_unit_caps``).
-    ``again``: the choice made again (``plan_retry``; ``caps_thin_rule``)."""
+    ``BoundedQuery.profile`` of ``columns``, or their ``Profile``), and what the release says
+    about them; the caps among those ``rows_for`` allows (``_choose_joint``).
+    ``defer_unit_caps`` (``defers_unit_caps``): ``bounding="unit"``'s caps are left at the
+    widest (``widest_unit_caps``), to be chosen once the keys are selected
+    (``choose_unit_caps``). ``again``: the choice made again (``plan_retry``;
+    ``caps_thin_rule``). ``aim``: the row cap's factors (``draw_aim``), drawn here where not
+    given and the plan pays for them; the retry reads the first choice's."""
     auto = auto_plan.auto
-    stats = Profile(profile)
+    stats = profile if isinstance(profile, Profile) else Profile(profile)
     eps = auto_plan.epsilons
     chosen: dict[str, Any] = {}
     if auto.choices == 0:
         return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source,
                            defer_unit_caps)
-    factors = None
-    if VALUES in eps:  # the row cap's factor per magnitude, from its own noisy histogram
-        factors = value_factors(auto_plan, stats, source)
+    if aim is None:  # the row cap's factor per magnitude, from its own noisy histogram
+        aim = draw_aim(auto_plan, stats, source)
+    if aim is None and values_choice(plan):
+        raise InternalError("a row cap aimed by a histogram that was not drawn; this is a bug")
+    factors = aim.factors if aim is not None else None
     k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for, factors)
-    if VALUES in eps:
+    if aim is not None:
         chosen["value_factors"] = _aimed_at(auto_plan, factors, first, r)
     # the least over the clamped columns (each moves by at most 1, so does their least): the
     # first alone let a sparse second column's clamp collapse unseen (a bug hunt found it in

@@ -72,6 +72,7 @@ from ._auto_bounds import (
     choose_unit_caps,
     chosen_again,
     defers_unit_caps,
+    draw_aim,
     needs_retry,
     outer_names,
 )
@@ -80,6 +81,7 @@ from ._compile import CompiledQuery, compile_query
 from ._estimators import Intervals, describe_with_error_95, estimate, estimate_totals
 from ._prepared import PreparedQuery, ResolvedQuery, charge_cost, profile_query
 from ._privacy import PrivacyRequest, check_delta
+from ._profile import Profile
 from ._release_stages import (
     Partitions,
     add_noise,
@@ -749,16 +751,20 @@ class Curator:
             raise InternalError("the engine returned no profile; this is a bug")
         defer = defers_unit_caps(compiled.plan)
         retry, again = compiled.retry, compiled.retry_candidates
-        plan, chosen = choose_bounds(auto, compiled.plan, profile, auto.auto.columns,
-                                     self._source, candidates.rows_for, defer_unit_caps=defer)
+        stats = Profile(profile)
+        # the row cap's histogram, drawn once: the retry reads it too (post-processing)
+        aim = draw_aim(auto, stats, self._source)
+        plan, chosen = choose_bounds(auto, compiled.plan, stats, auto.auto.columns,
+                                     self._source, candidates.rows_for, defer_unit_caps=defer,
+                                     aim=aim)
         if defer:
             return candidates.bind(plan, chosen), chosen, _Deferred(auto, profile, candidates)
         if retry is not None and again is not None and needs_retry(
                 auto, compiled.plan, chosen, candidates.rows_for):
             # too thin for the first choice: chosen again, from the answer's part
             # (``_auto_bounds.plan_retry``; its privacy: ``_compile._prove_retry``)
-            plan, second = choose_bounds(retry, compiled.plan, profile, auto.auto.columns,
-                                         self._source, again.rows_for, again=True)
+            plan, second = choose_bounds(retry, compiled.plan, stats, auto.auto.columns,
+                                         self._source, again.rows_for, again=True, aim=aim)
             chosen = chosen_again(auto, retry, chosen, second)
             return again.bind(plan, chosen), chosen, None
         return candidates.bind(plan, chosen), chosen, None
