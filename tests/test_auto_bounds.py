@@ -1606,3 +1606,40 @@ def test_the_widest_clamps_say_what_would_let_the_data_be_chosen_from() -> None:
     given_warnings = [w for w in given.warnings if w.startswith("thin data")]
     assert given_warnings and all("the clamps chosen" in w and "rows" not in w
                                   for w in given_warnings)
+
+
+def test_a_partition_cap_chosen_alone_ramps_gently(monkeypatch: pytest.MonkeyPatch) -> None:
+    """COUNT(DISTINCT) by 6 public keys at epsilon 0.3, the units' partitions as the family's
+    #48 holds them (55,961 units in 1 group, 14,715 in 2, then 157, 143, 144 and 140 in 3
+    to 6): 284 units beyond 4 partitions, each losing 1 or 2 of them, so k = 6 is best (the
+    bias at 4 about 70 per group against noise of standard deviation 32; 2.4x the best in
+    expectation with k = 4). At ``K_LAMBDA``'s ramp (8: the joint choice's, against many
+    row caps and magnitudes) k = 6 scored -294 from k = 2's 584 units and k = 4 -252, and 4
+    was drawn in 73% of releases; alone, at ``K_ALONE_LAMBDA`` (4), k = 6 scores 0.
+    Deterministic: the scores, not a draw."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    spans = {1: 55_961, 2: 14_715, 3: 157, 4: 143, 5: 144, 6: 140}
+    keys = [f"g{i}" for i in range(6)]
+    units, groups, unit = [], [], 0
+    for span, count in spans.items():
+        for _ in range(count):
+            start = unit % 6
+            units += [unit] * span
+            groups += [keys[(start + j) % 6] for j in range(span)]
+            unit += 1
+    frame = pd.DataFrame({"u": units, "g": groups})
+    scores: list[np.ndarray] = []
+    real = auto_bounds._release
+
+    def record(values: Any, *args: Any, **kwargs: Any) -> int:
+        scores.append(np.asarray(values, dtype=float))
+        return real(values, *args, **kwargs)
+
+    monkeypatch.setattr(auto_bounds, "_release", record)
+    curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10.0),
+                        source=SeededRandom(0))
+    curator.sql("SELECT g, COUNT(DISTINCT u) AS n FROM data GROUP BY g", epsilon=0.3,
+                keys=keys)
+    by_k = dict(zip((1, 2, 4, 6), scores[0], strict=True))
+    assert by_k[6] == 0.0 and by_k[4] <= -200.0, by_k

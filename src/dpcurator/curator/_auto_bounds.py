@@ -94,7 +94,8 @@ least 2 lambda / epsilon per octave; above the crossing it grows by 2 lambda / e
 octave (each octave about e^-lambda times as likely), up to 2 F. lambda = ``LAMBDA`` (4),
 ``MAGNITUDE_LAMBDA`` (6) for a column's magnitude,
 ``K_LAMBDA`` (8) for the partition cap, whose steps are octaves and whose few candidates
-compete in the joint choice with many row caps and magnitudes, and ``ROW_LAMBDA_COUNTS`` (3)
+compete in the joint choice with many row caps and magnitudes (``K_ALONE_LAMBDA``, 4, where
+it is chosen alone, as for COUNT(DISTINCT)), and ``ROW_LAMBDA_COUNTS`` (3)
 for the row cap of a query that aggregates no column (and any row cap read per k), and at
 least ``ROW_LAMBDA_PRIVATE`` (8) for the row cap where the keys are private. The row
 cap read per k ramps at lambda for ``ROW_KNEE`` (5) octaves above c_i, then at
@@ -372,6 +373,13 @@ BETA_BOUNDED = 0.05
 #: magnitudes), up to CAP times the floor
 LAMBDA = 4.0
 K_LAMBDA = 8.0
+#: the partition cap chosen alone (COUNT(DISTINCT): no row cap, no magnitude) ramps at
+#: K_ALONE_LAMBDA: the many candidates K_LAMBDA answers are not there. At 8 the family's
+#: heavy units in 6 groups at epsilon 0.3 (#18, #42, #48) drew k = 4 where 6 is best (2.05x,
+#: 1.67x, 2.40x the best fixed bounds); at 4 (``auto_bounds.py --family --questions
+#: COUNT_DISTINCT``): 1.17x each, all 56 shapes within 1.25x (53 before), median 1.074x ->
+#: 1.081x, geometric mean 1.140x -> 1.108x, P[>3x] <= 1% on 53 (51)
+K_ALONE_LAMBDA = 4.0
 #: the row cap's ramp for a query that aggregates no column (counts only): gentler, because a
 #: count's bias below the crossing costs more than the noise of a few octaves above it. On
 #: the skewed benchmark (``benchmarks/auto_bounds.py --runs 20``) COUNT's RMSE against the
@@ -1018,10 +1026,12 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     means = _means(plan)
     weigh = MEAN_CAP_FACTOR if means else 1.0
     pk = np.zeros(len(ks))
+    # alone (COUNT(DISTINCT)) the partition cap competes with nothing: the gentler ramp
+    k_ramp = K_LAMBDA if auto.max_rows_per_partition or magnitude else K_ALONE_LAMBDA
     if auto.max_partitions:
         targets = [weigh * auto_plan.target(k, per_partition=True) for k in ks]
         partition_stats = stats.partitions(ks)
-        pk = _penalties(partition_stats, ks, targets, cap, epsilon, K_LAMBDA)
+        pk = _penalties(partition_stats, ks, targets, cap, epsilon, k_ramp)
     # the magnitude's statistic per row cap (a row weighs 1 / max(T, r)): its penalties per r
     # and k (the target's rate depends on k)
     # (read at r' = ``magnitude_cap(r)``: a valid weight, 1 / max(T, r') <= 1 / T, on at most
@@ -1090,7 +1100,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         bias[a, :len(rs)] = over
         blocks.append(block)
     if JOINT_RAMP:
-        lambdas = (K_LAMBDA if auto.max_partitions else 0.0,
+        lambdas = (k_ramp if auto.max_partitions else 0.0,
                    ramp if auto.max_rows_per_partition else 0.0, MAGNITUDE_LAMBDA)
         reach = cap - max(targets_seen) if targets_seen else 0.0
         joint = np.full(bias.shape, -math.inf)
