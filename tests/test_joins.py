@@ -711,9 +711,10 @@ def test_bounds_are_chosen_from_the_joined_rows(monkeypatch: pytest.MonkeyPatch)
     joined = flat(data).groupby(["c_custkey", "n_name"]).size().map(up)
     expected = sorted(joined.value_counts().items())
     pairs: dict[int, int] = {}
-    for row in profiles[0]:
-        if row[0] == 0:  # part 0: pairs by (partitions of the unit, rows of the pair, ...)
-            pairs[int(row[2])] = pairs.get(int(row[2]), 0) + int(row[5])
+    # the profile's part 0 read (``Profile.pairs``): (partitions of the unit, rows of the
+    # pair, pairs)
+    for _, rows, count in profiles[0].pairs:
+        pairs[rows] = pairs.get(rows, 0) + count
     assert sorted(pairs.items()) == expected
     per_order = flat(data).groupby("o_orderkey").size().max()
     assert max(pairs) >= 16 * per_order  # the heavy customers' hundreds of joined rows

@@ -906,7 +906,7 @@ def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
     # whole_share - first_choices of the request, so that its answer keeps 1 - whole_share
     # less the kept counts
     part = (whole_share - first_choices) / (1.0 - first_share)
-    # the row cap aimed by the first choice's histogram (``choose_bounds``' ``factors``): no
+    # the row cap aimed by the first choice's histogram (``choose_bounds``' ``aim``): no
     # second one, its weight to the other choices
     retry, events = plan_auto(plan, first.request, share_of_request=part, reuse_values=True)
     # of the first answer's request the retry takes retry.share (its clamps' kept count on top
