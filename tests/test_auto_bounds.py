@@ -1643,3 +1643,39 @@ def test_a_partition_cap_chosen_alone_ramps_gently(monkeypatch: pytest.MonkeyPat
                 keys=keys)
     by_k = dict(zip((1, 2, 4, 6), scores[0], strict=True))
     assert by_k[6] == 0.0 and by_k[4] <= -200.0, by_k
+
+
+def test_a_partition_cap_chosen_alone_keeps_the_steep_ramp_with_private_keys(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With private keys the selection's threshold grows with k, so one octave too high can
+    drop every group: 20,000 units in 1 to 3 of 40 groups at epsilon 0.1 (delta 1e-6), where
+    k = 4 is best, drew k = 8 in 2 of 40 seeded releases at the gentle ramp, and those
+    released nothing (RMSE 228 against 64 over the 40). There the partition cap alone keeps
+    ``K_LAMBDA``: k = 8, one octave above k = 4 with nothing beyond either, scores at least
+    2 ``K_LAMBDA`` / epsilon below it. Deterministic: the scores, not a draw."""
+    import dpcurator.curator._auto_bounds as auto_bounds
+
+    rng = np.random.default_rng(5)
+    keys = [f"g{i}" for i in range(40)]
+    units, groups = [], []
+    for unit in range(20_000):
+        for key in rng.choice(keys, int(rng.integers(1, 4)), replace=False):
+            units.append(unit)
+            groups.append(str(key))
+    frame = pd.DataFrame({"u": units, "g": groups})
+    seen: list[tuple[np.ndarray, float]] = []
+    real = auto_bounds._release
+
+    def record(values: Any, epsilon: float, *args: Any, **kwargs: Any) -> int:
+        seen.append((np.asarray(values, dtype=float), epsilon))
+        return real(values, epsilon, *args, **kwargs)
+
+    monkeypatch.setattr(auto_bounds, "_release", record)
+    curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.ApproxDP(10.0, 1e-5),
+                                     source=SeededRandom(0), cache=False)
+    curator.sql("SELECT g, COUNT(DISTINCT u) AS n FROM data GROUP BY g", epsilon=0.1,
+                delta=1e-6)
+    scores, epsilon = seen[0]
+    by_k = dict(zip(auto_bounds.PARTITION_CANDIDATES, scores, strict=False))
+    assert by_k[4] == 0.0
+    assert by_k[4] - by_k[8] >= 2.0 * auto_bounds.K_LAMBDA / epsilon, (by_k, epsilon)

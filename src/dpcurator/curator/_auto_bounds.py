@@ -95,7 +95,7 @@ octave (each octave about e^-lambda times as likely), up to 2 F. lambda = ``LAMB
 ``MAGNITUDE_LAMBDA`` (6) for a column's magnitude,
 ``K_LAMBDA`` (8) for the partition cap, whose steps are octaves and whose few candidates
 compete in the joint choice with many row caps and magnitudes (``K_ALONE_LAMBDA``, 4, where
-it is chosen alone, as for COUNT(DISTINCT)), and ``ROW_LAMBDA_COUNTS`` (3)
+it is chosen alone with public keys, as for COUNT(DISTINCT)), and ``ROW_LAMBDA_COUNTS`` (3)
 for the row cap of a query that aggregates no column (and any row cap read per k), and at
 least ``ROW_LAMBDA_PRIVATE`` (8) for the row cap where the keys are private. The row
 cap read per k ramps at lambda for ``ROW_KNEE`` (5) octaves above c_i, then at
@@ -378,7 +378,12 @@ K_LAMBDA = 8.0
 #: heavy units in 6 groups at epsilon 0.3 (#18, #42, #48) drew k = 4 where 6 is best (2.05x,
 #: 1.67x, 2.40x the best fixed bounds); at 4 (``auto_bounds.py --family --questions
 #: COUNT_DISTINCT``): 1.17x each, all 56 shapes within 1.25x (53 before), median 1.074x ->
-#: 1.081x, geometric mean 1.140x -> 1.108x, P[>3x] <= 1% on 53 (51)
+#: 1.081x, geometric mean 1.140x -> 1.108x, P[>3x] <= 1% on 53 (51). Public keys only: with
+#: private keys the selection's threshold grows with k, and one octave too high can drop every
+#: group (20,000 units in 1 to 3 of 40 groups, epsilon 0.1, delta 1e-6: k = 8 where 4 is best
+#: in 2 of 40 seeded releases at 4, their threshold about 1,230 against about 1,000 units per
+#: group; RMSE 228 against 64 over the 40), so there it keeps K_LAMBDA, as the row cap keeps
+#: ``ROW_LAMBDA_PRIVATE``
 K_ALONE_LAMBDA = 4.0
 #: the row cap's ramp for a query that aggregates no column (counts only): gentler, because a
 #: count's bias below the crossing costs more than the noise of a few octaves above it. On
@@ -1026,8 +1031,10 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     means = _means(plan)
     weigh = MEAN_CAP_FACTOR if means else 1.0
     pk = np.zeros(len(ks))
-    # alone (COUNT(DISTINCT)) the partition cap competes with nothing: the gentler ramp
-    k_ramp = K_LAMBDA if auto.max_rows_per_partition or magnitude else K_ALONE_LAMBDA
+    # alone (COUNT(DISTINCT)) the partition cap competes with nothing: the gentler ramp, with
+    # public keys (private keys' threshold grows with k: ``K_ALONE_LAMBDA``)
+    k_ramp = K_LAMBDA if auto.max_rows_per_partition or magnitude or plan.private_keys \
+        else K_ALONE_LAMBDA
     if auto.max_partitions:
         targets = [weigh * auto_plan.target(k, per_partition=True) for k in ks]
         partition_stats = stats.partitions(ks)
