@@ -1612,10 +1612,11 @@ def test_a_partition_cap_chosen_alone_ramps_gently(monkeypatch: pytest.MonkeyPat
     """COUNT(DISTINCT) by 6 public keys at epsilon 0.3, the units' partitions as the family's
     #48 holds them (55,961 units in 1 group, 14,715 in 2, then 157, 143, 144 and 140 in 3
     to 6): 284 units beyond 4 partitions, each losing 1 or 2 of them, so k = 6 is best (the
-    bias at 4 about 70 per group against noise of standard deviation 32; 2.4x the best in
-    expectation with k = 4). At ``K_LAMBDA``'s ramp (8: the joint choice's, against many
-    row caps and magnitudes) k = 6 scored -294 from k = 2's 584 units and k = 4 -252, and 4
-    was drawn in 73% of releases; alone, at ``K_ALONE_LAMBDA`` (4), k = 6 scores 0.
+    bias at 4 about 70 per group against noise of standard deviation 32 at 6; the family
+    measured 2.4x the best in expectation). At ``K_LAMBDA``'s ramp (8: the joint choice's,
+    against many row caps and magnitudes) k = 6 scored -294 from k = 2's 584 units and k = 4
+    -252, and 4 was drawn in 73% of releases; alone, at ``K_ALONE_LAMBDA`` (4), k = 6 scores
+    0.
     Deterministic: the scores, not a draw."""
     import dpcurator.curator._auto_bounds as auto_bounds
 
