@@ -430,14 +430,14 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                                                        strict=True) if p > 1e-9 or b == (-1.0, 1.0)]
         # the thin-data rule (``_auto_bounds.thin_rule``): the widest clamps with probability
         # P[count + Z < THIN F + t(k) / 2] (Z discrete Laplace), the count read at the chosen
-        # row cap, t(k) the magnitude's target at the chosen partition cap; per (k, r)
-        thin_at: dict[tuple[int, int], float] = {}
-        # the rule's symmetric clamps (below ONE_SIDED F)
-        symmetric_at: dict[tuple[int, int], float] = {}
-        # P[a mean's floor is drawn | one-sided clamps]
-        gate_at: dict[tuple[int, int], float] = {}
+        # row cap and on the side the signs kept (``_auto_bounds._side``: drawn first), t(k)
+        # the magnitude's target at the chosen partition cap; per (k, r, side)
+        thin_at: dict[tuple[int, int, int], float] = {}
+        # P[a mean's floor is drawn | one-sided clamps, not the rule's]
+        gate_at: dict[tuple[int, int, int], float] = {}
         # P[a two-sided mean's ends are drawn | two-sided clamps, not the rule's]
-        end_gate_at: dict[tuple[int, int], float] = {}
+        end_gate_at: dict[tuple[int, int, int], float] = {}
+        sides = sorted({_auto_bounds._side(b) for _, b in sign_law})
         counted = _auto_bounds.UNITS in ap.epsilons
         floor = _auto_bounds.thin_floor(ap, captured["plan"], rows_for)
         q = math.exp(-ap.epsilons[_auto_bounds.UNITS]) if counted else 0.0
@@ -460,50 +460,53 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                 for r in joint.rs:
                     if again:
                         cut = _auto_bounds.caps_statistic(ap, captured["stats"], (k, r))
-                        thin_at[k, r] = 1.0 - below(_auto_bounds.caps_cut_bound(ap), cut)
+                        thin_at[k, r, 1] = 1.0 - below(_auto_bounds.caps_cut_bound(ap), cut)
                     else:
-                        thin_at[k, r] = below(widest, units)
+                        thin_at[k, r, 1] = below(widest, units)
         if values:
             # a mean's floor is drawn only where the same noisy count reaches the floor's gate
             # (``_auto_bounds.floor_gate``): given a one-sided clamp, with probability
             # gate_at[r], else the floor stays 0
             floor_f = _auto_bounds.floor_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
             end_f = _auto_bounds.end_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
-            for k, r in itertools.product(joint.ks, joint.rs):
-                count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r))
+            for k, r, side in itertools.product(joint.ks, joint.rs, sides):
+                count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r), side)
                 widest = _auto_bounds.thin_threshold(ap, captured["plan"], rows_for, k)
                 # the retry's path where the first count is below RETRY_BELOW F too (its
                 # mass is priced as the widest's, then given the retry's law below)
                 if retry is not None and ap is first_ap:
                     widest = max(widest, _auto_bounds.RETRY_BELOW * floor)
-                thin_at[k, r] = below(widest, count)
-                symmetric_at[k, r] = max(0.0, below(_auto_bounds.ONE_SIDED * floor, count)
-                                         - thin_at[k, r])
-                sided = 1.0 - below(_auto_bounds.ONE_SIDED * floor, count)
-                gate_at[k, r] = ((1.0 - below(max(_auto_bounds.ONE_SIDED * floor, floor_f),
-                                              count)) / sided if sided > 0.0 else 0.0)
-                end_gate_at[k, r] = ((1.0 - below(max(_auto_bounds.ONE_SIDED * floor, end_f),
-                                                  count)) / sided if sided > 0.0 else 0.0)
+                thin_at[k, r, side] = below(widest, count)
+                kept = 1.0 - thin_at[k, r, side]
+                gate_at[k, r, side] = ((1.0 - below(max(widest, floor_f), count)) / kept
+                                       if kept > 0.0 else 0.0)
+                end_gate_at[k, r, side] = ((1.0 - below(max(widest, end_f), count)) / kept
+                                           if kept > 0.0 else 0.0)
         # the clamps' kept count (``_auto_bounds.kept_check``): where it falls below its bound
         # the clamps are set aside as the widest's are
         kept_q = math.exp(-ap.epsilons[_auto_bounds.KEPT]) if values and \
             _auto_bounds.KEPT in ap.epsilons else None
 
-        def fires(k: int, r: int, m: int | None) -> float:
+        def fires(k: int, r: int, m: int | None, side: int) -> float:
             if kept_q is None or m is None or m == len(_auto_bounds.MAGNITUDES) - 1:
                 return 0.0
-            kept = _auto_bounds.kept_statistic(captured["stats"], [(0, m)], r)
+            kept = _auto_bounds.kept_statistic(captured["stats"], [(0, m, side)], r)
             return below(_auto_bounds.kept_bound(ap), kept, kept_q)
+
+        def live(k: int, r: int, m: int | None, sign: tuple[float, float]) -> float:
+            """P[the clamps chosen are kept | (k, r, m) and the signs]: neither the thin-data
+            rule nor the kept count sets them aside."""
+            side = _auto_bounds._side(sign)
+            thin = thin_at.get((k, r, side), 0.0)
+            return (1.0 - thin) * (1.0 - fires(k, r, m, side))
 
         fallback = np.zeros(len(aims))
         by_km: dict[tuple[int, int | None], list[tuple[int, np.ndarray]]] = {}
         for index in np.flatnonzero(probabilities > 1e-12):
             k, r, m = joint.decode(int(index))
             p = per_draw[:, index]
-            thin = thin_at.get((k, r), 0.0)
-            aside = thin + (1.0 - thin) * fires(k, r, m)
-            fallback += p * aside
-            by_km.setdefault((k, m), []).append((r, p * (1.0 - aside)))
+            fallback += p * sum(sign_p * (1.0 - live(k, r, m, ab)) for sign_p, ab in sign_law)
+            by_km.setdefault((k, m), []).append((r, p))
         sums = {name: np.zeros(len(aims)) for name in ("total", "mass", "far")}
         likeliest: list[tuple[float, ...]] = []
         threshold = 9.0 * best
@@ -557,7 +560,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             if two_sided:  # the ends of a two-sided clamp, drawn per row cap read
                 assert m is not None
                 top = float(_auto_bounds.MAGNITUDES[m])
-                ends = {r: end_law(k, m, r) if end_gate_at.get((k, r), 1.0) > 0.0 else []
+                ends = {r: end_law(k, m, r) if end_gate_at.get((k, r, 0), 1.0) > 0.0 else []
                         for r in r_list}
                 options = sorted({c for law in ends.values() for _, c in law} |
                                  {(-top, top)})
@@ -565,14 +568,11 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                     per_r = errors(k, r_list, lo, hi, scales)
                     sign_p = next(p for p, ab in sign_law if ab == (-1.0, 1.0))
                     for (r, p), per in zip(entries, per_r, strict=True):
-                        sym = symmetric_at.get((k, r), 0.0) / max(
-                            1.0 - thin_at.get((k, r), 0.0), 1e-300)
-                        gate = end_gate_at.get((k, r), 1.0)
+                        gate = end_gate_at.get((k, r, 0), 1.0)
                         widest = (lo, hi) == (-top, top)
                         pe = gate * dict((c, q) for q, c in ends[r]).get((lo, hi), 0.0) + \
                             (1.0 - gate) * widest
-                        add(p * ((1.0 - sym) * sign_p * pe + (sym if widest else 0.0)), per,
-                            k, r, lo, hi)
+                        add(p * live(k, r, m, (-1.0, 1.0)) * sign_p * pe, per, k, r, lo, hi)
             for sign_p, (a, b) in sign_law:
                 if two_sided and (a, b) == (-1.0, 1.0):
                     continue
@@ -583,7 +583,8 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                     assert m is not None
                     for r in r_list:  # no floor is drawn where the gate is shut
                         laws[r] = floor_law(k, m, 1 if a == 0.0 else -1, r) \
-                            if gate_at.get((k, r), 1.0) > 0.0 else []
+                            if gate_at.get((k, r, _auto_bounds._side((a, b))), 1.0) > 0.0 \
+                            else []
                 floors = sorted({f for law in laws.values() for _, f in law} | {0.0})
                 for low in floors:
                     if values:
@@ -598,15 +599,10 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                         lo = hi = None
                     per_r = errors(k, r_list, lo, hi, scales)
                     for (r, p), per in zip(entries, per_r, strict=True):
-                        # p excludes the widest clamps already; the symmetric rule overrides the
-                        # signs (and then no floor is drawn)
-                        sym = symmetric_at.get((k, r), 0.0) / max(
-                            1.0 - thin_at.get((k, r), 0.0), 1e-300)
-                        gate = gate_at.get((k, r), 1.0)
+                        gate = gate_at.get((k, r, _auto_bounds._side((a, b))), 1.0)
                         pf = (gate * dict((f, q) for q, f in laws[r]).get(low, 0.0)
                               + (1.0 - gate) * (low == 0.0)) if one_sided else 1.0
-                        add(p * ((1.0 - sym) * sign_p * pf +
-                                 (sym if (a, b) == (-1.0, 1.0) else 0.0)), per, k, r, lo, hi)
+                        add(p * live(k, r, m, (a, b)) * sign_p * pf, per, k, r, lo, hi)
         return sums["total"], sums["mass"], sums["far"], likeliest, fallback
 
     # each path's noise per unit of sensitivity, from the release's (noise ~ 1 / epsilon,

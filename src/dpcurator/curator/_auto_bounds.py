@@ -139,7 +139,9 @@ and 1/4 for a sum's histogram, on top: "A sum's row cap" below). The signs weigh
 that, where the data is not thin (``thin_rule``: its count of values at least 1.25 F), a
 one-sided clamp of the wrong sign is less likely than exp(-epsilon_s 1.25 F) = (beta /
 C)^(2.5 w_s / w_joint), about 2e-6 for a SUM's joint choice (w_joint 4), and exponentially
-less as the values grow.
+less as the values grow. The signs are drawn before the thin-data count, which reads the
+values of the sign kept: a wrong side keeps none, and its count passes 1.25 F only with
+noise of about 12 scales more (``thin_rule``).
 
 A mean's floor (``floor_scores``, ``choose_floor``). AVG and VARIANCE are centred on the
 clamp's midpoint, so their noise grows with the clamp's width; a clamp [0, M] on values far
@@ -159,30 +161,31 @@ over [0, M] the narrowest clamps, which raise most of them, could score above th
 whose ramp is capped at 2 F; at 4 F values spread evenly over [0, M], the narrowest raises
 about 3.4 F of them and scores at least 1.3 F - t below 0 (each F below is a factor beta /
 17 in probability). This bounds accuracy, not privacy. Its weight comes from the
-signs' (1/2 each): the signs' wrong side is then, at 4 F where the clamps may first be
-one-sided, less likely than (beta / C)^(8 w_s / w_joint), about 1e-9, and the other
-choices keep their epsilon. The profile's steps of 2^(1/4) bound its resolution: years
-1990 to 2030 get [1722, 2048] (17x the data's range's error, not 88x), heights [128, 215]
-(1.4x, not 3x).
+signs' (1/2 each), so the other choices keep their epsilon; a wrong side drawn with less
+epsilon keeps no values, and the thin-data count, read on the side kept, then sets it
+aside unless its noise exceeds 1.25 F (``thin_rule``). The profile's steps of 2^(1/4)
+bound its resolution: years 1990 to 2030 get [1722, 2048] (17x the data's range's error,
+not 88x), heights [128, 215] (1.4x, not 3x).
 A SUM's sensitivity is max(|lo|, |hi|) whatever the floor, so a SUM's clamp keeps 0 and
 spends nothing on one.
 
 Thin data (``thin_rule``). Where the values are too few for epsilon, every candidate scores
 within about F of the best and the ramp pulls the clamp to the lowest magnitudes: an answer
 near zero with a tight interval (issue 26: 1,500 customers at epsilon 0.01 to 0.3). A noisy
-count of the first column's nonzero values (weighed as its magnitude statistic, sensitivity
-1) below ``THIN`` F (1.25 F), plus half the magnitude's target t where the noise's rate is
-large against the values (``thin_rule``: the lowest magnitudes score max(0, N - t), so the
-clamp falls below every value while N < F + t / 2), replaces the clamps chosen by the
-widest, +-2^49.75 (about 9.5e14), and says so in the release (unless the bounds are chosen
-again, below); below 20 F the clamps are kept with a warning that a tail of fewer than F
-units cannot be located. Before the charge, ``explain`` states the rule with its threshold.
-Why about F: from the lowest magnitude (where every nonzero value lies beyond) to the data's
-the ramp costs up to 2 F, less what the statistic there exceeds its target by; below about F the
-lowest magnitudes score better than the data's, and the clamp falls to zero (1,500
-customers at epsilon 0.3: a statistic of 0.8 F chose clamps near 3e-6). On the family,
-the rule at 2 F fired with probability above 1% on 13 of 104 SUM and AVG cases (up to 99%),
-where the choice was about 1.6x the best fixed bounds without it; at 1.25 F far less often.
+count of the clamped columns' nonzero values of the sign kept (the least over the columns,
+each weighed as its magnitude statistic, sensitivity 1) below ``THIN`` F (1.25 F), plus half
+the magnitude's target t where the noise's rate is large against the values (``thin_rule``:
+the lowest magnitudes score max(0, N - t), so the clamp falls below every value while N < F
++ t / 2), replaces the clamps chosen by the widest, +-2^49.75 (about 9.5e14), and says so in
+the release (unless the bounds are chosen again, below); below 20 F the clamps are kept with
+a warning that a tail of fewer than F units cannot be located. Before the charge,
+``explain`` states the rule with its threshold. Why about F: from the lowest magnitude
+(where every nonzero value lies beyond) to the data's the ramp costs up to 2 F, less what
+the statistic there exceeds its target by; below about F the lowest magnitudes score better
+than the data's, and the clamp falls to zero (1,500 customers at epsilon 0.3: a statistic of
+0.8 F chose clamps near 3e-6). On the family, the rule at 2 F fired with probability above
+1% on 13 of 104 SUM and AVG cases (up to 99%), where the choice was about 1.6x the best
+fixed bounds without it; at 1.25 F far less often.
 
 Caps per group chosen with no clamp beside them (a COUNT with private keys, or bounds given
 and the caps left to the data) have the same rule (``caps_thin_rule``) with a noisy count of
@@ -524,9 +527,6 @@ RETRY_SHARE = 0.5
 #: The retry is made where the first choice's thin-data count is below RETRY_BELOW times its
 #: floor F (``needs_retry``)
 RETRY_BELOW = THIN
-#: below ONE_SIDED times F, the clamps are symmetric whatever the signs' choice: a one-sided
-#: clamp needs the values to tell its side (``thin_rule``)
-ONE_SIDED = 4.0
 UNITS = "units"
 #: The thin-data count weighs 1 (``WEIGHTS``), 3/4 of it on top of the bounds' share, so that
 #: the other choices keep the epsilon they had at 1/4. At 1/4 its noise had a scale of about
@@ -1338,9 +1338,10 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     ``"chosen"``, the noisy count or None, a warning or None).
 
     The count is the least, over the clamped columns, of each column's magnitude statistic at
-    its lowest candidate (``Profile.nonzero`` at the chosen row cap: the units' worth of
-    nonzero values, each unit adding at most 1, the floor of an exact sum; their least moves
-    by at most 1 too). Made noisy (discrete Laplace,
+    its lowest candidate, of the sign its signs' choice kept (``Profile.nonzero`` at the
+    chosen row cap and the released side: the units' worth of nonzero values that [0, M],
+    [-M, 0] or [-M, M] keeps, each unit adding at most 1, the floor of an exact sum; their
+    least moves by at most 1 too). Made noisy (discrete Laplace,
     sensitivity 1, with the ``units`` choice's epsilon: Ghosh, Roughgarden and Sundararajan
     2009), below ``THIN`` times the joint choice's floor F it means that the statistic
     cannot pay the choice's ramp from the lowest magnitude to the data's (up to 2 F, less
@@ -1349,12 +1350,13 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     [-2^49.75, 2^49.75] (post-processing of the choices and the count), so that the answer's
     interval is as wide as its uncertainty, and the release says so. Below ``THIN_WARN``
     times F the clamp is kept with a warning: the choice cannot locate a tail of fewer than
-    about F units (of values, and of rows where the caps are chosen with them);
-    below ``ONE_SIDED`` times F it is made symmetric, [-M, M], whatever the signs' choice
-    (``"symmetric"``): the count's noise (scale about 0.1 F; about 0.4 F when it weighed
-    1/4, ``UNITS_ON_TOP``) lets thin data through the first threshold now and then, and
-    there the signs' choice, with too few values to tell the side, could pick the side the
-    data does not have; at 4 F that needs noise of many scales and a wrong sign both.
+    about F units (of values, and of rows where the caps are chosen with them).
+    A one-sided clamp of the wrong sign keeps none of the values, so its count is about 0
+    and passes the first threshold only with noise above 1.25 F (scale about 0.1 F: e^-12
+    or less), on top of the signs' own error (e^-(epsilon n) for n values on the other
+    side). The clamps were made symmetric below 4 F instead, when the count read both
+    signs: that doubled a mean's width on thin data of one sign (the family's #14 AVG
+    3.55x the best fixed clamps with it, 1.83x without; COMPAS's juvenile felonies).
     Below ``THIN`` F plus half the magnitude's target t at the partition cap ``k`` chosen
     (``thin_threshold``; G s k^a: the noise's rate per unit's worth of values) the widest
     clamps too: the magnitudes below every value then score max(0, N - t), the data's about
@@ -1389,7 +1391,7 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
         # the caps are chosen by the same joint choice, with the same floor
         rows = auto_plan.auto.max_rows_per_partition or auto_plan.auto.max_partitions
         what, cut = ("caps and clamps", "rows and values") if rows else ("clamps", "values")
-        return "symmetric" if noisy < ONE_SIDED * floor else "chosen", noisy, (
+        return "chosen", noisy, (
             f"thin data for this epsilon (about {max(noisy, 0):,} units' worth of nonzero "
             f"values): the {what} chosen from the data cannot locate a tail of fewer than "
             f"about {floor:,.0f} units; {cut} beyond them are cut unseen (give bounds to be "
@@ -1397,15 +1399,15 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     return "chosen", noisy, None
 
 
-def kept_statistic(stats: Profile, chosen: Sequence[tuple[int, int]], r: int) -> int:
+def kept_statistic(stats: Profile, chosen: Sequence[tuple[int, int, int]], r: int) -> int:
     """The clamps' kept count (``kept_check``): the least, over the columns ``chosen`` (each
-    a column's index and its chosen magnitude's, public: released choices), of the units'
-    worth of nonzero values within that magnitude (``Profile.within``, at the row cap's
-    ``magnitude_cap(r)``, as the choice read it). Each column's statistic moves by at most 1
-    when one unit is added or removed (a unit's values weigh at most 1 in all), so their
-    least does."""
+    a column's index, its chosen magnitude's and the side its signs kept, ``_side``; public:
+    released choices), of the units' worth of nonzero values of that sign within that
+    magnitude (``Profile.within``, at the row cap's ``magnitude_cap(r)``, as the choice read
+    it). Each column's statistic moves by at most 1 when one unit is added or removed (a
+    unit's values weigh at most 1 in all), so their least does."""
     cap = magnitude_cap(r)
-    return min(stats.within(i, cap, PROFILE_STEPS[m]) for i, m in chosen)
+    return min(stats.within(i, cap, PROFILE_STEPS[m], side) for i, m, side in chosen)
 
 
 def kept_bound(auto_plan: AutoPlan) -> float:
@@ -1414,8 +1416,8 @@ def kept_bound(auto_plan: AutoPlan) -> float:
     return CAPS_LOW / auto_plan.epsilons[KEPT]
 
 
-def kept_check(auto_plan: AutoPlan, stats: Profile, chosen: Sequence[tuple[int, int]], r: int,
-               source: RandomSource | None) -> tuple[bool, int | None, str | None]:
+def kept_check(auto_plan: AutoPlan, stats: Profile, chosen: Sequence[tuple[int, int, int]],
+               r: int, source: RandomSource | None) -> tuple[bool, int | None, str | None]:
     """Whether the clamps chosen collapsed: (set them aside, the noisy count or None, a
     warning or None).
 
@@ -1580,6 +1582,15 @@ def caps_thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSo
     return "chosen", noisy, None
 
 
+#: the signs' candidates, as multiples of the magnitude M: [0, M], [-M, 0], [-M, M]
+SIGNS = ((0.0, 1.0), (-1.0, 0.0), (-1.0, 1.0))
+
+
+def _side(sign: tuple[float, float]) -> int:
+    """The sign of the values a clamp of ``SIGNS`` keeps: 1, -1, or 0 for both."""
+    return 1 if sign[0] == 0.0 else -1 if sign[1] == 0.0 else 0
+
+
 def sign_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str
                 ) -> tuple[list[float], float]:
     """The scores of a column's signs, [0, M], [-M, 0] and [-M, M], and their epsilon (a
@@ -1734,10 +1745,15 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
     k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for, factors)
     if aim is not None:
         chosen["value_factors"] = _aimed_at(auto_plan, factors, first, r)
+    # the signs: [0, M] costs the negative values, [-M, 0] the positive ones, [-M, M] a
+    # fixed price (twice the width: twice the noise of a mean); adding a unit lowers or keeps
+    # every score (monotonic). Drawn first: the thin-data count reads the sign kept
+    signs = [SIGNS[_release(*sign_scores(auto_plan, stats, index, column), source,
+                            monotonic=True)] for index, column in enumerate(columns)]
     # the least over the clamped columns (each moves by at most 1, so does their least): the
     # first alone let a sparse second column's clamp collapse unseen (a bug hunt found it in
     # the caps on each unit's total: ``unit_thin``)
-    thin = thin_rule(auto_plan, plan, min(stats.nonzero(i, magnitude_cap(r))
+    thin = thin_rule(auto_plan, plan, min(stats.nonzero(i, magnitude_cap(r), _side(signs[i]))
                                           for i in range(len(columns))), source, rows_for,
                      k) if columns else None
     if not columns and UNITS in eps:  # the caps alone: a count of units checks them
@@ -1769,16 +1785,9 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
             chosen_index = _release(-penalties, eps[choice], source)
         indexes.append(chosen_index)
         magnitude = MAGNITUDES[chosen_index]
-        # the signs: [0, M] costs the negative values, [-M, 0] the positive ones, [-M, M] a
-        # fixed price (twice the width: twice the noise of a mean); adding a unit lowers or
-        # keeps every score (monotonic)
-        scores, epsilon = sign_scores(auto_plan, stats, index, column)
-        lo, hi = ((0.0, magnitude), (-magnitude, 0.0), (-magnitude, magnitude))[
-            _release(scores, epsilon, source, monotonic=True)]
+        lo, hi = signs[index][0] * magnitude, signs[index][1] * magnitude
         if thin is not None and thin[0] == "widest":  # post-processing: the stated rule
             lo, hi = -MAGNITUDES[-1], MAGNITUDES[-1]
-        elif thin is not None and thin[0] == "symmetric":  # too few values for one side
-            lo, hi = -magnitude, magnitude
         elif f"floor:{column}" in eps and lo * hi == 0.0 and thin is not None and \
                 thin[1] is not None and thin[1] >= floor_gate(auto_plan, column):
             # a mean's one-sided clamp: its floor too
@@ -1799,7 +1808,8 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
             top.append(column)
     # the clamps' kept count (``kept_check``), over the columns whose magnitude is below the
     # largest candidate (there the widest clamps are no wider; ``top`` says what it cuts)
-    below_top = [(i, m) for i, m in enumerate(indexes) if m < len(MAGNITUDES) - 1]
+    below_top = [(i, m, _side(signs[i])) for i, m in enumerate(indexes)
+                 if m < len(MAGNITUDES) - 1]
     if KEPT in eps and below_top and thin is not None and thin[0] != "widest" and \
             thin[1] is not None:
         collapsed, noisy_kept, why = kept_check(auto_plan, stats, below_top, r, source)

@@ -111,21 +111,23 @@ class Profile:
         self._by_shape = _counts(self.pairs)
         self._by_total = _counts(self.unit_totals)
 
-    def nonzero(self, column: int, r: int = 1) -> int:
+    def nonzero(self, column: int, r: int = 1, side: int = 0) -> int:
         """The floor of the exact weighted count of the column's values above 2^-30 in
         magnitude, each weighing 1 / max(T, r) as in ``magnitudes`` (a unit adds at most 1;
         the floor moves by at most 1 when the exact count does): ``within`` every
-        magnitude."""
-        return self.within(column, r, math.inf)
+        magnitude, of the ``side``'s sign (1 positive, -1 negative, 0 both)."""
+        return self.within(column, r, math.inf, side)
 
-    def within(self, column: int, r: int, q: float) -> int:
+    def within(self, column: int, r: int, q: float, side: int = 0) -> int:
         """The floor of the exact weighted count of the column's nonzero values within the
-        magnitude 2^(q/4): those above 2^-30 that ``magnitudes`` does not count at q, each
-        weighing 1 / max(T, r) as there (a unit adds at most 1; the floor moves by at most 1
-        when the exact count does)."""
+        magnitude 2^(q/4): those above 2^-30 that ``magnitudes`` does not count at q, of the
+        ``side``'s sign (1 positive, -1 negative, 0 both: what a clamp [0, M], [-M, 0] or
+        [-M, M] keeps), each weighing 1 / max(T, r) as there (a unit adds at most 1; the
+        floor moves by at most 1 when the exact count does)."""
         first = PROFILE_STEPS[0]
-        return math.floor(sum((Fraction(c, max(t, r)) for t, _, b, c in
-                               self.values.get(column, []) if first <= b < q), Fraction(0)))
+        return math.floor(sum((Fraction(c, max(t, r)) for t, s, b, c in
+                               self.values.get(column, [])
+                               if first <= b < q and s * side >= 0), Fraction(0)))
 
     def partitions(self, caps: Sequence[int]) -> list[float]:
         """Units with more than K partitions (each pair weighs 1 / P)."""

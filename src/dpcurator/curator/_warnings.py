@@ -202,8 +202,8 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
     columns = ", ".join(auto.auto.columns)
     each = " in each" if len(auto.auto.columns) > 1 else ""
     first = (f"At this epsilon the clamps of {columns} are chosen from the data only if it "
-             f"holds about {threshold:,.0f} units' worth of nonzero values or more{each} (a "
-             "noisy count); below that ")
+             f"holds about {threshold:,.0f} units' worth of nonzero values or more{each}, of "
+             "the sign the clamp keeps (a noisy count); below that ")
     retry = compiled.retry
     if retry is not None and compiled.retry_candidates is not None:
         again = _threshold(retry, compiled.plan, compiled.retry_candidates.rows_for)
