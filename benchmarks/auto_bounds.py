@@ -425,10 +425,12 @@ def main() -> None:
               + (f" upper={best['upper']:g}" if sum_query else "")
               + f": expected RMSE {best['rmse']:,.1f} (bias {best['bias_rms']:,.1f}); "
               f"run through the curator: {measured_best:,.1f}")
-        picks = pd.DataFrame([{**{k: v for k, v in c.items() if k in (
-            "max_partitions", "max_rows_per_partition")},
+        # the caps per group, or (``bounding="unit"``, the default with public keys) on each
+        # unit's total
+        picks = pd.DataFrame([{**{k: str(v) for k, v in c.items() if k in (
+            "max_partitions", "max_rows_per_partition", "max_unit_rows", "max_unit_sums")},
             **({"upper": c["bounds"]["amount"][1]} if "bounds" in c else {})} for c in chosen])
-        common = picks.value_counts().head(3).to_dict() if len(picks) else {}
+        common = picks.value_counts().head(3).to_dict() if picks.shape[1] else {}
         print(f"  auto: RMSE {auto:,.1f} = {ratio:.2f}x the best fixed (target <= 1.25); "
               f"most chosen {common}  [{time.perf_counter() - started:.0f} s]", flush=True)
         if not sum_query:
