@@ -1356,7 +1356,7 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
     or less), on top of the signs' own error (e^-(epsilon n) for n values on the other
     side). The clamps were made symmetric below 4 F instead, when the count read both
     signs: that doubled a mean's width on thin data of one sign (the family's #14 AVG
-    3.55x the best fixed clamps with it, 1.83x without; COMPAS's juvenile felonies).
+    3.44x the best fixed clamps with it, 1.86x without; COMPAS's juvenile felonies).
     Below ``THIN`` F plus half the magnitude's target t at the partition cap ``k`` chosen
     (``thin_threshold``; G s k^a: the noise's rate per unit's worth of values) the widest
     clamps too: the magnitudes below every value then score max(0, N - t), the data's about
