@@ -426,18 +426,18 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             sscores, seps = _auto_bounds.sign_scores(ap, captured["stats"], 0,
                                                      "x")
             law = _law(np.asarray(sscores), seps, _auto_bounds.SENSITIVITY, monotonic=True)
-            sign_law = [(float(p), b) for p, b in zip(law, ((0.0, 1.0), (-1.0, 0.0), (-1.0, 1.0)),
-                                                       strict=True) if p > 1e-9 or b == (-1.0, 1.0)]
+            sign_law = [(float(p), b) for p, b in zip(law, _auto_bounds.SIGNS, strict=True)
+                        if p > 1e-9 or b == (-1.0, 1.0)]
         # the thin-data rule (``_auto_bounds.thin_rule``): the widest clamps with probability
         # P[count + Z < THIN F + t(k) / 2] (Z discrete Laplace), the count read at the chosen
-        # row cap and on the side the signs kept (``_auto_bounds._side``: drawn first), t(k)
-        # the magnitude's target at the chosen partition cap; per (k, r, side)
+        # row cap and on the side the signs kept (``_auto_bounds.sign_side``: drawn first),
+        # t(k) the magnitude's target at the chosen partition cap; per (k, r, side)
         thin_at: dict[tuple[int, int, int], float] = {}
         # P[a mean's floor is drawn | one-sided clamps, not the rule's]
         gate_at: dict[tuple[int, int, int], float] = {}
         # P[a two-sided mean's ends are drawn | two-sided clamps, not the rule's]
         end_gate_at: dict[tuple[int, int, int], float] = {}
-        sides = sorted({_auto_bounds._side(b) for _, b in sign_law})
+        sides = sorted({_auto_bounds.sign_side(b) for _, b in sign_law})
         counted = _auto_bounds.UNITS in ap.epsilons
         floor = _auto_bounds.thin_floor(ap, captured["plan"], rows_for)
         q = math.exp(-ap.epsilons[_auto_bounds.UNITS]) if counted else 0.0
@@ -496,7 +496,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
         def live(k: int, r: int, m: int | None, sign: tuple[float, float]) -> float:
             """P[the clamps chosen are kept | (k, r, m) and the signs]: neither the thin-data
             rule nor the kept count sets them aside."""
-            side = _auto_bounds._side(sign)
+            side = _auto_bounds.sign_side(sign)
             thin = thin_at.get((k, r, side), 0.0)
             return (1.0 - thin) * (1.0 - fires(k, r, m, side))
 
@@ -583,8 +583,8 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                     assert m is not None
                     for r in r_list:  # no floor is drawn where the gate is shut
                         laws[r] = floor_law(k, m, 1 if a == 0.0 else -1, r) \
-                            if gate_at.get((k, r, _auto_bounds._side((a, b))), 1.0) > 0.0 \
-                            else []
+                            if gate_at.get((k, r, _auto_bounds.sign_side((a, b))), 1.0) \
+                            > 0.0 else []
                 floors = sorted({f for law in laws.values() for _, f in law} | {0.0})
                 for low in floors:
                     if values:
@@ -599,7 +599,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                         lo = hi = None
                     per_r = errors(k, r_list, lo, hi, scales)
                     for (r, p), per in zip(entries, per_r, strict=True):
-                        gate = gate_at.get((k, r, _auto_bounds._side((a, b))), 1.0)
+                        gate = gate_at.get((k, r, _auto_bounds.sign_side((a, b))), 1.0)
                         pf = (gate * dict((f, q) for q, f in laws[r]).get(low, 0.0)
                               + (1.0 - gate) * (low == 0.0)) if one_sided else 1.0
                         add(p * live(k, r, m, (a, b)) * sign_p * pf, per, k, r, lo, hi)

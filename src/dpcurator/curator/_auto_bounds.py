@@ -1401,8 +1401,8 @@ def thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSource 
 
 def kept_statistic(stats: Profile, chosen: Sequence[tuple[int, int, int]], r: int) -> int:
     """The clamps' kept count (``kept_check``): the least, over the columns ``chosen`` (each
-    a column's index, its chosen magnitude's and the side its signs kept, ``_side``; public:
-    released choices), of the units' worth of nonzero values of that sign within that
+    a column's index, its chosen magnitude's and the side its signs kept, ``sign_side``;
+    public: released choices), of the units' worth of nonzero values of that sign within that
     magnitude (``Profile.within``, at the row cap's ``magnitude_cap(r)``, as the choice read
     it). Each column's statistic moves by at most 1 when one unit is added or removed (a
     unit's values weigh at most 1 in all), so their least does."""
@@ -1586,7 +1586,7 @@ def caps_thin_rule(auto_plan: AutoPlan, plan: Plan, count: int, source: RandomSo
 SIGNS = ((0.0, 1.0), (-1.0, 0.0), (-1.0, 1.0))
 
 
-def _side(sign: tuple[float, float]) -> int:
+def sign_side(sign: tuple[float, float]) -> int:
     """The sign of the values a clamp of ``SIGNS`` keeps: 1, -1, or 0 for both."""
     return 1 if sign[0] == 0.0 else -1 if sign[1] == 0.0 else 0
 
@@ -1753,9 +1753,9 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
     # the least over the clamped columns (each moves by at most 1, so does their least): the
     # first alone let a sparse second column's clamp collapse unseen (a bug hunt found it in
     # the caps on each unit's total: ``unit_thin``)
-    thin = thin_rule(auto_plan, plan, min(stats.nonzero(i, magnitude_cap(r), _side(signs[i]))
-                                          for i in range(len(columns))), source, rows_for,
-                     k) if columns else None
+    thin = thin_rule(auto_plan, plan,
+                     min(stats.nonzero(i, magnitude_cap(r), sign_side(signs[i]))
+                         for i in range(len(columns))), source, rows_for, k) if columns else None
     if not columns and UNITS in eps:  # the caps alone: a count of units checks them
         thin = caps_thin_rule(auto_plan, plan,
                               caps_statistic(auto_plan, stats, (k, r) if again else None),
@@ -1808,7 +1808,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
             top.append(column)
     # the clamps' kept count (``kept_check``), over the columns whose magnitude is below the
     # largest candidate (there the widest clamps are no wider; ``top`` says what it cuts)
-    below_top = [(i, m, _side(signs[i])) for i, m in enumerate(indexes)
+    below_top = [(i, m, sign_side(signs[i])) for i, m in enumerate(indexes)
                  if m < len(MAGNITUDES) - 1]
     if KEPT in eps and below_top and thin is not None and thin[0] != "widest" and \
             thin[1] is not None:
