@@ -1618,6 +1618,12 @@ def test_the_exact_measure_prices_a_means_floor_only_where_the_gate_opens() -> N
     assert outcome.likeliest
     assert all(lo <= 0.0 for _, _, _, lo, _ in outcome.likeliest), outcome.likeliest
     assert outcome.ratio < 5.0
+    # the ratio's split: the best fixed bounds at the default's noise (its share of epsilon)
+    # err more than with the whole budget, and spend x choice is the ratio
+    assert outcome.best_at_default > outcome.best
+    assert outcome.spend * outcome.choice == pytest.approx(outcome.ratio, rel=1e-12)
+    assert outcome.best_two_sided is None  # no negative value
+    assert outcome.tail_over_floor == 0.0  # one row per unit: no heavy tail
 
 
 def _gated_floor_outcome(family: Any) -> Any:
