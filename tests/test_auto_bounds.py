@@ -226,7 +226,9 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
 
     rows = df.groupby("u").size().map(up)
     fine = df.groupby("u").size().map(up_total)
-    shaped = pairs.assign(p=pairs.u.map(parts).map(up), n=pairs.n.map(up), t=pairs.u.map(fine))
+    # a pair's rows on the grid of the units' totals (exact up to 16)
+    shaped = pairs.assign(p=pairs.u.map(parts).map(up), n=pairs.n.map(up_total),
+                          t=pairs.u.map(fine))
     expected = sorted(shaped.groupby(["p", "n", "t"]).size().items())
     got_pairs: dict[tuple[int, int, int], int] = {}  # the rows also split by mean, summed
     for (p, n, c), (_, t, _) in zip(profile.pairs, profile.unit_totals, strict=True):
@@ -248,7 +250,8 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     assert [got[PROFILE_STEPS.index(q)] for q in steps] == pytest.approx(expected_beyond,
                                                                         abs=2**-16)
     # the pairs by the octave of their mean |x| (NULL as 0), those beyond 3 rows, each
-    # weighing 1 / up(P) and, above 8 rows, the part of (n / 2, n] above 3
+    # weighing 1 / up(P) and, above 16 rows, the part of their interval on the grid above 3
+    # (all of it: the grid's intervals there start at 16 or more)
     means = df.assign(a=df.x.abs().fillna(0.0)).groupby(["u", "g"]).a.mean()
     octave = {o: 0.0 for o in MEAN_OCTAVES}
     for (u, g), mean in means.items():
@@ -256,7 +259,9 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
         if n <= 3:
             continue
         at = max([o for o in MEAN_OCTAVES[1:] if mean > 2.0**o], default=MEAN_OCTAVES[0])
-        part = 1.0 if n <= 8 else min(1.0, (up(n) - 3) / (up(n) // 2))
+        grid = up_total(n)
+        below = max((t for t in UNIT_TOTALS if t < grid), default=0)
+        part = 1.0 if n <= 16 else min(1.0, (grid - 3) / (grid - below))
         octave[at] += part / up(int(parts[u]))
     assert profile.mean_octaves(3) == pytest.approx([octave[o] for o in MEAN_OCTAVES],
                                                     abs=2**-15)
@@ -264,6 +269,20 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     # only a profile that asks for them counts the means (a query of SUMs: ``values_choice``)
     without = profile_of(df, means=False)
     assert not without.pair_means and without.pairs and without.rows([3]) == profile.rows([3])
+
+
+def test_a_pairs_rows_are_read_on_the_profiles_fine_grid() -> None:
+    """A pair's rows are rounded up to ``UNIT_TOTALS`` (eight steps an octave), so the row
+    cap's statistic sees 200 pairs of 70 rows as lying in (64, 70]: none beyond 72, all
+    beyond 64, half beyond 67. Rounded up to a power of two (before the twenty-fifth session)
+    they lay in (64, 128], and 58% of them counted as beyond 91: a cap aimed an octave high
+    (the family's COUNT #5 and #51, 1.6x the best fixed caps; below 1x since)."""
+    frame = pd.DataFrame({"u": np.repeat(np.arange(200), 70), "g": "g0", "x": 1.0})
+    profile = profile_of(frame)
+    assert [n for _, n, _ in profile.pairs] == [70]
+    assert profile.rows([64, 67, 70, 72, 91, 128]) == [200.0, 100.0, 0.0, 0.0, 0.0, 0.0]
+    assert _beyond(70, 67) == Fraction(1, 2) and _beyond(16, 15) == 1  # exact up to 16
+    assert _beyond(18, 17) == Fraction(1, 2)  # 18 on the grid: rows in (16, 18]
 
 
 def test_the_statistics_are_their_exact_sums_of_fractions() -> None:
@@ -733,9 +752,9 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
     1 / max(P, k), the target divided by k). ``_per_k_rows`` reads public numbers only: for
     a count, off for 8 keys and on for 16 at the default share, on for 8 with twice the
     share (f G s epsilon does not depend on epsilon). 300 heavy units spread 800 rows over 32 groups
-    (about 25 rows a pair, at most about 45): per k the cap chosen keeps their rows; the
-    1 / P statistic (forced) counts each such unit as 1 where the cap k = 32 keeps all its
-    pairs, and cuts them to 19. Seeded: the choices are the same for every seed tried."""
+    (about 25 rows a pair, at most about 45): per k the cap chosen keeps nearly all their
+    rows; the 1 / P statistic (forced) counts each such unit as 1 where the cap k = 32 keeps
+    all its pairs, and cuts them to 19. Seeded: the choices are the same for every seed tried."""
     import dpcurator.curator._auto_bounds as auto_bounds
     import dpcurator.curator._session as session
 
@@ -770,7 +789,9 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
     chosen(8), chosen(16), chosen(8, 0.2)
     k, r = chosen(32)
     assert switched == [False, True, True, True]
-    assert k == 32 and r >= 40
+    # the pairs' rows on the profile's grid (eight steps an octave): the cap lands among the
+    # few longest pairs (38 on this seed; 45 or more when the profile rounded them up to 64)
+    assert k == 32 and r >= 32
     monkeypatch.setattr(auto_bounds, "PER_K_MIN", math.inf)  # the 1 / P statistic
     k, r = chosen(32)
     assert switched[-1] is False and k == 32 and r < 25
@@ -1558,7 +1579,7 @@ def test_the_row_cap_aims_lower_where_the_rows_it_cuts_are_mostly_zero(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The joint choice's exact law (``joint_scores``, permute-and-flip's probabilities) on
     300 heavy units of 300 rows whose values are 97% zero, among 19,700 of 2 rows, at rho
-    0.5 in 8 groups. At the fixed factor 2 the row cap keeps every heavy row (about r 512):
+    0.5 in 8 groups. At the fixed factor 2 the row cap keeps every heavy row (about r 315):
     the pairs beyond it outnumber the target. A cut row costs the sum its value, here 2.3 on
     average against a clamp about 100: aimed by the histogram's factor (about 45), the cap
     cuts the heavy units to a few rows, where the noise saved (sd about 54,000 a group at r
@@ -1596,7 +1617,9 @@ def test_the_row_cap_aims_lower_where_the_rows_it_cuts_are_mostly_zero(
         octaves = [math.log2(joint.decode(i)[1]) for i in range(law.size)]
         expected.append(float(np.dot(law, octaves) / law.sum()))
     assert 30 < exact[auto_bounds.MAGNITUDES.index(128.0)] < 64
-    assert expected[0] > 8.5 and expected[1] < 2.0
+    # at the fixed factor about r 315 (2^8.3): the heavy pairs' 300 rows lie in (280, 305]
+    # on the profile's grid, all kept (8.5 and more when the grid was powers of two)
+    assert expected[0] > 8.1 and expected[1] < 2.0
 
 
 def test_the_exact_measure_prices_a_means_floor_only_where_the_gate_opens() -> None:

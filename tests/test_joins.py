@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 import dpcurator as dp
+from dpcurator.engines import UNIT_TOTALS
 from dpcurator.errors import UserError
 from dpcurator.noise import SeededRandom
 from dpcurator.query import QueryError, UnsupportedQueryError
@@ -681,8 +682,8 @@ def test_the_builder_joins_as_dp_sql_does() -> None:
 def test_bounds_are_chosen_from_the_joined_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no caps or bounds given, the choice profiles the joined rows per customer (one
     customer's line items through all their orders), not per order: the profile's (customer,
-    nation) pairs hold exactly the joined rows' counts (rounded up to a power of two above 8,
-    as the engine rounds them), so a heavy customer's pair counts hundreds of rows where one
+    nation) pairs hold exactly the joined rows' counts (rounded up to ``UNIT_TOTALS`` above
+    16, as the engine rounds them), so a heavy customer's pair counts hundreds of rows where one
     order holds about 4; and the release is charged its epsilon once. (The chosen row cap
     itself is one draw of a choice on thin data, 300 customers: over 20 seeds it ranges from
     1 to 16, median 8, so it is not asserted.)"""
@@ -705,8 +706,8 @@ def test_bounds_are_chosen_from_the_joined_rows(monkeypatch: pytest.MonkeyPatch)
     assert release.bounds_chosen is not None and 1 <= len(profiles) <= 2
     assert all(profile is profiles[0] for profile in profiles)
 
-    def up(n: int) -> int:
-        return n if n <= 8 else 2 ** int(np.ceil(np.log2(n)))
+    def up(n: int) -> int:  # the engine's grid (``UNIT_TOTALS``: exact up to 16)
+        return n if n <= 16 else min(t for t in UNIT_TOTALS if t >= n)
 
     joined = flat(data).groupby(["c_custkey", "n_name"]).size().map(up)
     expected = sorted(joined.value_counts().items())

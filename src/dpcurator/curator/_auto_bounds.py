@@ -56,9 +56,13 @@ it; P, n and T are rounded up by the engine, so the weights never exceed the exa
 - units with more than K partitions (each of a unit's pairs weighing 1 / P, P its
   partitions);
 - pairs with more than R rows, each weighing 1 / P (1 / max(P, k) per k); a pair counted
-  as n > 8 rows (n rounded up to a power of two) counts for the part of (n / 2, n] above R
-  (``_beyond``, a weight in [0, 1]), not all or nothing, so that the candidates between
-  powers of two see a change;
+  as n > 16 rows (n rounded up to ``UNIT_TOTALS``, eight steps an octave) counts for the
+  part above R of the interval between the grid's point below n and n (``_beyond``, a
+  weight in [0, 1]), not all or nothing, so that the candidates between the grid's points
+  see a change. With powers of two (until the twenty-fifth session) the cap read pairs of
+  65 to 72 rows as spread up to 128 and landed an octave above the best: on the family
+  (``auto_bounds.py --family --questions COUNT``) #5 1.62x -> 0.92x, #51 1.63x -> 0.97x,
+  #13 1.74x -> 1.24x, #17 1.46x -> 0.87x;
 - values with |x| > M, each weighing 1 / max(T, r') (T the unit's rows, r' the row cap of
   the candidate, r, rounded down to a power of two and at most ``MAGNITUDE_ROWS``, 4): the
   share of the unit that the cap keeps, over r', so a unit adds at most T / max(T, r') <= 1.

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any
 
-from dpcurator.engines import MEAN_OCTAVES, PROFILE_STEPS
+from dpcurator.engines import MEAN_OCTAVES, PROFILE_STEPS, UNIT_TOTALS
 from dpcurator.errors import InternalError
 
 __all__ = ["GRID", "STAT_CAP", "Profile"]
@@ -26,15 +26,27 @@ def _down(value: Fraction) -> float:
     return math.floor(min(value, Fraction(STAT_CAP)) * GRID) / GRID
 
 
+#: each point of the pairs' rows grid (``UNIT_TOTALS``, as the engine rounds them) with the
+#: point below it
+_BELOW = dict(zip(UNIT_TOTALS[1:], UNIT_TOTALS[:-1], strict=True))
+
+
+def _span(n: int) -> int:
+    """The width of the interval of rows a pair counted as n rows may have: 1 up to 16
+    (counted exactly), else n less the grid's point below it (the engine rounds a pair's
+    rows up to ``UNIT_TOTALS``, eight steps an octave; beyond the grid, (n / 2, n])."""
+    if n <= 16:
+        return 1
+    return n - _BELOW[n] if n in _BELOW else n // 2
+
+
 def _beyond(n: int, cap: float) -> Fraction:
     """The part of the pairs counted as n rows with more than ``cap`` rows, exactly, in
-    [0, 1]: all when n <= 8 (counted exactly), else the part of (n / 2, n] above the cap (n
-    rounded up to a power of two by the engine: the rows spread evenly between the powers)."""
+    [0, 1]: all when n <= 16 (counted exactly), else the part of the interval of rows they
+    may have (``_span``) above the cap: the rows spread evenly between the grid's points."""
     if n <= cap:
         return Fraction(0)
-    if n <= 8:
-        return Fraction(1)
-    return min(Fraction(1), (n - Fraction(cap)) / (n // 2))
+    return min(Fraction(1), (n - Fraction(cap)) / _span(n))
 
 
 def _counts(rows: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int], int]:
@@ -137,26 +149,25 @@ class Profile:
     def rows(self, caps: Sequence[int], k: int = 1) -> list[float]:
         """Pairs with more than R rows, each weighing 1 / max(P, k) (a unit adds at most the
         fraction of its partitions beyond R; ``k`` > 1 for the per-k statistic of the module
-        docstring), those of n > 8 rows (rounded up) counted for the part of (n / 2, n]
-        above R (``_beyond``)."""
+        docstring), those of n > 16 rows (rounded up to the grid) counted for the part of
+        their interval above R (``_beyond``)."""
         # exactly as sum(Fraction(c, max(p, k)) * _beyond(n, cap)), in integers over one
-        # common denominator d (a multiple of every max(p, k) h, h = n // 2 above 8 rows,
-        # else 1): 20x faster
-        shapes = [(max(p, k), n, c, 1 if n <= 8 else n // 2)
-                  for (p, n), c in self._by_shape.items()]
+        # common denominator d (a multiple of every max(p, k) h, h = ``_span(n)``): 20x
+        # faster
+        shapes = [(max(p, k), n, c, _span(n)) for (p, n), c in self._by_shape.items()]
         d = math.lcm(1, *(p * h for p, _, _, h in shapes))
         out = []
         for cap in caps:
             if cap != int(cap):
                 raise InternalError(f"row caps are integers, got {cap!r}; this is a bug")
-            total = sum(c * (d // (p * h)) * (1 if n <= 8 else min(h, n - int(cap)))
+            total = sum(c * (d // (p * h)) * min(h, n - int(cap))
                         for p, n, c, h in shapes if n > cap)
             out.append(_down(Fraction(total, d)))
         return out
 
     def mean_octaves(self, cap: int) -> list[float]:
         """The pairs with more than ``cap`` rows as ``rows`` counts them (each weighing 1 / P,
-        those of n > 8 rows for the part of (n / 2, n] above the cap), by the octave of their
+        those of n > 16 rows for the part of their interval above the cap), by the octave of their
         rows' mean |x| of the first profiled column: per o in ``MEAN_OCTAVES``, the pairs whose
         mean the engine puts in (2^o, 2^(o+1)]; o = -21 holds the means at or below 2^-20,
         zeros included. Each pair counts in one octave with
@@ -165,7 +176,7 @@ class Profile:
         per: dict[int, Fraction] = {}
         for (p, n, o), c in self.pair_means.items():
             if n > cap:
-                part = Fraction(1) if n <= 8 else min(Fraction(1), Fraction(n - cap, n // 2))
+                part = _beyond(n, cap)
                 per[o] = per.get(o, Fraction(0)) + Fraction(c, p) * part
         return [_down(per.get(o, Fraction(0))) for o in MEAN_OCTAVES]
 

@@ -66,7 +66,8 @@ def profile_statement(ctx: Context) -> exp.Query:
     """The shape of the units' contributions (``BoundedQuery.profile``), as counts only.
 
     Part 0 counts the (unit, partition) pairs by (``__pb``: the unit's number of
-    partitions, ``__nb``: the pair's number of rows, ``__b``: with ``profile_totals``, the
+    partitions, ``__nb``: the pair's number of rows on ``UNIT_TOTALS`` (``up_total``:
+    exact up to 16, then eight steps an octave), ``__b``: with ``profile_totals``, the
     unit's number of rows on ``UNIT_TOTALS``, else NULL, and ``__s``: with
     ``profile_means``, the octave of the mean of the first column's |x| over the pair's
     rows, the largest o in ``MEAN_OCTAVES`` with sum |x| > rows 2^o, NULL counted as 0, or
@@ -76,8 +77,10 @@ def profile_statement(ctx: Context) -> exp.Query:
     Part 1 + c counts column c's non-missing values by (``__pb``: the unit's number of
     rows, ``__s``: sign, ``__b``: the largest q with |x| > 2^(q/4), q in
     ``PROFILE_STEPS``; one less if none). Every
-    count of a unit's partitions or rows is rounded up (``_up``), so that weights
-    computed as 1 / count never exceed the exact ones."""
+    count of a unit's partitions or rows is rounded up (``up``, ``up_total``), so that
+    weights computed as 1 / count never exceed the exact ones. (A pair's rows were rounded
+    up to a power of two above 8 until the twenty-fifth session: a row cap then saw pairs of
+    65 to 72 rows as spread up to 128, and COUNT's cap landed an octave above the best.)"""
     q = ctx.q
     ctes, source = rows(ctx)
     rows_view = "shaped"  # one row per value, with its unit's rows (__tb)
@@ -170,7 +173,7 @@ def _profile_grouped(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
            for c in range(len(q.profile_sums)))], "pairs", group=[col("__u")],
         comment="one row per unit: its partitions, rows and sums of |value|")))
     ctes.append(("shaped", exp.Select(expressions=[
-        alias(up(col("__p")), "__pb"), alias(up(col("__n")), "__nb"),
+        alias(up(col("__p")), "__pb"), alias(up_total(ctx, col("__n")), "__nb"),
         alias(up(col("__t")), "__tb"), *_unit_total(ctx),
         *(col(f"__us{c}") for c in range(len(q.profile_sums))),
         *_mean_bucket(ctx)]).from_(
@@ -220,7 +223,7 @@ def _profile_windows(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
     spread = select([star(), alias(window(exp.Sum(this=first), [col("__u")]), "__p")],
                     "counted", comment="and its unit's number of partitions")
     valued = select([star(), alias(up(col("__p")), "__pb"),
-                     alias(up(col("__n")), "__nb"),
+                     alias(up_total(ctx, col("__n")), "__nb"),
                      alias(up(col("__t")), "__tb"), *_unit_total(ctx)], "spread")
     shaped = select([star(), *_mean_bucket(ctx)], "valued",
                     where=exp.EQ(this=col("__i"), expression=num(1)))

@@ -219,10 +219,11 @@ class BoundedQuery:
     (the same two numbers, sign, power-of-two bucket of the magnitude); with
     ``profile_totals``, the pairs also by the unit's number of rows in all (for the outer cap
     of a total interval or ``bounding="unit"``'s cap on a unit's rows). The numbers are rounded
-    up to a power of two above 8. For each column of ``profile_sums``, the pairs are also
-    counted by (the unit's partitions, the bucket of the unit's sum of |value|), for the outer
-    cap of a total SUM. ``profile_means``: the pairs also by the octave of their rows' mean
-    |value| of the first profiled column (for a SUM's row cap:
+    up: a unit's partitions and rows to a power of two above 8, a pair's rows and a unit's
+    rows in all to ``UNIT_TOTALS`` (eight steps an octave) above 16. For each column of
+    ``profile_sums``, the pairs are also counted by (the unit's partitions, the bucket of the
+    unit's sum of |value|), for the outer cap of a total SUM. ``profile_means``: the pairs also
+    by the octave of their rows' mean |value| of the first profiled column (for a SUM's row cap:
     ``dpcurator.curator._auto_bounds.value_factors``).
     """
 
