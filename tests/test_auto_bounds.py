@@ -224,8 +224,8 @@ def test_the_profile_counts_pairs_and_values_as_a_python_reference() -> None:
     def up_total(n: int) -> int:  # the grid of a unit's rows in all (UNIT_TOTALS)
         return min(t for t in UNIT_TOTALS if t >= n)
 
-    rows = df.groupby("u").size().map(up)
     fine = df.groupby("u").size().map(up_total)
+    rows = fine  # the unit's rows beside its values: on the same grid
     # a pair's rows on the grid of the units' totals (exact up to 16)
     shaped = pairs.assign(p=pairs.u.map(parts).map(up), n=pairs.n.map(up_total),
                           t=pairs.u.map(fine))

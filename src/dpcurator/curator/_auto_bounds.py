@@ -61,8 +61,8 @@ it; P, n and T are rounded up by the engine, so the weights never exceed the exa
   weight in [0, 1]), not all or nothing, so that the candidates between the grid's points
   see a change. With powers of two (until the twenty-fifth session) the cap read pairs of
   65 to 72 rows as spread up to 128 and landed an octave above the best: on the family
-  (``auto_bounds.py --family --questions COUNT``) #5 1.62x -> 0.92x, #51 1.63x -> 0.97x,
-  #13 1.74x -> 1.24x, #17 1.46x -> 0.87x;
+  (``auto_bounds.py --family --questions COUNT``) #5 1.62x -> 0.99x, #51 1.63x -> 0.97x,
+  #13 1.74x -> 1.18x, #17 1.46x -> 0.87x, COUNT's median 1.186x -> 1.076x;
 - values with |x| > M, each weighing 1 / max(T, r') (T the unit's rows, r' the row cap of
   the candidate, r, rounded down to a power of two and at most ``MAGNITUDE_ROWS``, 4): the
   share of the unit that the cap keeps, over r', so a unit adds at most T / max(T, r') <= 1.

@@ -55,10 +55,11 @@ def _ceil_root(power: int, degree: int) -> int:
     return int(n)
 
 
-#: The grid a unit's number of rows in all is rounded up to in a profile's pairs (part 0):
-#: itself up to 16, then ceil(2^(q/8)), eight steps an octave (every power of two among
-#: them), up to 2^41. Fine enough for choosing ``bounding="unit"``'s cap on a unit's rows,
-#: which moves its noise in proportion (``_auto_bounds.choose_unit_rows``).
+#: The grid a unit's number of rows in all, and a pair's, are rounded up to in a profile's
+#: pairs (part 0): itself up to 16, then ceil(2^(q/8)), eight steps an octave (every power
+#: of two among them), up to 2^41. Fine enough for choosing ``bounding="unit"``'s cap on a
+#: unit's rows, which moves its noise in proportion (``_auto_bounds.choose_unit_rows``), and
+#: a row cap per group (``Profile.rows``).
 UNIT_TOTALS = tuple(sorted({*range(1, 17), *(_ceil_root(q, 8) for q in range(33, 329))}))
 
 
@@ -74,13 +75,14 @@ def profile_statement(ctx: Context) -> exp.Query:
     the first less one; else NULL);
     part -1 - c by (``__pb``, ``__b``: the bucket of the unit's sum of |x| of column c of
     ``profile_sums``; NULL and NaN left out, +-inf in the top bucket).
-    Part 1 + c counts column c's non-missing values by (``__pb``: the unit's number of
-    rows, ``__s``: sign, ``__b``: the largest q with |x| > 2^(q/4), q in
+    Part 1 + c counts column c's non-missing values by (``__tb``: the unit's number of
+    rows on ``UNIT_TOTALS``, ``__s``: sign, ``__b``: the largest q with |x| > 2^(q/4), q in
     ``PROFILE_STEPS``; one less if none). Every
     count of a unit's partitions or rows is rounded up (``up``, ``up_total``), so that
-    weights computed as 1 / count never exceed the exact ones. (A pair's rows were rounded
-    up to a power of two above 8 until the twenty-fifth session: a row cap then saw pairs of
-    65 to 72 rows as spread up to 128, and COUNT's cap landed an octave above the best.)"""
+    weights computed as 1 / count never exceed the exact ones. (A pair's rows, and a unit's
+    beside its values, were rounded up to a power of two above 8 until the twenty-fifth
+    session: a row cap then saw pairs of 65 to 72 rows as spread up to 128, and COUNT's cap
+    landed an octave above the best; the values of a unit of 65 rows weighed 1 / 128 each.)"""
     q = ctx.q
     ctes, source = rows(ctx)
     rows_view = "shaped"  # one row per value, with its unit's rows (__tb)
@@ -133,7 +135,7 @@ def profile_statement(ctx: Context) -> exp.Query:
             counted = select([*per_unit, alias(exp.Count(this=exp.Star()), "__n")], source,
                              where=present, group=[col("__u"), col("__s"), col("__b")])
             values: exp.Expr = exp.Select(expressions=[
-                alias(up(col("__t")), "__tb"), col("__s"), col("__b"), col("__n")]
+                alias(up_total(ctx, col("__t")), "__tb"), col("__s"), col("__b"), col("__n")]
             ).from_(exp.Subquery(this=counted, alias=exp.TableAlias(
                 this=exp.to_identifier("__v"))), copy=False).join(
                 "units", using=["__u"], copy=False)
@@ -174,7 +176,7 @@ def _profile_grouped(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
         comment="one row per unit: its partitions, rows and sums of |value|")))
     ctes.append(("shaped", exp.Select(expressions=[
         alias(up(col("__p")), "__pb"), alias(up_total(ctx, col("__n")), "__nb"),
-        alias(up(col("__t")), "__tb"), *_unit_total(ctx),
+        alias(up_total(ctx, col("__t")), "__tb"), *_unit_total(ctx),
         *(col(f"__us{c}") for c in range(len(q.profile_sums))),
         *_mean_bucket(ctx)]).from_(
         "pairs", copy=False).join("units", using=["__u"], copy=False)))
@@ -224,7 +226,7 @@ def _profile_windows(ctx: Context, source: str) -> list[tuple[str, exp.Query]]:
                     "counted", comment="and its unit's number of partitions")
     valued = select([star(), alias(up(col("__p")), "__pb"),
                      alias(up_total(ctx, col("__n")), "__nb"),
-                     alias(up(col("__t")), "__tb"), *_unit_total(ctx)], "spread")
+                     alias(up_total(ctx, col("__t")), "__tb"), *_unit_total(ctx)], "spread")
     shaped = select([star(), *_mean_bucket(ctx)], "valued",
                     where=exp.EQ(this=col("__i"), expression=num(1)))
     return [("counted", counted), ("spread", spread), ("valued", valued),
