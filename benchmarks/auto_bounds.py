@@ -149,11 +149,11 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     real_retry = _compile._prove_retry
 
     def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any,
-                  rows_for: Any = None, factors: Any = None) -> Any:
+                  rows_for: Any = None, factors: Any = None, *, tail: Any = None) -> Any:
         if "auto_plan" not in captured:  # the first choice
             captured.update(auto_plan=auto_plan, plan=plan, stats=stats, rows_for=rows_for,
-                            factors=factors)
-        return real_joint(auto_plan, plan, stats, source, rows_for, factors)
+                            factors=factors, tail=tail)
+        return real_joint(auto_plan, plan, stats, source, rows_for, factors, tail=tail)
 
     def spy_retry(*args: Any, **kwargs: Any) -> Any:
         retry = real_retry(*args, **kwargs)
@@ -185,17 +185,24 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
 
 
 def factor_draws(captured: dict[str, Any], draws: int = 8) -> list[Any]:
-    """The row cap's factors per magnitude (``_auto_bounds.value_factors``) from ``draws``
-    seeded draws of their noisy histogram, for a law averaged over that noise too; [None]
-    where the release has no such histogram."""
+    """The row cap's aims (``_auto_bounds.draw_aim``: its factors per magnitude and its
+    tail's multipliers) from ``draws`` seeded draws of their noisy histograms, for a law
+    averaged over that noise too; [None] where the release has no such histogram."""
     from dpcurator.curator import _auto_bounds
     from dpcurator.noise import SeededRandom
 
     auto_plan = captured["auto_plan"]
-    if _auto_bounds.VALUES not in auto_plan.epsilons:
+    if _auto_bounds.draw_aim(auto_plan, captured["stats"], SeededRandom(0)) is None:
         return [None]
-    return [_auto_bounds.value_factors(auto_plan, captured["stats"], SeededRandom(1000 + d))
+    return [_auto_bounds.draw_aim(auto_plan, captured["stats"], SeededRandom(1000 + d))
             for d in range(draws)]
+
+
+def aimed(aim: Any) -> tuple[Any, dict[str, Any]]:
+    """``joint_scores``' factors and keywords for one of ``factor_draws``' aims."""
+    if aim is None:
+        return None, {}
+    return aim.factors, {"tail": aim.tail}
 
 
 def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon: float,
@@ -216,7 +223,8 @@ def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsil
     picks: dict[tuple[int, int, float], int] = {}
     for _ in range(draws):
         k, r, m = _auto_bounds._choose_joint(auto_plan, captured["plan"], captured["stats"],
-                                             source, None, captured.get("factors"))
+                                             source, None, captured.get("factors"),
+                                             tail=captured.get("tail"))
         upper = float(_auto_bounds.MAGNITUDES[m]) if sum_query and m is not None else 1.0
         picks[(k, r, upper)] = picks.get((k, r, upper), 0) + 1
     total = 0.0
@@ -268,9 +276,11 @@ def exact_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon:
 
     captured = capture_choice(table, sql, epsilon, keys, rho)
     laws = []
-    for factors in factor_draws(captured):  # averaged over the factors' own noise
+    for aim in factor_draws(captured):  # averaged over the aims' own noise
+        factors, tail = aimed(aim)
         joint = _auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],
-                                          captured["stats"], captured["rows_for"], factors)
+                                          captured["stats"], captured["rows_for"], factors,
+                                          **tail)
         laws.append(permute_and_flip_probabilities(
             np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
             _auto_bounds.SENSITIVITY))

@@ -339,7 +339,7 @@ def _avg_errors(count: np.ndarray, total: np.ndarray, truth: np.ndarray, lo: flo
 
 def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
     """The outcome of one question on one shape (the module docstring)."""
-    from auto_bounds import capture_choice, factor_draws
+    from auto_bounds import aimed, capture_choice, factor_draws
     from dpcurator.curator import _auto_bounds
 
     table = shape_table(shape)
@@ -464,9 +464,10 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
         the weight of releases above 3x the best, the likeliest bounds over the draws,
         P[the widest clamps])."""
         laws = []
-        for factors in aims:
+        for aim in aims:
+            factors, tail = aimed(aim)
             joint = _auto_bounds.joint_scores(ap, captured["plan"],
-                                              captured["stats"], rows_for, factors)
+                                              captured["stats"], rows_for, factors, **tail)
             laws.append(_law(np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
                              _auto_bounds.SENSITIVITY))
         per_draw = np.asarray(laws)

@@ -22,7 +22,7 @@ import pytest
 import dpcurator as dp
 from dpcurator.accounting.events import ComposedEvent
 from dpcurator.curator import _auto_bounds, _compile
-from dpcurator.curator._auto_bounds import VALUES, VALUES_WEIGHT, choose_bounds
+from dpcurator.curator._auto_bounds import TAIL_WEIGHT, VALUES, VALUES_WEIGHT, choose_bounds
 from dpcurator.curator._cost import within_charge
 from dpcurator.curator._privacy import PrivacyRequest
 from dpcurator.curator._profile import Profile
@@ -52,12 +52,13 @@ def thin_frame(units: int = 7_000, seed: int = 8) -> pd.DataFrame:
 
 #: a SUM's retry at the default share: half of the budget, and each path's kept count on top
 #: (``kept_check``): the first's 0.1 x 0.5 / 5.25 (weights 6.5 + w, w = ``VALUES_WEIGHT``
-#: the histogram's, 1.25 + w of them on top), the retry's 1/2 of 6 on top of its other
-#: choices' 0.5 - 0.1 x (6 + w) / 5.25 (it draws no histogram: it reads the first's)
+#: + ``TAIL_WEIGHT`` the histograms', 1.25 + w of them on top), the retry's 1/2 of 6 on top
+#: of its other choices' 0.5 - 0.1 x (6 + w) / 5.25 (it draws no histogram: it reads the
+#: first's)
 RETRY_WHOLE = 0.5 + 0.1 * 0.5 / 5.25 + \
-    (0.5 - 0.1 * (6.0 + VALUES_WEIGHT) / 5.25) * 0.5 / 6.0
-#: the first choice's whole part: its share, the count's 3/4, the cut count and the histogram
-FIRST_WHOLE = 0.1 * (6.5 + VALUES_WEIGHT) / 5.25
+    (0.5 - 0.1 * (6.0 + VALUES_WEIGHT + TAIL_WEIGHT) / 5.25) * 0.5 / 6.0
+#: the first choice's whole part: its share, the count's 3/4, the cut count and the histograms
+FIRST_WHOLE = 0.1 * (6.5 + VALUES_WEIGHT + TAIL_WEIGHT) / 5.25
 
 
 def test_thin_data_is_chosen_again_with_half_of_the_budget() -> None:
@@ -402,13 +403,20 @@ def test_caps_per_group_chosen_alones_retry_passes_the_audit_and_a_noiseless_cou
 
 
 def _honest(release: Any, truth: pd.Series, name: str, within: float) -> None:
-    """Each released value within ``within`` of the truth, or the widest caps said."""
+    """Each released value within ``within`` of the truth and 4 of its noise's scales
+    (``mechanisms``), or the widest caps said: a collapse (caps within the noise, counts at
+    10% to 45% of the truth) has small caps, so a small noise, and fails; a value beyond 4
+    scales of an unbiased one has probability e^-4 (Laplace). Seeded: the same draws every
+    run. (A margin of ``within`` alone held only by the seeds' luck where the caps chosen are
+    wide: at epsilon 0.3 and caps of k 2, r 7 the scale is 12% of the truth.)"""
     if any("the widest caps were used" in w for w in release.warnings):
         return
     # (private keys: those the selection released, none at times on such thin data)
     frame = release.to_pandas().set_index(release.to_pandas().columns[0])
+    scale = max(float(m["scale"]) for m in release.mechanisms[name])
     for g, row in frame.iterrows():
-        assert abs(row[name] - truth[g]) <= within * truth[g], (frame, release.bounds_chosen)
+        assert abs(row[name] - truth[g]) <= within * truth[g] + 4.0 * scale, \
+            (frame, release.bounds_chosen)
 
 
 def test_caps_per_group_chosen_alone_on_thin_data_choose_again_or_use_the_widest() -> None:
@@ -417,7 +425,7 @@ def test_caps_per_group_chosen_alone_on_thin_data_choose_again_or_use_the_widest
     10% to 45% of the truth with intervals about the capped counts (a bug hunt). A noisy count
     of the units now decides (``caps_thin_rule``): below its threshold the caps are chosen
     again with half the budget, and a second noisy count, of the units those caps cut, keeps
-    them (each count then within 25% of the truth; the noise's scale is about 4%) or uses the
+    them (each count then within 25% of the truth and 4 noise scales: ``_honest``) or uses the
     widest caps (whose selection releases no key at this epsilon), said. 300 units of one
     row keep the caps of one row. Seeded: the same draws every run."""
     rng = np.random.default_rng(1)
@@ -556,8 +564,8 @@ def _joint_at(magnitude: float) -> Any:
     index = _auto_bounds.MAGNITUDES.index(magnitude)
 
     def choose(auto_plan: Any, plan: Any, stats: Any, source: Any, rows_for: Any = None,
-               factors: Any = None) -> tuple[int, int, int]:
-        del auto_plan, plan, stats, source, rows_for, factors
+               factors: Any = None, *, tail: Any = None) -> tuple[int, int, int]:
+        del auto_plan, plan, stats, source, rows_for, factors, tail
         return 1, 1, index
     return choose
 

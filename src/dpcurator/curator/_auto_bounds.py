@@ -139,7 +139,8 @@ mean); adding a unit lowers or keeps each of these scores, so the choice is mono
 budget: 1 per cap and 2 per magnitude (summed for the joint choice), 1 per column's signs,
 1/2 per mean's floor or ends (below; taken from its column's signs, which keep 1/2) and 1 for
 the thin-data rule's count (1/4 of it from the share and 3/4 on top: "Thin data" below;
-and 1/4 for a sum's histogram, on top: "A sum's row cap" below). The signs weigh 1 so
+and 1/4 for a sum's histogram, on top: "A sum's row cap" below; and 1/4 for the row cap's
+tail, on top: "The tail's shape" below). The signs weigh 1 so
 that, where the data is not thin (``thin_rule``: its count of values at least 1.25 F), a
 one-sided clamp of the wrong sign is less likely than exp(-epsilon_s 1.25 F) = (beta /
 C)^(2.5 w_s / w_joint), about 2e-6 for a SUM's joint choice (w_joint 4), and exponentially
@@ -288,6 +289,28 @@ with the gap alone: median 1.59x -> 1.37x, geometric mean 1.93x -> 1.68x, within
 21 of 56 shapes, P[>3x] <= 1% on 30 -> 32; with lambda(r) and the ends below, see
 ``MEAN_HALF``.
 
+The tail's shape (``tail_histogram``, ``tail_multipliers``). Amin et al.'s point is the
+least of bias plus noise; a release's squared error b(r)^2 + s(r)^2 is least where the
+pairs beyond the cap are t / sqrt(rho(r)), rho(r) the rows beyond r over r times the pairs
+beyond r (the tail's mean excess over r). Heavy units whose pairs lie far beyond the cap (a
+flat tail: 30 to 300 rows each, where light units have 1 to 3) have rho >> 1, and the
+rule's point leaves a bias several times the noise it saves (the family's mostly-zero
+SUMs #13 and #47: r 3 where 128 and 16 are best, about 2x the best fixed bounds). Where the
+row cap is chosen and the query is not all means, one more release comes first: the pairs
+by their rows' bin (1 to 8 rows each their own, then octaves; ``Profile.row_octaves``, each
+pair weighing 1 / P, L1 sensitivity 1) by the Laplace mechanism with weight
+``TAIL_WEIGHT`` (1/4, on top of the share), bins below ``TAIL_PRUNE`` (8) / epsilon set to
+0. From it, per row cap, the target is multiplied by 1 / sqrt(rho(r)), rho within
+``TAIL_RATIO`` [1, 32]: it is lowered where the histogram shows the tail going on far
+beyond r, never raised (rho < 1, a tail ending just beyond the cap, would raise it; but at
+the histogram's epsilon its far bins are pruned and read as the tail's end: COUNT on the
+family's #3 1.06x -> 1.9x the best fixed bounds, #48 3.0x -> 5.4x with a phantom bin of
+the pruned mass). Post-processing, public to the joint choice, whose scores keep their
+sensitivity; the retry reads the first choice's (``Aim``). A query of means keeps its
+own factors (``_mean_factors``), whose cost per row cut falls as the cap rises, so rho
+does not describe it (AVG on the family: #44 1.9x -> 2.7x with it). Measured below
+(``tail_multipliers``).
+
 A two-sided mean's ends (``end_scores``, ``choose_end``). A mean's noise grows with its
 clamp's width, and values mostly of one sign need the other end only as far as their own
 values reach: on the family's shapes with a fifth of the values negative, [-M, M] paid twice
@@ -350,7 +373,7 @@ from dpcurator.query.plan import (
 
 from . import _privacy
 from ._privacy import PrivacyRequest
-from ._profile import Profile
+from ._profile import ROW_OCTAVES, Profile
 from ._total import inner_unit_rows, inner_unit_sum
 
 __all__ = ["AutoPlan", "JointScores", "Profile", "choose_bounds", "joint_scores", "plan_auto",
@@ -497,6 +520,13 @@ MEAN_VALUES_WEIGHT = 1.0
 #: 62 bins (124 for a mean's) to multiples of 2^-16 (``Profile.mean_octaves``,
 #: ``light_octaves``), below 2^-9 in all
 VALUES_SENSITIVITY = 1.0 + 2.0**-8
+#: the row cap's tail (``tail_multipliers``): the histogram of the pairs' rows, its weight
+#: in the budget (on top of the bounds' share), the bins kept above TAIL_PRUNE / epsilon,
+#: and the mean excess ratio's range
+TAIL = "tail"
+TAIL_WEIGHT = 0.25
+TAIL_PRUNE = 8.0
+TAIL_RATIO = (1.0, 32.0)
 #: a total interval's outer cap (``choose_outer``): powers of two, where the profile's units'
 #: rows are exact, up to ``Plan``'s limit; the cap is twice the one chosen, and each octave
 #: costs a prior of 1 / epsilon in the score
@@ -666,6 +696,7 @@ class AutoPlan:
     share: float = 0.0  # the share of the whole budget the bounds spend (``plan_auto``)
     values_share: float = 0.0  # of which a sum's histogram's (``value_factors``)
     kept_share: float = 0.0  # of which the clamps' kept count's (``kept_check``)
+    tail_share: float = 0.0  # of which the row cap's tail's histogram's (``tail_histogram``)
     means: bool = False  # the histogram is a mean's: the light pairs too (``value_histogram``)
 
     def floor(self, choice: str, candidates: int, beta: float = BETA, *,
@@ -747,8 +778,16 @@ def values_weight(plan: Plan) -> float:
     return MEAN_VALUES_WEIGHT if _means(plan) else WEIGHTS[VALUES]
 
 
-def choice_names(auto: AutoBounds, floors: Sequence[str] = (), values: float = 0.0
-                 ) -> list[tuple[str, float]]:
+def tail_weight(plan: Plan) -> float:
+    """The weight of the row cap's tail histogram (``tail_multipliers``; on top of the
+    bounds' share): ``TAIL_WEIGHT`` where the row cap is chosen per partition, else 0."""
+    auto = plan.auto
+    return TAIL_WEIGHT if auto is not None and bool(auto.max_rows_per_partition) and \
+        plan.bounding != "unit" and not _means(plan) else 0.0
+
+
+def choice_names(auto: AutoBounds, floors: Sequence[str] = (), values: float = 0.0,
+                 tail: float = 0.0) -> list[tuple[str, float]]:
     """The choices, in the order they are made, with their weights in the budget: one joint
     choice of the caps and the first column's magnitude (named by its parts joined with
     "+", weighing the sum of theirs: 1 per cap, 2 per magnitude), the further columns'
@@ -757,9 +796,11 @@ def choice_names(auto: AutoBounds, floors: Sequence[str] = (), values: float = 0
     where a clamp is chosen, the thin-data rule's count (1, ``UNITS_ON_TOP`` of it on top
     of the share: ``plan_auto``); with ``values`` (``values_weight``, above 0) first the
     histogram of ``value_factors``, weighing ``values`` (on top of the share:
-    ``plan_auto``)."""
+    ``plan_auto``); with ``tail`` (``tail_weight``) the row cap's tail histogram
+    (``tail_histogram``), on top too."""
     parts = _joint_parts(auto)
-    names = [(VALUES, values)] if values else []
+    names = [(TAIL, tail)] if tail else []
+    names += [(VALUES, values)] if values else []
     names += [("+".join(parts), sum(WEIGHTS[part.split(":")[0]] for part in parts))]
     names += [(f"magnitude:{column}", WEIGHTS["magnitude"]) for column in auto.columns[1:]]
     # a column with a floor pays for it from its signs' weight: the other choices keep theirs
@@ -785,12 +826,13 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     release already paid for), so its weight goes to the other choices."""
     aimed = values_weight(plan)
     values = 0.0 if reuse_values else aimed
+    tail = 0.0 if reuse_values else tail_weight(plan)
     auto = plan.auto
     unit_mode = plan.bounding == "unit"
     outers = outer_names(auto) if auto is not None and (outer or unit_mode) else []
     if auto is None or (auto.choices == 0 and not outers):
         raise InternalError("no bounds to choose; this is a bug")
-    names = choice_names(auto, floor_columns(plan), values) if auto.choices else []
+    names = choice_names(auto, floor_columns(plan), values, tail) if auto.choices else []
     if unit_mode:  # the caps on each unit's total, from the bounds' share (weight 1 each)
         # the partition cap only sizes the private selection's count (``bounding``)
         names = [(name, WEIGHTS["unit_partitions"] if name == "max_partitions" else weight)
@@ -814,7 +856,7 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     # the histogram and part of the thin-data count on top of the bounds' share: the other
     # choices keep theirs
     counted = any(name == UNITS for name, _ in names)
-    on_top = values + \
+    on_top = values + tail + \
         ((CAPS_UNITS * _caps_chosen(auto) if caps_alone else UNITS_ON_TOP if not unit_mode
           else UNIT_UNITS_ON_TOP if auto.unit_sums else UNIT_ROWS_UNITS) if counted else 0.0) \
         + (kept_weight if kept else 0.0)
@@ -875,9 +917,11 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     partitions = len(plan.keys) if plan.keys is not None and plan.group_by else 1
     values_share = share * remaining * values / sum(weights) if values else 0.0
     kept_share = share * remaining * kept_weight / sum(weights) if kept else 0.0
+    tail_share = share * remaining * tail / sum(weights) if tail else 0.0
     return AutoPlan(auto, epsilons, rest, partitions, noise, exponent, spent,
                     outer or 0.0, share=share * remaining, values_share=values_share,
-                    means=aimed > 0.0 and _means(plan), kept_share=kept_share), events
+                    means=aimed > 0.0 and _means(plan), kept_share=kept_share,
+                    tail_share=tail_share), events
 
 
 def plan_retry(plan: Plan, first: AutoPlan, remaining: float = 1.0
@@ -1002,22 +1046,27 @@ class JointScores:
 def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
                   source: RandomSource | None,
                   rows_for: Sequence[tuple[int, int]] | None = None,
-                  factors: FloatArray | None = None) -> tuple[int, int, int | None]:
+                  factors: FloatArray | None = None, *, tail: FloatArray | None = None
+                  ) -> tuple[int, int, int | None]:
     """The joint choice: (k, r, the first column's magnitude index or None), over the
     candidates ``rows_for`` allows ((k, how many row candidates at k): those proven to compile
     before the charge, ``_candidates``; all of them when None); ``factors`` the row cap's
-    factor per magnitude (``value_factors``), or None for the fixed factors."""
-    joint = joint_scores(auto_plan, plan, stats, rows_for, factors)
+    factor per magnitude (``value_factors``), or None for the fixed factors; ``tail`` the row
+    cap's targets' multipliers (``tail_multipliers``), or None."""
+    joint = joint_scores(auto_plan, plan, stats, rows_for, factors, tail=tail)
     return joint.decode(_release(joint.scores, joint.epsilon, source))
 
 
 def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
                  rows_for: Sequence[tuple[int, int]] | None = None,
-                 factors: FloatArray | None = None) -> JointScores:
+                 factors: FloatArray | None = None, *, tail: FloatArray | None = None
+                 ) -> JointScores:
     """The joint choice's scores (``_choose_joint``) over the allowed candidates; with
     ``factors`` (``value_factors``: public, a noisy release's post-processing) a sum's row
     cap aims at factors[m] G s k^a at the magnitude m (per k, over k), not at the fixed
-    ``ROW_FACTOR_VALUES`` G s k^a (``ROW_FACTOR`` G s k^a / k)."""
+    ``ROW_FACTOR_VALUES`` G s k^a (``ROW_FACTOR`` G s k^a / k); with ``tail``
+    (``tail_multipliers``: public too) the row cap's target at r is multiplied by tail[r]
+    (the biases of the joint ramp and its reach read the targets without it)."""
     auto = auto_plan.auto
     name = "+".join(_joint_parts(auto))
     epsilon = auto_plan.epsilons[name]
@@ -1087,6 +1136,8 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
             # one series per distinct target (the factors are flat below and above the data)
             distinct, where = np.unique(targets2, axis=0, return_inverse=True)
             series = np.broadcast_to(kept, distinct.shape)
+            if tail is not None:
+                distinct = distinct * tail[None, :len(rs)]
             rows_by_magnitude = _penalties(series, rs, distinct, cap, epsilon,
                                            ramp, *knee)[where.ravel()].T
             over = np.maximum(over, kept[:, None] - targets2.T)
@@ -1094,8 +1145,8 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         elif auto.max_rows_per_partition:
             aim = (MEAN_ROW_FACTOR if means else 1.0) * factor * rate
             stat, target = (stats.rows(rs, k), aim / k) if per_k else (row_stats[:len(rs)], aim)
-            block = np.maximum(block, _penalties(stat, rs, [target] * len(rs), cap, epsilon,
-                                                 ramp, *knee))
+            aimed = np.full(len(rs), target) if tail is None else target * tail[:len(rs)]
+            block = np.maximum(block, _penalties(stat, rs, aimed, cap, epsilon, ramp, *knee))
             over = np.maximum(over, (np.asarray(stat, dtype=np.float64) - target)[:, None])
             targets_seen.append(target)
         if magnitude:
@@ -1704,20 +1755,27 @@ def choose_floor(auto_plan: AutoPlan, stats: Profile, index: int, column: str,
 
 @dataclass(frozen=True)
 class Aim:
-    """The row cap's factors per magnitude (``value_factors``; None where no bin passed),
-    drawn once per query (``draw_aim``) and read by the first choice and by the retry
-    (``plan_retry``) alike: post-processing of the one histogram the query paid for."""
+    """The row cap's factors per magnitude (``value_factors``; None where no bin passed or
+    none was drawn) and its targets' multipliers per row cap (``tail_multipliers``; None
+    likewise), drawn once per query (``draw_aim``) and read by the first choice and by the
+    retry (``plan_retry``) alike: post-processing of the histograms the query paid for."""
 
     factors: FloatArray | None
+    tail: FloatArray | None = None
 
 
 def draw_aim(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
              ) -> Aim | None:
-    """The first choice's histogram and the factors it gives (``value_factors``); None
-    where the plan draws none (``values_choice``)."""
-    if VALUES not in auto_plan.epsilons:
+    """The first choice's histograms and what they give: the factors (``value_factors``)
+    and the tail's multipliers (``tail_multipliers``); None where the plan draws neither
+    (``values_choice``, ``tail_weight``)."""
+    if VALUES not in auto_plan.epsilons and TAIL not in auto_plan.epsilons:
         return None
-    return Aim(value_factors(auto_plan, stats, source))
+    tail = tail_multipliers(tail_histogram(auto_plan, stats, source)) \
+        if TAIL in auto_plan.epsilons else None
+    factors = value_factors(auto_plan, stats, source) if VALUES in auto_plan.epsilons \
+        else None
+    return Aim(factors, tail)
 
 
 def choose_bounds(auto_plan: AutoPlan, plan: Plan,
@@ -1746,9 +1804,12 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
     if aim is None and values_choice(plan):
         raise InternalError("a row cap aimed by a histogram that was not drawn; this is a bug")
     factors = aim.factors if aim is not None else None
-    k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for, factors)
-    if aim is not None:
+    tail = aim.tail if aim is not None else None
+    k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for, factors, tail=tail)
+    if aim is not None and values_choice(plan):
         chosen["value_factors"] = _aimed_at(auto_plan, factors, first, r)
+    if TAIL in eps or (aim is not None and tail is not None):
+        chosen["row_tail"] = _tail_said(tail, r)
     # the signs: [0, M] costs the negative values, [-M, 0] the positive ones, [-M, M] a
     # fixed price (twice the width: twice the noise of a mean); adding a unit lowers or keeps
     # every score (monotonic). Drawn first: the thin-data count reads the sign kept
@@ -1853,6 +1914,8 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
     chosen["share"] = auto.spent_share
     if VALUES in eps:  # the histogram, on top of the share (``plan_auto``)
         chosen["values_share"] = auto_plan.values_share
+    if TAIL in eps:  # the tail's histogram, on top of the share too
+        chosen["tail_share"] = auto_plan.tail_share
     joint = "the caps and the first magnitude" if columns else "the caps"
     chosen["method"] = (f"permute-and-flip over steps of 2^(1/4), one joint choice of {joint} "
                         "(Amin et al. 2019's bias-variance rule, penalties ramping above it); "
@@ -2013,6 +2076,80 @@ def _aimed_at(auto_plan: AutoPlan, factors: FloatArray | None, magnitude: int | 
            "cut and the others', times the others' share of the rows kept" if auto_plan.means
            else "the clamp over the mean |value| of the pairs it would cut")
     return f"the row cap aimed at {aim:.3g} times the noise's rate at the clamp chosen ({why})"
+
+
+def tail_histogram(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
+                   ) -> FloatArray:
+    """The noisy histogram of ``tail_multipliers``: the pairs by the octave of their rows
+    (``Profile.row_octaves``), each weighing 1 / P, L1 sensitivity 1 under add/remove one
+    unit (``VALUES_SENSITIVITY`` told, for the roundings), released by the Laplace mechanism
+    (epsilon-DP: Dwork, McSherry, Nissim and Smith 2006), its bins below ``TAIL_PRUNE`` /
+    epsilon set to 0 (post-processing)."""
+    epsilon = auto_plan.epsilons[TAIL]
+    histogram = np.asarray(stats.row_octaves(), dtype=np.float64)
+    noisy = np.asarray(Laplace(epsilon=epsilon, sensitivity=VALUES_SENSITIVITY,
+                               source=source).release(histogram), dtype=np.float64)
+    return np.where(noisy >= TAIL_PRUNE / epsilon, noisy, 0.0)
+
+
+def tail_multipliers(histogram: FloatArray) -> FloatArray | None:
+    """Per row cap r in ``ROW_CANDIDATES``, the factor its target is multiplied by:
+    1 / sqrt(rho(r)), rho(r) = B(r) / (r N(r)) within ``TAIL_RATIO`` (so at most 1), from a
+    (noisy) histogram of the pairs by their rows' bin (``ROW_OCTAVES``: 1 to 8 rows exact,
+    then the rows taken as spread evenly within each octave): N(r) the pairs beyond r, B(r)
+    the rows beyond r summed over them (the rows the cap cuts); 1 where the histogram has
+    nothing beyond r; None where it is empty.
+
+    Why. Amin et al.'s point (the module docstring) is where the marginal bias the cap
+    removes equals the marginal noise it adds, the minimum of bias plus noise, not of the
+    squared error. The squared error b(r)^2 + s(r)^2 is least where N(r) c b(r) = s(r)
+    s'(r) (c a cut row's cost): with b(r) = c B(r) and s(r) = r s'(r), that is N(r) =
+    t / sqrt(rho(r)), t the rule's target. A tail whose pairs lie far beyond r (a flat
+    one: heavy units of 30 to 300 rows) holds rho >> 1, and Amin et al.'s point leaves a
+    bias larger than the noise; a tail that ends just beyond r holds rho << 1, and the
+    point keeps rows whose noise costs more than their bias; only the first is acted on
+    (the module docstring, "The tail's shape").
+
+    Measured (``benchmarks/auto_bounds.py --family``, exact over the choice's law): from
+    the exact statistics at every row cap and both sides, the family's SUM geometric mean
+    1.30x -> 1.21x the best fixed bounds and COUNT 1.17x -> 1.09x, a bound on what the idea
+    gives; the noisy histogram reads far tails as ended, so only rho >= 1 is kept. With the
+    noisy histogram and rho >= 1 (the code here): SUM #13 2.08x -> 1.41x, #47 1.98x ->
+    1.30x, #27 1.61x -> 1.42x, geometric mean 1.302x -> 1.283x, no shape worse by 0.05x;
+    COUNT #19 1.36x -> 1.10x, geometric mean 1.169x -> 1.174x (the histogram's epsilon, on
+    top of the share, costs the answer about 1% where it finds nothing); ``benchmarks/
+    README.md``, twenty-sixth session."""
+    total = float(histogram.sum())
+    if not total > 0.0:
+        return None
+    highs = np.asarray(ROW_OCTAVES, dtype=np.float64)
+    exact = highs <= 8.0  # a bin of one row count
+    lows = np.where(exact, highs, highs / 2.0)
+    widths = np.where(exact, 1.0, highs - lows)
+    r = np.asarray(ROW_CANDIDATES, dtype=np.float64)[:, None]
+    # [r, bin]: the part of a bin beyond r, and the mean of (n - r)+ over it (n spread evenly
+    # over (low, high] in an octave)
+    beyond = np.where(exact, (highs > r).astype(np.float64),
+                      np.clip((highs - r) / widths, 0.0, 1.0))
+    excess = np.where(exact, np.maximum(highs - r, 0.0),
+                      np.where(r <= lows, (lows + highs) / 2.0 - r,
+                               np.where(r >= highs, 0.0, (highs - r) ** 2 / (2.0 * widths))))
+    n = (beyond * histogram).sum(axis=1)
+    b = (excess * histogram).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.where(n > 0.0, b / (r[:, 0] * n), 1.0)
+    rho = np.clip(rho, *TAIL_RATIO)
+    return np.asarray(1.0 / np.sqrt(rho), dtype=np.float64)
+
+
+def _tail_said(tail: FloatArray | None, r: int) -> str:
+    """What the release says of the tail's multiplier at the row cap chosen."""
+    if tail is None:
+        return ("no octave of the pairs' rows stood above the histogram's noise: the row cap "
+                "aimed at the bias-variance point")
+    m = float(tail[ROW_CANDIDATES.index(r)])
+    return (f"the row cap's target times {m:.3g} at the cap chosen (1 / sqrt of the rows "
+            "beyond it over the cap times the pairs beyond it: the squared error's least)")
 
 
 def value_factors(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None

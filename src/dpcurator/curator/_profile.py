@@ -14,10 +14,13 @@ from typing import Any
 from dpcurator.engines import MEAN_OCTAVES, PROFILE_STEPS, UNIT_TOTALS
 from dpcurator.errors import InternalError
 
-__all__ = ["GRID", "STAT_CAP", "Profile"]
+__all__ = ["GRID", "ROW_OCTAVES", "STAT_CAP", "Profile"]
 
 STAT_CAP = 2**36
 GRID = 2**16
+#: the bins of a pair's rows (``Profile.row_octaves``): n = 1 to 8 rows each its own, then
+#: the octaves (2^(b-1), 2^b] up to 2^12, the last every pair above 2^12 (the upper ends)
+ROW_OCTAVES = (*range(1, 9), *(2**b for b in range(4, 13)), 2**13)
 
 
 def _down(value: Fraction) -> float:
@@ -179,6 +182,17 @@ class Profile:
                 part = _beyond(n, cap)
                 per[o] = per.get(o, Fraction(0)) + Fraction(c, p) * part
         return [_down(per.get(o, Fraction(0))) for o in MEAN_OCTAVES]
+
+    def row_octaves(self) -> list[float]:
+        """The pairs by the octave of their rows (``ROW_OCTAVES``), each weighing 1 / P, so
+        one unit adds at most 1 in all (L1). The engine rounds a pair's rows up to
+        ``UNIT_TOTALS``, whose points include every power of two: a pair lands in its own
+        octave. Exact, then each as ``_down``."""
+        per: dict[int, Fraction] = {}
+        for (p, n), c in self._by_shape.items():
+            b = n if n <= 8 else min(1 << (n - 1).bit_length(), ROW_OCTAVES[-1])
+            per[b] = per.get(b, Fraction(0)) + Fraction(c, p)
+        return [_down(per.get(b, Fraction(0))) for b in ROW_OCTAVES]
 
     def light_octaves(self, cap: int) -> list[float]:
         """The pairs with at most ``cap`` rows (``cap`` at most 8, where rows are exact), each

@@ -237,10 +237,13 @@ class Release:
         and clamp are chosen, ``value_factors`` (how the row cap was aimed by the values it
         cuts) and ``values_share`` (that histogram's share of the budget, on top of
         ``share``; so is part of the thin-data rule's count, whose epsilon ``epsilon``
-        includes); where a clamp is chosen, ``rule`` and ``units`` (the thin-data rule's
-        outcome and its noisy count); where the data was too thin for the first choice and
-        the bounds were chosen again, ``first_choice`` (its caps, count and cost), ``share``
-        then the retry's share in all and ``epsilon`` (or ``rho``) what both cost."""
+        includes); where the row cap is chosen for sums or counts, ``row_tail`` (how the
+        histogram of the pairs' rows moved its target) and ``tail_share`` (that histogram's
+        share, on top of ``share`` too); where a clamp is chosen, ``rule`` and ``units``
+        (the thin-data rule's outcome and its noisy count); where the data was too thin for
+        the first choice and the bounds were chosen again, ``first_choice`` (its caps, count
+        and cost), ``share`` then the retry's share in all and ``epsilon`` (or ``rho``) what
+        both cost."""
         return dict(self.chosen) if self.chosen is not None else None
 
     # -- intervals -----------------------------------------------------------------------------
