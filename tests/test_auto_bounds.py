@@ -523,6 +523,9 @@ def test_explain_says_which_bounds_will_be_chosen_and_charges_nothing() -> None:
     histogram = chosen["epsilons"].pop("values")
     assert histogram == pytest.approx(0.05 * VALUES_WEIGHT / 5.25)
     assert chosen["values_share"] == pytest.approx(0.1 * VALUES_WEIGHT / 5.25)
+    # and the row cap's tail's (``tail_histogram``), on top too
+    assert chosen["epsilons"]["tail"] == pytest.approx(0.05 * TAIL_WEIGHT / 5.25)
+    assert chosen["tail_share"] == pytest.approx(0.1 * TAIL_WEIGHT / 5.25)
     assert sum(chosen["epsilons"].values()) == pytest.approx(0.05 * ON_TOP)
     assert sum(chosen["epsilons"].values()) <= 0.05 * ON_TOP
     assert explained["cost"] == dp.PureDP(0.5) and curator.spent.epsilon == 0.0
@@ -1616,6 +1619,38 @@ def test_the_values_histogram_spends_its_charged_share_at_its_sensitivity(
     assert curator.spent.epsilon - before == pytest.approx(2.0)
 
 
+def from_benchmarks(module: str, *names: str) -> list[Any]:
+    """``names`` from ``benchmarks/<module>.py`` (scripts beside the tests, not a package)."""
+    sys_path = __import__("sys").path
+    sys_path.insert(0, "benchmarks")
+    try:
+        imported = __import__(module, fromlist=list(names))
+    finally:
+        sys_path.remove("benchmarks")
+    return [getattr(imported, name) for name in names]
+
+
+def heavy_and_light(rows: np.ndarray, values: Any, unit: str = "u"
+                    ) -> tuple[pd.DataFrame, list[str]]:
+    """Units of ``rows`` rows each, unit i in group i mod 8, their rows' values drawn by
+    ``values(rows in all)``; and the 8 keys."""
+    user = np.repeat(np.arange(rows.size), rows)
+    keys = [f"g{i}" for i in range(8)]
+    return pd.DataFrame({unit: user, "g": np.array(keys)[user % 8],
+                         "x": values(user.size)}), keys
+
+
+def sum_choice(monkeypatch: pytest.MonkeyPatch, frame: pd.DataFrame, keys: list[str],
+               rho: float, seed: int, unit: str = "u") -> tuple[Any, Any, Profile]:
+    """What the choice of SUM(x) per group at ``rho`` is given (its plans) and the exact
+    profile of ``frame`` (its unit column ``unit``)."""
+    captured = capture_choice_inputs(monkeypatch)
+    curator = per_group(frame, privacy_unit=unit, budget=dp.ZCDP(10), source=SeededRandom(seed))
+    curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", rho=rho, keys=keys)
+    return (captured["auto_plan"], captured["plan"],
+            profile_of(frame.rename(columns={unit: "u"})))
+
+
 def test_the_row_cap_aims_lower_where_the_rows_it_cuts_are_mostly_zero(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The joint choice's exact law (``joint_scores``, permute-and-flip's probabilities) on
@@ -1628,27 +1663,15 @@ def test_the_row_cap_aims_lower_where_the_rows_it_cuts_are_mostly_zero(
     exact histogram."""
     import dpcurator.curator._auto_bounds as auto_bounds
 
-    sys_path = __import__("sys").path
-    sys_path.insert(0, "benchmarks")
-    try:
-        from auto_bounds import permute_and_flip_probabilities
-    finally:
-        sys_path.remove("benchmarks")
+    (permute_and_flip_probabilities,) = from_benchmarks("auto_bounds",
+                                                        "permute_and_flip_probabilities")
     rng = np.random.default_rng(12)
     units, heavy = 20_000, 300
-    rows = np.where(np.arange(units) < heavy, 300, 2)
-    user = np.repeat(np.arange(units), rows)
-    keys = [f"g{i}" for i in range(8)]
-    frame = pd.DataFrame({"u": user, "g": np.array(keys)[user % 8],
-                          "x": np.where(rng.random(user.size) < 0.03,
-                                        rng.uniform(50, 100, user.size), 0.0)})
-    captured = capture_choice_inputs(monkeypatch)
-    curator = per_group(frame, privacy_unit="u", budget=dp.ZCDP(10),
-                                     source=SeededRandom(2))
-    curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", rho=0.5, keys=keys)
-    auto_plan, plan = captured["auto_plan"], captured["plan"]
-    assert auto_bounds.VALUES in auto_plan.epsilons  # type: ignore[attr-defined]
-    stats = profile_of(frame)
+    frame, keys = heavy_and_light(
+        np.where(np.arange(units) < heavy, 300, 2),
+        lambda size: np.where(rng.random(size) < 0.03, rng.uniform(50, 100, size), 0.0))
+    auto_plan, plan, stats = sum_choice(monkeypatch, frame, keys, 0.5, 2)
+    assert auto_bounds.VALUES in auto_plan.epsilons
     exact = factors_from(np.asarray(stats.mean_octaves(auto_bounds.VALUES_CAP)))
     expected = []
     for factors in (None, exact):
@@ -1701,27 +1724,16 @@ def test_the_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatch) -
     2.0x the best fixed bounds)."""
     import dpcurator.curator._auto_bounds as auto_bounds
 
-    sys_path = __import__("sys").path
-    sys_path.insert(0, "benchmarks")
-    try:
-        from auto_bounds import permute_and_flip_probabilities
-        from auto_bounds_family import Pairs
-    finally:
-        sys_path.remove("benchmarks")
+    (permute_and_flip_probabilities,) = from_benchmarks("auto_bounds",
+                                                        "permute_and_flip_probabilities")
+    (Pairs,) = from_benchmarks("auto_bounds_family", "Pairs")
     rng = np.random.default_rng(13)
     units, heavy = 20_000, 400
-    rows = np.where(np.arange(units) < heavy, 60, rng.integers(1, 3, units))
-    user = np.repeat(np.arange(units), rows)
-    keys = [f"g{i}" for i in range(8)]
-    frame = pd.DataFrame({"user": user, "g": np.array(keys)[user % 8],
-                          "x": rng.uniform(0.0, 100.0, user.size)})
-    captured = capture_choice_inputs(monkeypatch)
-    curator = per_group(frame, privacy_unit="user", budget=dp.ZCDP(10),
-                        source=SeededRandom(3))
-    curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", rho=0.02, keys=keys)
-    auto_plan, plan = captured["auto_plan"], captured["plan"]
-    assert auto_bounds.TAIL in auto_plan.epsilons  # type: ignore[attr-defined]
-    stats = profile_of(frame.rename(columns={"user": "u"}))
+    frame, keys = heavy_and_light(
+        np.where(np.arange(units) < heavy, 60, rng.integers(1, 3, units)),
+        lambda size: rng.uniform(0.0, 100.0, size), unit="user")
+    auto_plan, plan, stats = sum_choice(monkeypatch, frame, keys, 0.02, 3, unit="user")
+    assert auto_bounds.TAIL in auto_plan.epsilons
     factors = factors_from(np.asarray(stats.mean_octaves(auto_bounds.VALUES_CAP)))
     pairs = Pairs(frame, 8)
     truth = frame.groupby("g").x.sum().reindex(keys).to_numpy()

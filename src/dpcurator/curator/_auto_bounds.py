@@ -1946,8 +1946,9 @@ def chosen_again(first: AutoPlan, retry: AutoPlan, before: dict[str, Any],
     cost_name = "rho" if retry.request.rho is not None else "epsilon"
     out = dict(chosen)
     out[cost_name] = first.spent + retry.spent
-    out["share"] = retry.share  # in all: a sum's histogram included
+    out["share"] = retry.share  # in all: the histograms included
     out.pop("values_share", None)
+    out.pop("tail_share", None)
     out["first_choice"] = {key: before[key] for key in (
         "max_partitions", "max_rows_per_partition", OUTER, "max_unit_sums", "units", "kept",
         cost_name) if key in before}

@@ -66,6 +66,7 @@ from dpcurator.query.schema import declare, folded
 from dpcurator.query.sql import parse_sql, too_deep_error
 
 from ._auto_bounds import (
+    TAIL,
     VALUES,
     AutoPlan,
     choose_bounds,
@@ -643,6 +644,8 @@ class Curator:
                         "(0, 1))"}
             if VALUES in auto.epsilons:  # a sum's row cap's histogram, on top of the share
                 explained["bounds_to_choose"]["values_share"] = auto.values_share
+            if TAIL in auto.epsilons:  # the row cap's tail's histogram, on top too
+                explained["bounds_to_choose"]["tail_share"] = auto.tail_share
             if compiled.retry is not None:  # where the data is too thin for the first choice
                 explained["bounds_to_choose"]["if_too_thin"] = {
                     "share": compiled.retry.share, "epsilons": compiled.retry.epsilons,
