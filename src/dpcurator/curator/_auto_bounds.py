@@ -2081,7 +2081,7 @@ def _aimed_at(auto_plan: AutoPlan, factors: FloatArray | None, magnitude: int | 
 
 def tail_histogram(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
                    ) -> FloatArray:
-    """The noisy histogram of ``tail_multipliers``: the pairs by the octave of their rows
+    """The noisy histogram of ``tail_multipliers``: the pairs by their rows' bin
     (``Profile.row_octaves``), each weighing 1 / P, L1 sensitivity 1 under add/remove one
     unit (``VALUES_SENSITIVITY`` told, for the roundings), released by the Laplace mechanism
     (epsilon-DP: Dwork, McSherry, Nissim and Smith 2006), its bins below ``TAIL_PRUNE`` /
@@ -2146,7 +2146,7 @@ def tail_multipliers(histogram: FloatArray) -> FloatArray | None:
 def _tail_said(tail: FloatArray | None, r: int) -> str:
     """What the release says of the tail's multiplier at the row cap chosen."""
     if tail is None:
-        return ("no octave of the pairs' rows stood above the histogram's noise: the row cap "
+        return ("no bin of the pairs' rows stood above the histogram's noise: the row cap "
                 "aimed at the bias-variance point")
     m = float(tail[ROW_CANDIDATES.index(r)])
     return (f"the row cap's target times {m:.3g} at the cap chosen (1 / sqrt of the rows "
