@@ -1572,10 +1572,10 @@ def test_a_means_histogram_spends_its_charged_share_at_its_sensitivity(
     drawn.clear()
     both = curator.sql("SELECT g, COUNT(*) AS n, AVG(x) AS m FROM data GROUP BY g",
                        epsilon=2.0, keys=["g0", "g1", "g2", "g3"])
-    # a COUNT beside the mean: no histogram of values, only the row cap's tail's (a query of
-    # means alone draws none: ``tail_weight``)
-    assert [sensitivity for _, sensitivity in drawn] == [VALUES_SENSITIVITY]
-    assert both.bounds_chosen is not None and "tail_share" in both.bounds_chosen
+    # a COUNT beside the mean: no histogram of values, and no tail's either (drawn for
+    # COUNT(*)s and SUMs alone: ``tail_weight``)
+    assert drawn == []
+    assert both.bounds_chosen is not None and "tail_share" not in both.bounds_chosen
     assert "tail_share" not in chosen
 
 

@@ -96,8 +96,9 @@ def test_the_total_share_and_the_bounds_share_are_shares_of_the_whole_budget() -
     assert release.epsilon == 1.0 and cur.spent.epsilon == pytest.approx(1.0)
     chosen = release.bounds_chosen
     assert chosen is not None
-    # the caps' 10%, and on top of it their thin-data count's quarter (``CAPS_UNITS``)
-    assert chosen["epsilon"] == pytest.approx(0.125) and chosen["epsilon"] <= 0.125
+    # the caps' 10%, and on top of it their thin-data count's quarter a cap (``CAPS_UNITS``)
+    # and the row cap's tail's histogram (``TAIL_WEIGHT``): weights 2 + 0.5 + 0.25 over 2
+    assert chosen["epsilon"] == pytest.approx(0.1375) and chosen["epsilon"] <= 0.1375
     assert chosen["outer_caps_epsilon"] == pytest.approx(0.05)  # half of the 10%
     total = [m for m in release.mechanisms["n"] if m["measure"] == "unit_rows"]
     assert len(total) == 1 and total[0]["outer cap (rows of one unit)"] == chosen[

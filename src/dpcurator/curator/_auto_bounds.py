@@ -290,26 +290,27 @@ with the gap alone: median 1.59x -> 1.37x, geometric mean 1.93x -> 1.68x, within
 ``MEAN_HALF``.
 
 The tail's shape (``tail_histogram``, ``tail_multipliers``). Amin et al.'s point is the
-least of bias plus noise; a release's squared error b(r)^2 + s(r)^2 is least where the
-pairs beyond the cap are t / sqrt(rho(r)), rho(r) the rows beyond r over r times the pairs
-beyond r (the tail's mean excess over r). Heavy units whose pairs lie far beyond the cap (a
-flat tail: 30 to 300 rows each, where light units have 1 to 3) have rho >> 1, and the
-rule's point leaves a bias several times the noise it saves (the family's mostly-zero
-SUMs #13 and #47: r 3 where 128 and 16 are best, about 2x the best fixed bounds). Where the
-row cap is chosen and the query is not all means, one more release comes first: the pairs
+least of bias plus noise; a release's squared error b(r)^2 + s(r)^2 is least where the pairs
+beyond the cap are t / sqrt(rho(r)), rho(r) the rows beyond r over r times the pairs beyond
+r (the tail's mean excess over r). Heavy units whose pairs lie far beyond the cap (a flat
+tail: 30 to 300 rows each, where light units have 1 to 3) have rho >> 1, and the rule's
+point leaves a bias several times the noise it saves (the family's mostly-zero SUMs #13 and
+#47: r 3 where 128 and 16 are best, about 2x the best fixed bounds). Where the row cap is
+chosen and every aggregate is a COUNT(*) or a SUM, one more release comes first: the pairs
 by their rows' bin (1 to 8 rows each their own, then octaves; ``Profile.row_octaves``, each
-pair weighing 1 / P, L1 sensitivity 1) by the Laplace mechanism with weight
-``TAIL_WEIGHT`` (1/4, on top of the share), bins below ``TAIL_PRUNE`` (8) / epsilon set to
-0. From it, per row cap, the target is multiplied by 1 / sqrt(rho(r)), rho within
-``TAIL_RATIO`` [1, 32]: it is lowered where the histogram shows the tail going on far
-beyond r, never raised (rho < 1, a tail ending just beyond the cap, would raise it; but at
-the histogram's epsilon its far bins are pruned and read as the tail's end: COUNT on the
-family's #3 1.06x -> 1.9x the best fixed bounds, #48 3.0x -> 5.4x with a phantom bin of
-the pruned mass). Post-processing, public to the joint choice, whose scores keep their
-sensitivity; the retry reads the first choice's (``Aim``). A query of means keeps its
-own factors (``_mean_factors``), whose cost per row cut falls as the cap rises, so rho
-does not describe it (AVG on the family: #44 1.9x -> 2.7x with it). Measured below
-(``tail_multipliers``).
+pair weighing 1 / P, L1 sensitivity 1) by the Laplace mechanism with weight ``TAIL_WEIGHT``
+(1/4, on top of the share), bins below ``TAIL_PRUNE`` (8) / epsilon set to 0 (none drawn
+where epsilon is so small that the noise is past the samplers' range: ``_drawable``). From
+it, per row cap, the target is multiplied by 1 / sqrt(rho(r)), rho within ``TAIL_RATIO`` [1,
+32]: it is lowered where the histogram shows the tail going on far beyond r, never raised
+(rho < 1, a tail ending just beyond the cap, would raise it; but at the histogram's epsilon
+its far bins are pruned and read as the tail's end: COUNT on the family's #3 1.06x -> 1.9x
+the best fixed bounds, #48 3.0x -> 5.4x with a phantom bin of the pruned mass).
+Post-processing, public to the joint choice, whose scores keep their sensitivity; the retry
+reads the first choice's (``Aim``). A query with a mean, a variance or a quantile draws
+none: a mean's cost per row cut falls as the cap rises (its factors' lambda(r),
+``_mean_factors``), so rho does not describe it (AVG on the family: #44 1.9x -> 2.7x with
+it). Measured below (``tail_multipliers``).
 
 A two-sided mean's ends (``end_scores``, ``choose_end``). A mean's noise grows with its
 clamp's width, and values mostly of one sign need the other end only as far as their own
@@ -780,10 +781,13 @@ def values_weight(plan: Plan) -> float:
 
 def tail_weight(plan: Plan) -> float:
     """The weight of the row cap's tail histogram (``tail_multipliers``; on top of the
-    bounds' share): ``TAIL_WEIGHT`` where the row cap is chosen per partition, else 0."""
+    bounds' share): ``TAIL_WEIGHT`` where the row cap is chosen per partition for COUNT(*)s
+    and SUMs only (a row cut costs them the same wherever the cap stands: the argument of
+    ``tail_multipliers``; not a mean's, a variance's or a quantile's), else 0."""
     auto = plan.auto
     return TAIL_WEIGHT if auto is not None and bool(auto.max_rows_per_partition) and \
-        plan.bounding != "unit" and not _means(plan) else 0.0
+        plan.bounding != "unit" and bool(plan.aggregates) and \
+        all(isinstance(agg, Count | Sum) for agg in plan.aggregates) else 0.0
 
 
 def choice_names(auto: AutoBounds, floors: Sequence[str] = (), values: float = 0.0,
@@ -1771,11 +1775,24 @@ def draw_aim(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
     (``values_choice``, ``tail_weight``)."""
     if VALUES not in auto_plan.epsilons and TAIL not in auto_plan.epsilons:
         return None
+    # at an epsilon so small that a histogram's noise is past the samplers' range, none is
+    # drawn (its charge stands: the query was charged before it is answered) and the row cap
+    # keeps the bias-variance point, or its fixed factors
     tail = tail_multipliers(tail_histogram(auto_plan, stats, source)) \
-        if TAIL in auto_plan.epsilons else None
-    factors = value_factors(auto_plan, stats, source) if VALUES in auto_plan.epsilons \
-        else None
+        if _drawable(auto_plan, TAIL, len(ROW_OCTAVES)) else None
+    factors = value_factors(auto_plan, stats, source) \
+        if _drawable(auto_plan, VALUES, 2 * len(MEAN_OCTAVES)) else None
     return Aim(factors, tail)
+
+
+def _drawable(auto_plan: AutoPlan, name: str, bins: int) -> bool:
+    """Whether the histogram ``name`` is paid for and its Laplace noise, on its grid, within
+    the samplers' range (2^56 grid steps) for up to ``bins`` bins. Public numbers only."""
+    if name not in auto_plan.epsilons:
+        return False
+    mechanism = Laplace(epsilon=auto_plan.epsilons[name], sensitivity=VALUES_SENSITIVITY)
+    steps = mechanism.noise_scale(bins) / Fraction(mechanism.granularity)
+    return steps <= MAX_NOISE_SCALE
 
 
 def choose_bounds(auto_plan: AutoPlan, plan: Plan,
