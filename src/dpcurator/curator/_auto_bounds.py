@@ -300,7 +300,7 @@ chosen and every aggregate is a COUNT(*) or a SUM, one more release comes first:
 by their rows' bin (1 to 8 rows each their own, then octaves; ``Profile.row_octaves``, each
 pair weighing 1 / P, L1 sensitivity 1) by the Laplace mechanism with weight ``TAIL_WEIGHT``
 (1/4, on top of the share), bins below ``TAIL_PRUNE`` (8) / epsilon set to 0 (none drawn
-where epsilon is so small that the noise is past the samplers' range: ``_drawable``). From
+where epsilon is so small that the noise is past the samplers' range: ``_noisy_histogram``). From
 it, per row cap, the target is multiplied by 1 / sqrt(rho(r)), rho within ``TAIL_RATIO`` [1,
 32]: it is lowered where the histogram shows the tail going on far beyond r, never raised
 (rho < 1, a tail ending just beyond the cap, would raise it; but at the histogram's epsilon
@@ -1775,24 +1775,26 @@ def draw_aim(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
     (``values_choice``, ``tail_weight``)."""
     if VALUES not in auto_plan.epsilons and TAIL not in auto_plan.epsilons:
         return None
-    # at an epsilon so small that a histogram's noise is past the samplers' range, none is
-    # drawn (its charge stands: the query was charged before it is answered) and the row cap
-    # keeps the bias-variance point, or its fixed factors
-    tail = tail_multipliers(tail_histogram(auto_plan, stats, source)) \
-        if _drawable(auto_plan, TAIL, len(ROW_OCTAVES)) else None
-    factors = value_factors(auto_plan, stats, source) \
-        if _drawable(auto_plan, VALUES, 2 * len(MEAN_OCTAVES)) else None
-    return Aim(factors, tail)
+    tail = tail_histogram(auto_plan, stats, source) if TAIL in auto_plan.epsilons else None
+    factors = value_factors(auto_plan, stats, source) if VALUES in auto_plan.epsilons \
+        else None
+    return Aim(factors, None if tail is None else tail_multipliers(tail))
 
 
-def _drawable(auto_plan: AutoPlan, name: str, bins: int) -> bool:
-    """Whether the histogram ``name`` is paid for and its Laplace noise, on its grid, within
-    the samplers' range (2^56 grid steps) for up to ``bins`` bins. Public numbers only."""
-    if name not in auto_plan.epsilons:
-        return False
-    mechanism = Laplace(epsilon=auto_plan.epsilons[name], sensitivity=VALUES_SENSITIVITY)
-    steps = mechanism.noise_scale(bins) / Fraction(mechanism.granularity)
-    return steps <= MAX_NOISE_SCALE
+def _noisy_histogram(auto_plan: AutoPlan, name: str, histogram: FloatArray,
+                     prune: float, source: RandomSource | None) -> FloatArray | None:
+    """``histogram`` released by the Laplace mechanism with the choice ``name``'s epsilon and
+    ``VALUES_SENSITIVITY``, its bins below ``prune`` / epsilon set to 0 (post-processing);
+    None where its noise, on the mechanism's grid, is past the samplers' range (2^56 grid
+    steps: an epsilon so small that nothing is drawn; the query was charged before it is
+    answered, and the charge stands)."""
+    epsilon = auto_plan.epsilons[name]
+    mechanism = Laplace(epsilon=epsilon, sensitivity=VALUES_SENSITIVITY, source=source)
+    if mechanism.noise_scale(histogram.size) / Fraction(mechanism.granularity) > \
+            MAX_NOISE_SCALE:
+        return None
+    noisy = np.asarray(mechanism.release(histogram), dtype=np.float64)
+    return np.where(noisy >= prune / epsilon, noisy, 0.0)
 
 
 def choose_bounds(auto_plan: AutoPlan, plan: Plan,
@@ -1994,21 +1996,19 @@ def chosen_again(first: AutoPlan, retry: AutoPlan, before: dict[str, Any],
 
 
 def value_histogram(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
-                    ) -> FloatArray:
+                    ) -> FloatArray | None:
     """The noisy histogram of ``value_factors``: the pairs beyond ``VALUES_CAP`` rows by the
     octave of their mean |x| (``Profile.mean_octaves``), for a mean followed by the other
     pairs by the same octaves (``Profile.light_octaves``; a pair in one half only), L1
     sensitivity 1 under add/remove one unit (``VALUES_SENSITIVITY`` told), released by the
     Laplace mechanism (epsilon-DP: Dwork, McSherry, Nissim and Smith 2006), its bins below
-    ``VALUES_PRUNE`` / epsilon set to 0 (post-processing)."""
-    epsilon = auto_plan.epsilons[VALUES]
+    ``VALUES_PRUNE`` / epsilon set to 0 (post-processing; None past the samplers' range:
+    ``_noisy_histogram``)."""
     parts = [stats.mean_octaves(VALUES_CAP)]
     if auto_plan.means:  # and the other pairs, for a mean's reference (``factors_from``)
         parts.append(stats.light_octaves(VALUES_CAP))
     histogram = np.asarray([b for part in parts for b in part], dtype=np.float64)
-    noisy = np.asarray(Laplace(epsilon=epsilon, sensitivity=VALUES_SENSITIVITY,
-                               source=source).release(histogram), dtype=np.float64)
-    return np.where(noisy >= VALUES_PRUNE / epsilon, noisy, 0.0)
+    return _noisy_histogram(auto_plan, VALUES, histogram, VALUES_PRUNE, source)
 
 
 def factors_from(histogram: FloatArray, means: bool = False) -> FloatArray | None:
@@ -2097,17 +2097,14 @@ def _aimed_at(auto_plan: AutoPlan, factors: FloatArray | None, magnitude: int | 
 
 
 def tail_histogram(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
-                   ) -> FloatArray:
+                   ) -> FloatArray | None:
     """The noisy histogram of ``tail_multipliers``: the pairs by their rows' bin
     (``Profile.row_octaves``), each weighing 1 / P, L1 sensitivity 1 under add/remove one
     unit (``VALUES_SENSITIVITY`` told, for the roundings), released by the Laplace mechanism
     (epsilon-DP: Dwork, McSherry, Nissim and Smith 2006), its bins below ``TAIL_PRUNE`` /
-    epsilon set to 0 (post-processing)."""
-    epsilon = auto_plan.epsilons[TAIL]
+    epsilon set to 0 (post-processing; None past the samplers' range: ``_noisy_histogram``)."""
     histogram = np.asarray(stats.row_octaves(), dtype=np.float64)
-    noisy = np.asarray(Laplace(epsilon=epsilon, sensitivity=VALUES_SENSITIVITY,
-                               source=source).release(histogram), dtype=np.float64)
-    return np.where(noisy >= TAIL_PRUNE / epsilon, noisy, 0.0)
+    return _noisy_histogram(auto_plan, TAIL, histogram, TAIL_PRUNE, source)
 
 
 def tail_multipliers(histogram: FloatArray) -> FloatArray | None:
@@ -2174,7 +2171,8 @@ def value_factors(auto_plan: AutoPlan, stats: Profile, source: RandomSource | No
                   ) -> FloatArray | None:
     """The row cap's factor per magnitude: ``factors_from`` of ``value_histogram`` (None
     where no bin passed)."""
-    return factors_from(value_histogram(auto_plan, stats, source), auto_plan.means)
+    histogram = value_histogram(auto_plan, stats, source)
+    return None if histogram is None else factors_from(histogram, auto_plan.means)
 
 
 def choose_unit_rows(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
