@@ -192,7 +192,8 @@ def factor_draws(captured: dict[str, Any], draws: int = 8) -> list[Any]:
     from dpcurator.noise import SeededRandom
 
     auto_plan = captured["auto_plan"]
-    if _auto_bounds.draw_aim(auto_plan, captured["stats"], SeededRandom(0)) is None:
+    if _auto_bounds.VALUES not in auto_plan.epsilons and \
+            _auto_bounds.TAIL not in auto_plan.epsilons:  # ``draw_aim`` would give None
         return [None]
     return [_auto_bounds.draw_aim(auto_plan, captured["stats"], SeededRandom(1000 + d))
             for d in range(draws)]
