@@ -59,6 +59,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
 import dpcurator as dp
+from dpcurator.curator import _auto_aims, _auto_joint, _auto_plan
 from skewed import categories, skewed_table
 
 ROWS = tuple(2**i for i in range(11))
@@ -140,12 +141,14 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     intervals), keeping what its joint choice saw: ``auto_plan``, ``plan``, ``stats`` (the
     profile's statistics), ``rows_for`` (the proven candidates) and ``scores`` (the scores
     and epsilon given to permute-and-flip), and the ``release`` itself; those of the first
-    choice where the release chose again (``_auto_bounds.plan_retry``), and ``retry``: the
+    choice where the release chose again (``_auto_plan.plan_retry``), and ``retry``: the
     retry's plan and proven row caps (auto_plan, rows_for), or None where it has none."""
     from dpcurator.curator import _auto_bounds, _compile
 
     captured: dict[str, Any] = {}
-    real_joint, real_release = _auto_bounds._choose_joint, _auto_bounds._release
+    # each spied on where it is called: the joint choice in ``_auto_bounds.choose_bounds``,
+    # its permute-and-flip in ``_auto_joint._choose_joint``
+    real_joint, real_release = _auto_bounds._choose_joint, _auto_joint._release
     real_retry = _compile._prove_retry
 
     def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any,
@@ -172,30 +175,29 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=budget, cache=False,
                                      bounding="rescale")
     _auto_bounds._choose_joint = spy_joint  # type: ignore[assignment]
-    _auto_bounds._release = spy_release  # type: ignore[assignment]
+    _auto_joint._release = spy_release  # type: ignore[assignment]
     _compile._prove_retry = spy_retry  # type: ignore[assignment]
     try:
         captured["release"] = curator.sql(sql, keys=keys, **request,  # type: ignore[arg-type]
                                           **(options or {"bounds": "auto",
                                                          "intervals": "bounded"}))
     finally:
-        _auto_bounds._choose_joint, _auto_bounds._release = real_joint, real_release
+        _auto_bounds._choose_joint, _auto_joint._release = real_joint, real_release
         _compile._prove_retry = real_retry  # type: ignore[assignment]
     return captured
 
 
 def factor_draws(captured: dict[str, Any], draws: int = 8) -> list[Any]:
-    """The row cap's aims (``_auto_bounds.draw_aim``: its factors per magnitude and its
+    """The row cap's aims (``_auto_aims.draw_aim``: its factors per magnitude and its
     tail's multipliers) from ``draws`` seeded draws of their noisy histograms, for a law
     averaged over that noise too; [None] where the release has no such histogram."""
-    from dpcurator.curator import _auto_bounds
     from dpcurator.noise import SeededRandom
 
     auto_plan = captured["auto_plan"]
-    if _auto_bounds.VALUES not in auto_plan.epsilons and \
-            _auto_bounds.TAIL not in auto_plan.epsilons:  # ``draw_aim`` would give None
+    if _auto_plan.VALUES not in auto_plan.epsilons and \
+            _auto_plan.TAIL not in auto_plan.epsilons:  # ``draw_aim`` would give None
         return [None]
-    return [_auto_bounds.draw_aim(auto_plan, captured["stats"], SeededRandom(1000 + d))
+    return [_auto_aims.draw_aim(auto_plan, captured["stats"], SeededRandom(1000 + d))
             for d in range(draws)]
 
 
@@ -214,7 +216,6 @@ def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsil
     the only random step before the answer) is drawn ``draws`` times from a seeded source,
     and each chosen (k, r, upper) is scored by its exact bias and noise variance, as the
     fixed bounds are. Far less noisy than ``--runs`` releases: only the choice is sampled."""
-    from dpcurator.curator import _auto_bounds
     from dpcurator.noise import SeededRandom
 
     captured = capture_choice(table, sql, epsilon, keys, rho)
@@ -223,10 +224,10 @@ def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsil
     source = SeededRandom(0)
     picks: dict[tuple[int, int, float], int] = {}
     for _ in range(draws):
-        k, r, m = _auto_bounds._choose_joint(auto_plan, captured["plan"], captured["stats"],
+        k, r, m = _auto_joint._choose_joint(auto_plan, captured["plan"], captured["stats"],
                                              source, None, captured.get("factors"),
                                              tail=captured.get("tail"))
-        upper = float(_auto_bounds.MAGNITUDES[m]) if sum_query and m is not None else 1.0
+        upper = float(_auto_plan.MAGNITUDES[m]) if sum_query and m is not None else 1.0
         picks[(k, r, upper)] = picks.get((k, r, upper), 0) + 1
     total = 0.0
     for (k, r, upper), count in picks.items():
@@ -273,24 +274,23 @@ def exact_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon:
     (``permute_and_flip_probabilities``), and each candidate (k, r, upper) with probability
     above 1e-12 scored by its exact bias and noise variance. Returns the RMSE, the share of
     its mean squared error from row caps above 1024, and the likeliest choices."""
-    from dpcurator.curator import _auto_bounds
 
     captured = capture_choice(table, sql, epsilon, keys, rho)
     laws = []
     for aim in factor_draws(captured):  # averaged over the aims' own noise
         factors, tail = aimed(aim)
-        joint = _auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],
+        joint = _auto_joint.joint_scores(captured["auto_plan"], captured["plan"],
                                           captured["stats"], captured["rows_for"], factors,
                                           **tail)
         laws.append(permute_and_flip_probabilities(
-            np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
-            _auto_bounds.SENSITIVITY))
+            np.maximum(joint.scores, -_auto_joint.PENALTY_CAP), joint.epsilon,
+            _auto_joint.SENSITIVITY))
     probabilities = np.mean(laws, axis=0)
     auto_plan, plan = captured["auto_plan"], captured["plan"]
-    ks = _auto_bounds.partition_candidates(plan) if auto_plan.auto.max_partitions else \
+    ks = _auto_plan.partition_candidates(plan) if auto_plan.auto.max_partitions else \
         [plan.max_partitions or 1]
-    rs = list(_auto_bounds.ROW_CANDIDATES)
-    magnitudes = len(_auto_bounds.MAGNITUDES) if auto_plan.auto.columns else 1
+    rs = list(_auto_plan.ROW_CANDIDATES)
+    magnitudes = len(_auto_plan.MAGNITUDES) if auto_plan.auto.columns else 1
     main = auto_plan.request
     total = far = mass = 0.0
     likeliest = []
@@ -298,7 +298,7 @@ def exact_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsilon:
     for index in np.flatnonzero(probabilities > 1e-12):
         a, rest = divmod(int(index), len(rs) * magnitudes)
         j, m = divmod(rest, magnitudes)
-        upper = float(_auto_bounds.MAGNITUDES[m]) if sum_query else 1.0
+        upper = float(_auto_plan.MAGNITUDES[m]) if sum_query else 1.0
         bounded = bounded_answers(table, ks[a], rs[j], upper if sum_query else None, keys,
                                   cache)
         error = float(np.mean((bounded - truth) ** 2)) + noise_variance(

@@ -21,7 +21,7 @@ What is measured, per shape and question, against the true *unbounded* answers:
   effect through the ratio is averaged over ``--draws`` common draws);
 - the default's expected RMSE, *exactly over its choice's law*: one release is made (its
   choice's inputs captured), the joint choice's scores are recomputed
-  (``_auto_bounds.joint_scores``) and each candidate weighed by its permute-and-flip
+  (``_auto_joint.joint_scores``) and each candidate weighed by its permute-and-flip
   probability (``auto_bounds.permute_and_flip_probabilities``), the signs' likewise
   (``sign_scores``), a mean's floor's and ends' likewise, where their gate opens
   (``floor_scores``, ``end_scores``); each candidate's error is its exact bias and the
@@ -31,7 +31,7 @@ What is measured, per shape and question, against the true *unbounded* answers:
 - the probability that one release's RMSE over the groups exceeds 3x the best fixed expected
   RMSE: per candidate over ``--draws`` draws of the noise, weighed by the choice's law;
 - the probability that the thin-data rule replaces the clamps by the widest
-  (``_auto_bounds.thin_rule``; for a COUNT, the caps by the widest: ``caps_thin_rule``;
+  (``_auto_thin.thin_rule``; for a COUNT, the caps by the widest: ``caps_thin_rule``;
   exact, from the discrete Laplace's law): such a release says
   so and its error is that of a clamp of 2^40, so the expected RMSE and P[error > 3x] are
   given *without* it, conditional on the rule not applying, and ``fallback`` beside them.
@@ -45,7 +45,7 @@ And, to say why a shape misses (``Outcome``; the summary's ``<question>_spend_me
   besides the answer, ``choice`` (the default over that best) how well it chooses with what
   it spent;
 - ``tail_over_floor``: the heavy units (more than 3 rows) over the joint choice's floor F
-  (``_auto_bounds.thin_floor``), below about 1 to 3 of which the choice cannot locate them;
+  (``_auto_joint.thin_floor``), below about 1 to 3 of which the choice cannot locate them;
 - ``best_two_sided`` (SUM and AVG of data of both signs): the best fixed bounds whose clamp
   keeps every negative value. The best in hindsight there is often one-sided, and its bias
   cancels the row cap's on this generator (``Outcome.best_two_sided``).
@@ -71,13 +71,14 @@ import pandas as pd
 import scipy.sparse as sp
 
 import dpcurator as dp
+from dpcurator.curator import _auto_ends, _auto_joint, _auto_plan, _auto_thin
 
 QUESTIONS = {"COUNT": "COUNT(*)", "COUNT_DISTINCT": "COUNT(DISTINCT user)",
              "SUM": "SUM(x)", "AVG": "AVG(x)"}
 PURE = (0.3, 1.0, 3.0)
 RHOS = (0.05, 0.5, 2.0)
 MAX_ROWS = 3_000_000
-#: a sum's row factors (``_auto_bounds.value_factors``) are drawn this many times from their
+#: a sum's row factors (``_auto_aims.value_factors``) are drawn this many times from their
 #: noisy histogram, and the choice's law averaged over them. It was 4 until 2026-12-02: on
 #: #28 AVG two thirds of the histogram's draws aim the row cap at 3 rows where 108 is best,
 #: and the four seeded draws missed them all (1.14x the best fixed bounds with 4, 7.69x with
@@ -91,7 +92,7 @@ OFFSET_FROM = 52
 #: f M is at or below every value
 FIXED_FLOORS = (0.0, 0.5, 0.75, 0.875)
 #: and for a mean of values of both signs, the fixed clamps' shorter end, as fractions of the
-#: magnitude: [-f M, M] and [-M, f M] (``_auto_bounds.end_scores`` chooses such clamps)
+#: magnitude: [-f M, M] and [-M, f M] (``_auto_ends.end_scores`` chooses such clamps)
 FIXED_ENDS = (0.5, 0.25, 0.125)
 
 
@@ -288,7 +289,7 @@ class Outcome:
     #: its choice, and ratio = spend x choice
     best_at_default: float | None = None
     #: the heavy units (more than 3 rows: the light ones have 1 to 3) over the joint choice's
-    #: floor F (``_auto_bounds.thin_floor``): a tail of fewer than about F units is below
+    #: floor F (``_auto_joint.thin_floor``): a tail of fewer than about F units is below
     #: what the choice can locate, so the caps may cut it unseen
     tail_over_floor: float | None = None
 
@@ -340,7 +341,6 @@ def _avg_errors(count: np.ndarray, total: np.ndarray, truth: np.ndarray, lo: flo
 def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
     """The outcome of one question on one shape (the module docstring)."""
     from auto_bounds import aimed, capture_choice, factor_draws
-    from dpcurator.curator import _auto_bounds
 
     table = shape_table(shape)
     pairs = Pairs(table, shape.groups)
@@ -451,7 +451,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
 
     retry = captured.get("retry")
     first_ap = captured["auto_plan"]
-    # the histogram's draws (``_auto_bounds.draw_aim``): one per query, which the retry reads
+    # the histogram's draws (``_auto_aims.draw_aim``): one per query, which the retry reads
     # too, so both paths' laws are taken per draw and the retry's weighed by the first's
     # fallback in the same draw
     aims = factor_draws(captured, FACTOR_DRAWS)
@@ -459,95 +459,95 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
     def path_law(ap: Any, rows_for: Any, scales: tuple[float, float]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[float, ...]],
                             np.ndarray]:
-        """One path's choices (the first, or the retry's: ``_auto_bounds.plan_retry``), exactly
+        """One path's choices (the first, or the retry's: ``_auto_plan.plan_retry``), exactly
         over their law, per draw of the histogram: (the weighted squared error, the weight,
         the weight of releases above 3x the best, the likeliest bounds over the draws,
         P[the widest clamps])."""
         laws = []
         for aim in aims:
             factors, tail = aimed(aim)
-            joint = _auto_bounds.joint_scores(ap, captured["plan"],
+            joint = _auto_joint.joint_scores(ap, captured["plan"],
                                               captured["stats"], rows_for, factors, **tail)
-            laws.append(_law(np.maximum(joint.scores, -_auto_bounds.PENALTY_CAP), joint.epsilon,
-                             _auto_bounds.SENSITIVITY))
+            laws.append(_law(np.maximum(joint.scores, -_auto_joint.PENALTY_CAP), joint.epsilon,
+                             _auto_joint.SENSITIVITY))
         per_draw = np.asarray(laws)
         probabilities = per_draw.mean(axis=0)
         sign_law = [(1.0, (0.0, 1.0))]
         if values:
-            sscores, seps = _auto_bounds.sign_scores(ap, captured["stats"], 0,
+            sscores, seps = _auto_ends.sign_scores(ap, captured["stats"], 0,
                                                      "x")
-            law = _law(np.asarray(sscores), seps, _auto_bounds.SENSITIVITY, monotonic=True)
-            sign_law = [(float(p), b) for p, b in zip(law, _auto_bounds.SIGNS, strict=True)
+            law = _law(np.asarray(sscores), seps, _auto_joint.SENSITIVITY, monotonic=True)
+            sign_law = [(float(p), b) for p, b in zip(law, _auto_ends.SIGNS, strict=True)
                         if p > 1e-9 or b == (-1.0, 1.0)]
-        # the thin-data rule (``_auto_bounds.thin_rule``): the widest clamps with probability
+        # the thin-data rule (``_auto_thin.thin_rule``): the widest clamps with probability
         # P[count + Z < THIN F + t(k) / 2] (Z discrete Laplace), the count read at the chosen
-        # row cap and on the side the signs kept (``_auto_bounds.sign_side``: drawn first),
+        # row cap and on the side the signs kept (``_auto_ends.sign_side``: drawn first),
         # t(k) the magnitude's target at the chosen partition cap; per (k, r, side)
         thin_at: dict[tuple[int, int, int], float] = {}
         # P[a mean's floor is drawn | one-sided clamps, not the rule's]
         gate_at: dict[tuple[int, int, int], float] = {}
         # P[a two-sided mean's ends are drawn | two-sided clamps, not the rule's]
         end_gate_at: dict[tuple[int, int, int], float] = {}
-        sides = sorted({_auto_bounds.sign_side(b) for _, b in sign_law})
-        counted = _auto_bounds.UNITS in ap.epsilons
-        floor = _auto_bounds.thin_floor(ap, captured["plan"], rows_for)
-        q = math.exp(-ap.epsilons[_auto_bounds.UNITS]) if counted else 0.0
+        sides = sorted({_auto_ends.sign_side(b) for _, b in sign_law})
+        counted = _auto_plan.UNITS in ap.epsilons
+        floor = _auto_joint.thin_floor(ap, captured["plan"], rows_for)
+        q = math.exp(-ap.epsilons[_auto_plan.UNITS]) if counted else 0.0
 
         def below(threshold: float, count: int, q: float = q) -> float:
             """P[count + Z < threshold], Z discrete Laplace of parameter q = e^-epsilon."""
             z = math.ceil(threshold - count) - 1  # P[count + Z < threshold] = P[Z <= z]
             return q ** (-z) / (1 + q) if z < 0 else 1 - q ** (z + 1) / (1 + q)
 
-        if not values and counted:  # the caps alone (``_auto_bounds.caps_thin_rule``): on
+        if not values and counted:  # the caps alone (``_auto_thin.caps_thin_rule``): on
             # the first choice the widest caps (or the retry) where the noisy count of the
             # units is below its threshold at the chosen partition cap; on the retry's, where
             # the noisy count of the units its caps cut reaches ``caps_cut_bound``
             again = retry is not None and ap is not first_ap
-            units = _auto_bounds.caps_statistic(ap, captured["stats"])
+            units = _auto_thin.caps_statistic(ap, captured["stats"])
             for k in joint.ks:
-                widest = _auto_bounds.caps_thin_threshold(ap, captured["plan"], rows_for, k)
+                widest = _auto_thin.caps_thin_threshold(ap, captured["plan"], rows_for, k)
                 if retry is not None and ap is first_ap:
-                    widest = max(widest, _auto_bounds.RETRY_BELOW * floor)
+                    widest = max(widest, _auto_thin.RETRY_BELOW * floor)
                 for r in joint.rs:
                     if again:
-                        cut = _auto_bounds.caps_statistic(ap, captured["stats"], (k, r))
-                        thin_at[k, r, 1] = 1.0 - below(_auto_bounds.caps_cut_bound(ap), cut)
+                        cut = _auto_thin.caps_statistic(ap, captured["stats"], (k, r))
+                        thin_at[k, r, 1] = 1.0 - below(_auto_thin.caps_cut_bound(ap), cut)
                     else:
                         thin_at[k, r, 1] = below(widest, units)
         if values:
             # a mean's floor is drawn only where the same noisy count reaches the floor's gate
-            # (``_auto_bounds.floor_gate``): given a one-sided clamp, with probability
+            # (``_auto_ends.floor_gate``): given a one-sided clamp, with probability
             # gate_at[r], else the floor stays 0
-            floor_f = _auto_bounds.floor_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
-            end_f = _auto_bounds.end_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
+            floor_f = _auto_ends.floor_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
+            end_f = _auto_ends.end_gate(ap, "x") if "floor:x" in ap.epsilons else 0.0
             for k, r, side in itertools.product(joint.ks, joint.rs, sides):
-                count = captured["stats"].nonzero(0, _auto_bounds.magnitude_cap(r), side)
-                widest = _auto_bounds.thin_threshold(ap, captured["plan"], rows_for, k)
+                count = captured["stats"].nonzero(0, _auto_joint.magnitude_cap(r), side)
+                widest = _auto_thin.thin_threshold(ap, captured["plan"], rows_for, k)
                 # the retry's path where the first count is below RETRY_BELOW F too (its
                 # mass is priced as the widest's, then given the retry's law below)
                 if retry is not None and ap is first_ap:
-                    widest = max(widest, _auto_bounds.RETRY_BELOW * floor)
+                    widest = max(widest, _auto_thin.RETRY_BELOW * floor)
                 thin_at[k, r, side] = below(widest, count)
                 kept = 1.0 - thin_at[k, r, side]
                 gate_at[k, r, side] = ((1.0 - below(max(widest, floor_f), count)) / kept
                                        if kept > 0.0 else 0.0)
                 end_gate_at[k, r, side] = ((1.0 - below(max(widest, end_f), count)) / kept
                                            if kept > 0.0 else 0.0)
-        # the clamps' kept count (``_auto_bounds.kept_check``): where it falls below its bound
+        # the clamps' kept count (``_auto_thin.kept_check``): where it falls below its bound
         # the clamps are set aside as the widest's are
-        kept_q = math.exp(-ap.epsilons[_auto_bounds.KEPT]) if values and \
-            _auto_bounds.KEPT in ap.epsilons else None
+        kept_q = math.exp(-ap.epsilons[_auto_plan.KEPT]) if values and \
+            _auto_plan.KEPT in ap.epsilons else None
 
         def fires(k: int, r: int, m: int | None, side: int) -> float:
-            if kept_q is None or m is None or m == len(_auto_bounds.MAGNITUDES) - 1:
+            if kept_q is None or m is None or m == len(_auto_plan.MAGNITUDES) - 1:
                 return 0.0
-            kept = _auto_bounds.kept_statistic(captured["stats"], [(0, m, side)], r)
-            return below(_auto_bounds.kept_bound(ap), kept, kept_q)
+            kept = _auto_thin.kept_statistic(captured["stats"], [(0, m, side)], r)
+            return below(_auto_thin.kept_bound(ap), kept, kept_q)
 
         def live(k: int, r: int, m: int | None, sign: tuple[float, float]) -> float:
             """P[the clamps chosen are kept | (k, r, m) and the signs]: neither the thin-data
             rule nor the kept count sets them aside."""
-            side = _auto_bounds.sign_side(sign)
+            side = _auto_ends.sign_side(sign)
             thin = thin_at.get((k, r, side), 0.0)
             return (1.0 - thin) * (1.0 - fires(k, r, m, side))
 
@@ -576,31 +576,31 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
         floored = question == "AVG" and "floor:x" in ap.epsilons
 
         def floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
-            """(probability, floor) of a mean's floor (``_auto_bounds.floor_scores``), which
+            """(probability, floor) of a mean's floor (``_auto_ends.floor_scores``), which
             reads the row cap only through ``magnitude_cap``."""
-            return _floor_law(k, m, side, _auto_bounds.magnitude_cap(r))
+            return _floor_law(k, m, side, _auto_joint.magnitude_cap(r))
 
         @functools.cache
         def _floor_law(k: int, m: int, side: int, r: int) -> list[tuple[float, float]]:
-            scores, floors, eps = _auto_bounds.floor_scores(
+            scores, floors, eps = _auto_ends.floor_scores(
                 ap, captured["stats"], 0, "x", m, side, r, k)
-            law = _law(np.maximum(scores, -_auto_bounds.PENALTY_CAP), eps,
-                       _auto_bounds.SENSITIVITY)
+            law = _law(np.maximum(scores, -_auto_joint.PENALTY_CAP), eps,
+                       _auto_joint.SENSITIVITY)
             kept = [(float(p), f) for p, f in zip(law, floors, strict=True) if p > 1e-4]
             norm = sum(p for p, _ in kept)
             return [(p / norm, f) for p, f in kept]
 
         def end_law(k: int, m: int, r: int) -> list[tuple[float, tuple[float, float]]]:
             """(probability, clamp) of a mean's two-sided clamp's ends
-            (``_auto_bounds.end_scores``), which read the row cap through ``magnitude_cap``."""
-            return _end_law(k, m, _auto_bounds.magnitude_cap(r))
+            (``_auto_ends.end_scores``), which read the row cap through ``magnitude_cap``."""
+            return _end_law(k, m, _auto_joint.magnitude_cap(r))
 
         @functools.cache
         def _end_law(k: int, m: int, r: int) -> list[tuple[float, tuple[float, float]]]:
-            scores, clamps, eps = _auto_bounds.end_scores(ap, captured["stats"], 0, "x", m,
+            scores, clamps, eps = _auto_ends.end_scores(ap, captured["stats"], 0, "x", m,
                                                           r, k)
-            law = _law(np.maximum(scores, -_auto_bounds.PENALTY_CAP), eps,
-                       _auto_bounds.SENSITIVITY)
+            law = _law(np.maximum(scores, -_auto_joint.PENALTY_CAP), eps,
+                       _auto_joint.SENSITIVITY)
             kept = [(float(p), c) for p, c in zip(law, clamps, strict=True) if p > 1e-4]
             norm = sum(p for p, _ in kept)
             return [(p / norm, c) for p, c in kept]
@@ -610,7 +610,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
             two_sided = floored and m is not None
             if two_sided:  # the ends of a two-sided clamp, drawn per row cap read
                 assert m is not None
-                top = float(_auto_bounds.MAGNITUDES[m])
+                top = float(_auto_plan.MAGNITUDES[m])
                 ends = {r: end_law(k, m, r) if end_gate_at.get((k, r, 0), 1.0) > 0.0 else []
                         for r in r_list}
                 options = sorted({c for law in ends.values() for _, c in law} |
@@ -634,13 +634,13 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                     assert m is not None
                     for r in r_list:  # no floor is drawn where the gate is shut
                         laws[r] = floor_law(k, m, 1 if a == 0.0 else -1, r) \
-                            if gate_at.get((k, r, _auto_bounds.sign_side((a, b))), 1.0) \
+                            if gate_at.get((k, r, _auto_ends.sign_side((a, b))), 1.0) \
                             > 0.0 else []
                 floors = sorted({f for law in laws.values() for _, f in law} | {0.0})
                 for low in floors:
                     if values:
                         assert m is not None
-                        magnitude = float(_auto_bounds.MAGNITUDES[m])
+                        magnitude = float(_auto_plan.MAGNITUDES[m])
                         lo, hi = a * magnitude, b * magnitude
                         if one_sided:
                             lo, hi = (low, hi) if a == 0.0 else (lo, -low)
@@ -650,7 +650,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                         lo = hi = None
                     per_r = errors(k, r_list, lo, hi, scales)
                     for (r, p), per in zip(entries, per_r, strict=True):
-                        gate = gate_at.get((k, r, _auto_bounds.sign_side((a, b))), 1.0)
+                        gate = gate_at.get((k, r, _auto_ends.sign_side((a, b))), 1.0)
                         pf = (gate * dict((f, q) for q, f in laws[r]).get(low, 0.0)
                               + (1.0 - gate) * (low == 0.0)) if one_sided else 1.0
                         add(p * live(k, r, m, (a, b)) * sign_p * pf, per, k, r, lo, hi)
@@ -691,7 +691,7 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                    best_two_sided=math.sqrt(best_two) if two_sided else None,
                    best_at_default=math.sqrt(at_default),
                    tail_over_floor=float((np.bincount(table.user.to_numpy()) > 3).sum()) /
-                   _auto_bounds.thin_floor(first_ap, captured["plan"], captured["rows_for"]))
+                   _auto_joint.thin_floor(first_ap, captured["plan"], captured["rows_for"]))
 
 
 def run_family(count: int, questions: list[str], draws: int, only: list[int] | None = None

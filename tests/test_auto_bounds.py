@@ -22,19 +22,22 @@ import pytest
 from typer.testing import CliRunner
 
 import dpcurator as dp
+import dpcurator.curator._auto_aims as auto_aims
+import dpcurator.curator._auto_ends as auto_ends
+import dpcurator.curator._auto_joint as auto_joint
+import dpcurator.curator._auto_plan as planning
+import dpcurator.curator._auto_thin as auto_thin
 from dpcurator.cli import app
-from dpcurator.curator._auto_bounds import (
+from dpcurator.curator._auto_aims import VALUES_SENSITIVITY, factors_from, tail_multipliers
+from dpcurator.curator._auto_plan import (
     MAGNITUDES,
     MEAN_VALUES_WEIGHT,
-    OUTER_CANDIDATES,
     ROW_CANDIDATES,
     TAIL_WEIGHT,
-    VALUES_SENSITIVITY,
     VALUES_WEIGHT,
-    factors_from,
-    kept_statistic,
-    tail_multipliers,
 )
+from dpcurator.curator._auto_thin import kept_statistic
+from dpcurator.curator._auto_units import OUTER_CANDIDATES
 from dpcurator.curator._profile import ROW_OCTAVES, Profile, _beyond, _down
 from dpcurator.engines import MEAN_OCTAVES, PROFILE_STEPS, UNIT_TOTALS, DuckDBEngine
 from dpcurator.errors import BudgetExceededError
@@ -656,7 +659,6 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
     potentials are largest and smallest; with 8 keys the row cap reads the 1 / P statistic,
     with 24 the per-k one (``_per_k_rows``, at epsilon 1). ``aimed``: the row cap's target
     per magnitude (``value_factors``: public numbers, here from a fixed histogram)."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     captured = capture_choice_inputs(monkeypatch)
     base = random_frame(seed)
@@ -667,7 +669,7 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
     plan_epsilon = captured["auto_plan"].epsilons[  # type: ignore[attr-defined]
         "max_partitions+max_rows_per_partition+magnitude:x"]
     if epsilon == 1.0:
-        assert auto_bounds._per_k_rows(captured["auto_plan"], auto_bounds.ROW_FACTOR_VALUES,  # type: ignore[arg-type]
+        assert auto_joint._per_k_rows(captured["auto_plan"], auto_joint.ROW_FACTOR_VALUES,  # type: ignore[arg-type]
                                        plan_epsilon, groups) == (groups == 24)
     scores: list[np.ndarray] = []
 
@@ -675,7 +677,7 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
         scores.append(np.asarray(values, dtype=float))
         return 0
 
-    monkeypatch.setattr(auto_bounds, "_release", record)
+    monkeypatch.setattr(auto_joint, "_release", record)
     wide = pd.DataFrame({"u": 10_001, "g": [f"g{i % 30}" for i in range(900)],
                          "x": np.linspace(-1e4, 1e4, 900)})
     histogram = np.zeros(len(MEAN_OCTAVES))
@@ -689,22 +691,22 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
     assert tail is None or tail.min() < 0.5 < tail.max() == 1.0
     for frame in (base, pd.concat([base, one_unit(seed, 10_000)], ignore_index=True),
                   pd.concat([base, wide], ignore_index=True)):
-        auto_bounds._choose_joint(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
+        auto_joint._choose_joint(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
                                   profile_of(frame), None, None, factors, tail=tail)
     # k in 1, 2, 4, 8 (, 16, 24: the keys), every row cap, every magnitude
     assert scores[0].size == (4 if groups == 8 else 6) * len(ROW_CANDIDATES) * len(
-        auto_bounds.MAGNITUDES)
+        planning.MAGNITUDES)
     assert all(np.isfinite(s).all() for s in scores)
     for neighbour in scores[1:]:
         change = np.abs(neighbour - scores[0])
-        assert change.max() <= auto_bounds.SENSITIVITY  # what the mechanism is told
+        assert change.max() <= auto_joint.SENSITIVITY  # what the mechanism is told
         assert change.max() > 0.0
 
 
 def test_the_penalties_ramp_above_a_clean_step_up_to_the_cap() -> None:
     """Nothing beyond 5 rows, 3000 units up to it: 0 at 5, then 2 lambda / epsilon per octave
     above it (plus the target), never more than the cap."""
-    from dpcurator.curator._auto_bounds import LAMBDA, _penalties
+    from dpcurator.curator._auto_joint import LAMBDA, _penalties
 
     caps = list(ROW_CANDIDATES)
     stats = [3000.0 if c < 5 else 0.0 for c in caps]
@@ -723,7 +725,7 @@ def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> 
     crossing the ramp is unchanged (the crossing scores 0, below it stays far above 0), past
     it every octave adds 2 ``ROW_FAR_LAMBDA`` / epsilon, up to the cap. And the joint choice
     passes the knee only to the row cap read per k: a count over 32 public keys, not 8."""
-    from dpcurator.curator._auto_bounds import (
+    from dpcurator.curator._auto_joint import (
         ROW_FAR_LAMBDA,
         ROW_KNEE,
         ROW_LAMBDA_COUNTS,
@@ -747,10 +749,9 @@ def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> 
     assert kneed[five + 1:] == pytest.approx(expected[five + 1:])
     assert (kneed[~near] > plain[~near]).all()
 
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     knees: list[float | None] = []
-    real = auto_bounds._penalties
+    real = auto_joint._penalties
 
     def spy(stats: Any, candidates: Any, *args: Any) -> Any:
         if len(candidates) == len(ROW_CANDIDATES):  # the row cap's penalties
@@ -766,13 +767,13 @@ def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> 
         runs.append(knees)
         curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10),
                                          source=SeededRandom(4))
-        auto_bounds._penalties = spy  # type: ignore[assignment]
+        auto_joint._penalties = spy  # type: ignore[assignment]
         try:
             curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=1,
                         keys=[f"g{i}" for i in range(groups)], bounds="auto",
                         intervals="bounded")
         finally:
-            auto_bounds._penalties = real  # type: ignore[assignment]
+            auto_joint._penalties = real  # type: ignore[assignment]
     eight, thirty_two = runs
     assert eight and set(eight) == {None}  # 8 keys: the 1 / P reading, no knee
     assert thirty_two and set(thirty_two) == {ROW_KNEE}  # 32 keys: per k, with the knee
@@ -787,7 +788,6 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
     (about 25 rows a pair, at most about 45): per k the cap chosen keeps nearly all their
     rows; the 1 / P statistic (forced) counts each such unit as 1 where the cap k = 32 keeps
     all its pairs, and cuts them to 19. Seeded: the choices are the same for every seed tried."""
-    import dpcurator.curator._auto_bounds as auto_bounds
     import dpcurator.curator._session as session
 
     switched: list[bool] = []
@@ -796,7 +796,7 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
     def spy(auto_plan: Any, plan: object, profile: object, *args: object,
             **options: Any) -> object:
         epsilon = auto_plan.epsilons["max_partitions+max_rows_per_partition"]
-        switched.append(auto_bounds._per_k_rows(auto_plan, auto_bounds.ROW_FACTOR, epsilon,
+        switched.append(auto_joint._per_k_rows(auto_plan, auto_joint.ROW_FACTOR, epsilon,
                                                 auto_plan.partitions))
         return real(auto_plan, plan, profile, *args, **options)  # type: ignore[arg-type]
 
@@ -824,7 +824,7 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
     # the pairs' rows on the profile's grid (eight steps an octave): the cap lands among the
     # few longest pairs (38 on this seed; 45 or more when the profile rounded them up to 64)
     assert k == 32 and r >= 32
-    monkeypatch.setattr(auto_bounds, "PER_K_MIN", math.inf)  # the 1 / P statistic
+    monkeypatch.setattr(auto_joint, "PER_K_MIN", math.inf)  # the 1 / P statistic
     k, r = chosen(32)
     assert switched[-1] is False and k == 32 and r < 25
 
@@ -834,7 +834,6 @@ def test_under_gaussian_noise_the_switch_reads_the_largest_partition_cap(
     """Under zCDP the per-k target f G s k^(-1/2) shrinks with k: the switch reads it at the
     largest candidate (rho 0.5: off for 8 and 16 keys, on for 64; at k = 1 it would be on
     for all three, and the benchmark's 8 groups then lost 1.13x -> 1.57x)."""
-    import dpcurator.curator._auto_bounds as auto_bounds
     import dpcurator.curator._session as session
 
     switched: list[tuple[bool, bool]] = []
@@ -843,8 +842,8 @@ def test_under_gaussian_noise_the_switch_reads_the_largest_partition_cap(
     def spy(auto_plan: Any, plan: object, profile: object, *args: object,
             **options: Any) -> object:
         epsilon = auto_plan.epsilons["max_partitions+max_rows_per_partition"]
-        switched.append(tuple(auto_bounds._per_k_rows(  # type: ignore[arg-type]
-            auto_plan, auto_bounds.ROW_FACTOR, epsilon, k) for k in (auto_plan.partitions, 1)))
+        switched.append(tuple(auto_joint._per_k_rows(  # type: ignore[arg-type]
+            auto_plan, auto_joint.ROW_FACTOR, epsilon, k) for k in (auto_plan.partitions, 1)))
         return real(auto_plan, plan, profile, *args, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session, "choose_bounds", spy)
@@ -891,7 +890,6 @@ def test_the_joint_choice_stays_within_the_proven_candidates(
     joint choice: over 200 draws every (k, r) chosen is among them; and a ``rows_for`` that
     allows every candidate is the unrestricted choice, draw for draw (the law is unchanged
     where nothing is left out)."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     captured = capture_choice_inputs(monkeypatch)
     frame = random_frame(3)
@@ -901,18 +899,18 @@ def test_the_joint_choice_stays_within_the_proven_candidates(
     curator.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", epsilon=1, keys=keys,
                 bounds="auto")
     auto_plan, plan, stats = captured["auto_plan"], captured["plan"], profile_of(frame)
-    ks = auto_bounds.partition_candidates(plan)  # type: ignore[arg-type]
+    ks = planning.partition_candidates(plan)  # type: ignore[arg-type]
     restricted = tuple((k, 1 + (7 * i) % 20) for i, k in enumerate(ks) if i != 1)
     allowed = {k: set(ROW_CANDIDATES[:n]) for k, n in restricted}
     for seed in range(200):
-        k, r, _ = auto_bounds._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
+        k, r, _ = auto_joint._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
                                             SeededRandom(seed), restricted)
         assert k in allowed and r in allowed[k], (k, r)
     everything = tuple((k, len(ROW_CANDIDATES)) for k in ks)
     for seed in range(20):
-        assert auto_bounds._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
+        assert auto_joint._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
                                          SeededRandom(seed), everything) == \
-            auto_bounds._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
+            auto_joint._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
                                       SeededRandom(seed))
 
 
@@ -1091,18 +1089,19 @@ def test_a_mean_under_the_widest_clamps_lies_within_its_interval() -> None:
 
 
 def spy_on_mechanism(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[float, float]]:
-    """(epsilon, sensitivity) of each mechanism ``name`` that ``_auto_bounds`` builds, kept in
-    the returned list; the mechanism itself is unchanged."""
-    import dpcurator.curator._auto_bounds as auto_bounds
-
+    """(epsilon, sensitivity) of each mechanism ``name`` that the choices build, kept in the
+    returned list; the mechanism itself is unchanged. The thin-data and kept counts draw
+    ``DiscreteLaplace`` (``_auto_thin.noisy_count``), the aims' histograms ``Laplace``
+    (``_auto_aims``)."""
+    module = {"DiscreteLaplace": auto_thin, "Laplace": auto_aims}[name]
     drawn: list[tuple[float, float]] = []
-    real = getattr(auto_bounds, name)
+    real = getattr(module, name)
 
     def spy(*, epsilon: float, sensitivity: float = 1, **kwargs: Any) -> Any:
         drawn.append((epsilon, sensitivity))
         return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
 
-    monkeypatch.setattr(auto_bounds, name, spy)
+    monkeypatch.setattr(module, name, spy)
     return drawn
 
 
@@ -1148,17 +1147,16 @@ def test_a_mean_of_values_far_from_zero_gets_a_floor_and_a_sum_does_not(
     it: 1/2 of the weights 4 (the joint choice) + 1/2 (signs) + 1/2 (the floor, taken from
     the signs') + 1/4 (the thin rule's count). A SUM's noise is set by its magnitude whatever
     the floor, so its clamp keeps 0 and nothing is spent on one. Seeded: no flake."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     scored: list[float] = []
-    real = auto_bounds.floor_scores
+    real = auto_ends.floor_scores
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs)
         scored.append(out[2])
         return out
 
-    monkeypatch.setattr(auto_bounds, "floor_scores", spy)
+    monkeypatch.setattr(auto_ends, "floor_scores", spy)
     frame = years_frame()
     keys = [f"g{i}" for i in range(8)]
     curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(100),
@@ -1235,7 +1233,6 @@ def test_the_floors_scores_move_by_at_most_one_when_a_unit_is_added(
     floor raises) plus a constant: every score moves by at most 1 between the engine's
     profiles of neighbouring data, on either side, at every row cap it reads and several
     magnitudes (the real scores, not only the statistics)."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     auto_plan, profiles = mean_plan_and_neighbours(seed, monkeypatch)
     moved = 0.0
@@ -1243,12 +1240,12 @@ def test_the_floors_scores_move_by_at_most_one_when_a_unit_is_added(
         for side in (1, -1):
             for r in (1, 2, 4):
                 for k in (1, 4):
-                    scores = [auto_bounds.floor_scores(auto_plan, p, 0, "x", m, side, r, k)[0]  # type: ignore[arg-type]
+                    scores = [auto_ends.floor_scores(auto_plan, p, 0, "x", m, side, r, k)[0]  # type: ignore[arg-type]
                               for p in profiles]
                     assert all(np.isfinite(s).all() and s.size == 17 for s in scores)
                     for neighbour in scores[1:]:
                         change = float(np.abs(neighbour - scores[0]).max())
-                        assert change <= auto_bounds.SENSITIVITY
+                        assert change <= auto_joint.SENSITIVITY
                         moved = max(moved, change)
     assert moved > 0.0
 
@@ -1260,20 +1257,19 @@ def test_the_ends_scores_move_by_at_most_one_when_a_unit_is_added(
     statistic (what the end cuts) plus a constant, and [-M, M] the larger of its two
     penalties: every score moves by at most 1 between the engine's profiles of neighbouring
     data, at every row cap it reads and several magnitudes (the real scores)."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     auto_plan, profiles = mean_plan_and_neighbours(seed, monkeypatch)
     moved = 0.0
     for m in (5, 20, 80, 100, 140, 200):
         for r in (1, 2, 4):
             for k in (1, 4):
-                scores = [auto_bounds.end_scores(auto_plan, p, 0, "x", m, r, k)[0]  # type: ignore[arg-type]
+                scores = [auto_ends.end_scores(auto_plan, p, 0, "x", m, r, k)[0]  # type: ignore[arg-type]
                           for p in profiles]
-                size = 2 * (min(m, auto_bounds.FLOOR_STEPS) + 1) + 1
+                size = 2 * (min(m, auto_ends.FLOOR_STEPS) + 1) + 1
                 assert all(np.isfinite(s).all() and s.size == size for s in scores)
                 for neighbour in scores[1:]:
                     change = float(np.abs(neighbour - scores[0]).max())
-                    assert change <= auto_bounds.SENSITIVITY
+                    assert change <= auto_joint.SENSITIVITY
                     moved = max(moved, change)
     assert moved > 0.0
 
@@ -1294,7 +1290,6 @@ def test_a_two_sided_means_clamp_brings_in_the_end_its_values_do_not_reach(
     on steps of 2^(1/4)), and [-128, 128] scores at least 5 / epsilon below it (in
     probability e^-2.5 or less, with every other far candidate less likely still); values on
     [-100, 100] keep both ends beyond them. Deterministic: the scores, no draw."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     captured = capture_choice_inputs(monkeypatch)
     keys = [f"g{i}" for i in range(8)]
@@ -1303,14 +1298,14 @@ def test_a_two_sided_means_clamp_brings_in_the_end_its_values_do_not_reach(
                                      source=SeededRandom(18), cache=False)
     curator.sql("SELECT g, AVG(x) AS v FROM data GROUP BY g", epsilon=1.0, keys=keys)
     auto_plan = captured["auto_plan"]
-    m = auto_bounds.MAGNITUDES.index(128.0)
-    scores, clamps, epsilon = auto_bounds.end_scores(auto_plan, profile_of(frame), 0, "x",  # type: ignore[arg-type]
+    m = planning.MAGNITUDES.index(128.0)
+    scores, clamps, epsilon = auto_ends.end_scores(auto_plan, profile_of(frame), 0, "x",  # type: ignore[arg-type]
                                                      m, 1, 1)
     lo, hi = clamps[int(np.argmax(scores))]
     assert hi == 128.0 and -45.0 < lo <= -25.0
     assert float(scores.max() - scores[-1]) >= 5.0 / epsilon and clamps[-1] == (-128.0, 128.0)
     both = profile_of(fifth_negative_frame(low=-100.0))
-    scores, clamps, _ = auto_bounds.end_scores(auto_plan, both, 0, "x", m, 1, 1)  # type: ignore[arg-type]
+    scores, clamps, _ = auto_ends.end_scores(auto_plan, both, 0, "x", m, 1, 1)  # type: ignore[arg-type]
     lo, hi = clamps[int(np.argmax(scores))]
     assert lo <= -100.0 and hi >= 100.0  # both ends beyond every value
 
@@ -1347,19 +1342,18 @@ def test_a_two_sided_means_ends_are_drawn_with_the_floors_charged_epsilon(
     sensitivity, not as a monotonic choice (its scores can move either way), and the floor,
     which shares that epsilon, is not drawn beside it. A draw with more epsilon than
     charged would pass the accounting tests; this one fails. Seeded: no flake."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     drawn: list[tuple[float, float, bool]] = []
-    real = auto_bounds.PermuteAndFlip
+    real = auto_joint.PermuteAndFlip
 
     def spy(*, epsilon: float, sensitivity: float = 1, monotonic: bool = False,
             **kwargs: Any) -> Any:
         drawn.append((epsilon, sensitivity, monotonic))
         return real(epsilon=epsilon, sensitivity=sensitivity, monotonic=monotonic, **kwargs)
 
-    monkeypatch.setattr(auto_bounds, "PermuteAndFlip", spy)
+    monkeypatch.setattr(auto_joint, "PermuteAndFlip", spy)
     scored: list[float] = []
-    real_ends = auto_bounds.end_scores
+    real_ends = auto_ends.end_scores
 
     def spy_ends(*args: Any, **kwargs: Any) -> Any:
         out = real_ends(*args, **kwargs)
@@ -1369,8 +1363,8 @@ def test_a_two_sided_means_ends_are_drawn_with_the_floors_charged_epsilon(
     def no_floor(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a two-sided clamp drew a floor too")
 
-    monkeypatch.setattr(auto_bounds, "end_scores", spy_ends)
-    monkeypatch.setattr(auto_bounds, "floor_scores", no_floor)
+    monkeypatch.setattr(auto_ends, "end_scores", spy_ends)
+    monkeypatch.setattr(auto_ends, "floor_scores", no_floor)
     curator = per_group(fifth_negative_frame(), privacy_unit="u",
                                      budget=dp.PureDP(10), source=SeededRandom(19),
                                      cache=False)
@@ -1381,7 +1375,7 @@ def test_a_two_sided_means_ends_are_drawn_with_the_floors_charged_epsilon(
     charged = 0.4 * 0.5 / 5.25
     assert scored == [pytest.approx(charged, rel=1e-9)]
     ends = [d for d in drawn if d[0] == pytest.approx(charged, rel=1e-9) and not d[2]]
-    assert len(ends) == 1 and ends[0][1] == auto_bounds.SENSITIVITY
+    assert len(ends) == 1 and ends[0][1] == auto_joint.SENSITIVITY
     assert ends[0][0] <= charged
     assert release.privacy == dp.PureDP(4.0) and curator.spent.epsilon == pytest.approx(4.0)
 
@@ -1392,7 +1386,6 @@ def test_with_private_keys_the_row_caps_ramp_is_steeper(
     With private keys the ramp is ``ROW_LAMBDA_PRIVATE`` (8) per octave, not a count's 3:
     r = 2 scores at least 2 x 8 / epsilon below r = 1 (UCI Adult: r = 2 to 6 in 2.5% of
     releases held 65% of the squared error with 3)."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     rng = np.random.default_rng(15)
     frame = pd.DataFrame({"u": np.arange(5000), "g": [f"g{i}" for i in rng.integers(0, 6, 5000)],
@@ -1405,12 +1398,12 @@ def test_with_private_keys_the_row_caps_ramp_is_steeper(
         options: dict[str, Any] = {"delta": 1e-6} if private else \
             {"keys": [f"g{i}" for i in range(6)]}
         curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=1.0, **options)
-        joint = auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
+        joint = auto_joint.joint_scores(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
                                          profile_of(frame))
         assert joint.decode(0)[:2] == (1, 1) and joint.decode(1)[:2] == (1, 2)
         gaps[private] = (joint.scores[0] - joint.scores[1]) * joint.epsilon
-    assert gaps[True] >= 2 * auto_bounds.ROW_LAMBDA_PRIVATE
-    assert gaps[False] < 2 * auto_bounds.ROW_LAMBDA_PRIVATE
+    assert gaps[True] >= 2 * auto_joint.ROW_LAMBDA_PRIVATE
+    assert gaps[False] < 2 * auto_joint.ROW_LAMBDA_PRIVATE
 
 
 def test_the_joint_ramp_is_its_definition_by_brute_force() -> None:
@@ -1421,7 +1414,7 @@ def test_the_joint_ramp_is_its_definition_by_brute_force() -> None:
     uses."""
     import itertools
 
-    from dpcurator.curator._auto_bounds import _joint_ramp
+    from dpcurator.curator._auto_joint import _joint_ramp
 
     rng = np.random.default_rng(18)
     candidates = ([1, 2, 4, 8], [1, 2, 3, 4, 5, 6, 8, 11, 16], [0.5, 1.0, 2.0, 4.0, 8.0, 16.0])
@@ -1455,7 +1448,6 @@ def test_the_joint_ramp_leaves_one_magnitude_per_far_row_cap(
     stayed below the ramp (3 to 5 of them within 1 / epsilon of its best here): its mass
     grew with their number. With the joint ramp the octaves add up and one magnitude is left
     per row cap. The twin without it (``JOINT_RAMP`` False) fails this test."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     rng = np.random.default_rng(17)
     units = 20_000
@@ -1469,8 +1461,8 @@ def test_the_joint_ramp_leaves_one_magnitude_per_far_row_cap(
                 keys=[f"g{i}" for i in range(16)])
     widths = {}
     for joint_ramp in (True, False):
-        monkeypatch.setattr(auto_bounds, "JOINT_RAMP", joint_ramp)
-        joint = auto_bounds.joint_scores(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
+        monkeypatch.setattr(auto_joint, "JOINT_RAMP", joint_ramp)
+        joint = auto_joint.joint_scores(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
                                          profile_of(frame))
         block = (joint.scores[:joint.sizes[0] * joint.width] * joint.epsilon).reshape(
             joint.sizes[0], joint.width)
@@ -1484,7 +1476,7 @@ def test_the_joint_ramp_leaves_one_magnitude_per_far_row_cap(
 def test_the_row_factors_are_the_clamp_over_the_mean_of_what_a_cap_cuts() -> None:
     """``factors_from``: M over the histogram's mean of min(octave middle, M), within [1, 64],
     and None where the histogram is empty (every bin under the noise: the fixed factor)."""
-    from dpcurator.curator._auto_bounds import MAGNITUDES
+    from dpcurator.curator._auto_plan import MAGNITUDES
 
     histogram = np.zeros(len(MEAN_OCTAVES))
     histogram[MEAN_OCTAVES.index(3)] = 30.0  # means in (8, 16]: middle 2^3.5
@@ -1506,13 +1498,8 @@ def test_a_means_row_factors_weigh_the_gap_between_the_cut_pairs_and_the_rest() 
     kept, lambda(r) = ``MEAN_LIGHT_ROWS`` N_l / (``MEAN_LIGHT_ROWS`` N_l + r N_h), so the
     factor is ``MEAN_HALF`` M / (gap lambda(r)); where the two agree, the gap is at least
     1 / ``MEAN_RATIO_MOST`` of the cut pairs' mean; None where either half is empty."""
-    from dpcurator.curator._auto_bounds import (
-        MAGNITUDES,
-        MEAN_HALF,
-        MEAN_LIGHT_ROWS,
-        MEAN_RATIO_MOST,
-        ROW_CANDIDATES,
-    )
+    from dpcurator.curator._auto_aims import MEAN_HALF, MEAN_LIGHT_ROWS, MEAN_RATIO_MOST
+    from dpcurator.curator._auto_plan import MAGNITUDES, ROW_CANDIDATES
 
     heavy, light = np.zeros(len(MEAN_OCTAVES)), np.zeros(len(MEAN_OCTAVES))
     heavy[MEAN_OCTAVES.index(3)] = 30.0  # the cut pairs' means in (8, 16]: middle 2^3.5
@@ -1661,7 +1648,6 @@ def test_the_row_cap_aims_lower_where_the_rows_it_cuts_are_mostly_zero(
     cuts the heavy units to a few rows, where the noise saved (sd about 54,000 a group at r
     512) outweighs the bias (about 25,000 a group). Deterministic: the factors from the
     exact histogram."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     (permute_and_flip_probabilities,) = from_benchmarks("auto_bounds",
                                                         "permute_and_flip_probabilities")
@@ -1671,16 +1657,16 @@ def test_the_row_cap_aims_lower_where_the_rows_it_cuts_are_mostly_zero(
         np.where(np.arange(units) < heavy, 300, 2),
         lambda size: np.where(rng.random(size) < 0.03, rng.uniform(50, 100, size), 0.0))
     auto_plan, plan, stats = sum_choice(monkeypatch, frame, keys, 0.5, 2)
-    assert auto_bounds.VALUES in auto_plan.epsilons
-    exact = factors_from(np.asarray(stats.mean_octaves(auto_bounds.VALUES_CAP)))
+    assert planning.VALUES in auto_plan.epsilons
+    exact = factors_from(np.asarray(stats.mean_octaves(auto_aims.VALUES_CAP)))
     expected = []
     for factors in (None, exact):
-        joint = auto_bounds.joint_scores(auto_plan, plan, stats, None, factors)  # type: ignore[arg-type]
+        joint = auto_joint.joint_scores(auto_plan, plan, stats, None, factors)  # type: ignore[arg-type]
         law = permute_and_flip_probabilities(joint.scores, joint.epsilon,
-                                             auto_bounds.SENSITIVITY)
+                                             auto_joint.SENSITIVITY)
         octaves = [math.log2(joint.decode(i)[1]) for i in range(law.size)]
         expected.append(float(np.dot(law, octaves) / law.sum()))
-    assert 30 < exact[auto_bounds.MAGNITUDES.index(128.0)] < 64
+    assert 30 < exact[planning.MAGNITUDES.index(128.0)] < 64
     # at the fixed factor about r 315 (2^8.3): the heavy pairs' 300 rows lie in (280, 305]
     # on the profile's grid, all kept (8.5 and more when the grid was powers of two)
     assert expected[0] > 8.1 and expected[1] < 2.0
@@ -1722,7 +1708,6 @@ def test_the_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatch) -
     group's sum is about 333,000), each release's bias and noise exact. On the family
     (``auto_bounds.py --family``) such flat tails were the SUM misses #13 and #47 (2.1x and
     2.0x the best fixed bounds)."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     (permute_and_flip_probabilities,) = from_benchmarks("auto_bounds",
                                                         "permute_and_flip_probabilities")
@@ -1733,20 +1718,20 @@ def test_the_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatch) -
         np.where(np.arange(units) < heavy, 60, rng.integers(1, 3, units)),
         lambda size: rng.uniform(0.0, 100.0, size), unit="user")
     auto_plan, plan, stats = sum_choice(monkeypatch, frame, keys, 0.02, 3, unit="user")
-    assert auto_bounds.TAIL in auto_plan.epsilons
-    factors = factors_from(np.asarray(stats.mean_octaves(auto_bounds.VALUES_CAP)))
+    assert planning.TAIL in auto_plan.epsilons
+    factors = factors_from(np.asarray(stats.mean_octaves(auto_aims.VALUES_CAP)))
     pairs = Pairs(frame, 8)
     truth = frame.groupby("g").x.sum().reindex(keys).to_numpy()
     octaves, rmses = [], []
     for tail in (None, tail_multipliers(np.asarray(stats.row_octaves()))):
-        joint = auto_bounds.joint_scores(auto_plan, plan, stats, None, factors, tail=tail)  # type: ignore[arg-type]
+        joint = auto_joint.joint_scores(auto_plan, plan, stats, None, factors, tail=tail)  # type: ignore[arg-type]
         law = permute_and_flip_probabilities(joint.scores, joint.epsilon,
-                                             auto_bounds.SENSITIVITY)
+                                             auto_joint.SENSITIVITY)
         law = law / law.sum()
         mse = 0.0
         for i in np.flatnonzero(law > 1e-9):
             k, r, m = joint.decode(int(i))
-            top = float(auto_bounds.MAGNITUDES[m])
+            top = float(planning.MAGNITUDES[m])
             answer = pairs.answers(pairs.class_sums(0.0, top), k, np.asarray([float(r)]))[:, 0]
             sd = auto_plan.noise * math.sqrt(k) * r * top  # type: ignore[attr-defined]
             mse += float(law[i]) * (float(np.mean((answer - truth) ** 2)) + sd ** 2)
@@ -1846,7 +1831,6 @@ def test_a_partition_cap_chosen_alone_ramps_gently(monkeypatch: pytest.MonkeyPat
     -252, and 4 was drawn in 73% of releases; alone, at ``K_ALONE_LAMBDA`` (4), k = 6 scores
     0.
     Deterministic: the scores, not a draw."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     spans = {1: 55_961, 2: 14_715, 3: 157, 4: 143, 5: 144, 6: 140}
     keys = [f"g{i}" for i in range(6)]
@@ -1859,13 +1843,13 @@ def test_a_partition_cap_chosen_alone_ramps_gently(monkeypatch: pytest.MonkeyPat
             unit += 1
     frame = pd.DataFrame({"u": units, "g": groups})
     scores: list[np.ndarray] = []
-    real = auto_bounds._release
+    real = auto_joint._release
 
     def record(values: Any, *args: Any, **kwargs: Any) -> int:
         scores.append(np.asarray(values, dtype=float))
         return real(values, *args, **kwargs)
 
-    monkeypatch.setattr(auto_bounds, "_release", record)
+    monkeypatch.setattr(auto_joint, "_release", record)
     curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10.0),
                         source=SeededRandom(0))
     curator.sql("SELECT g, COUNT(DISTINCT u) AS n FROM data GROUP BY g", epsilon=0.3,
@@ -1882,7 +1866,6 @@ def test_a_partition_cap_chosen_alone_keeps_the_steep_ramp_with_private_keys(
     released nothing (RMSE 228 against 64 over the 40). There the partition cap alone keeps
     ``K_LAMBDA``: k = 8, one octave above k = 4 with nothing beyond either, scores at least
     2 ``K_LAMBDA`` / epsilon below it. Deterministic: the scores, not a draw."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     rng = np.random.default_rng(5)
     keys = [f"g{i}" for i in range(40)]
@@ -1893,18 +1876,18 @@ def test_a_partition_cap_chosen_alone_keeps_the_steep_ramp_with_private_keys(
             groups.append(str(key))
     frame = pd.DataFrame({"u": units, "g": groups})
     seen: list[tuple[np.ndarray, float]] = []
-    real = auto_bounds._release
+    real = auto_joint._release
 
     def record(values: Any, epsilon: float, *args: Any, **kwargs: Any) -> int:
         seen.append((np.asarray(values, dtype=float), epsilon))
         return real(values, epsilon, *args, **kwargs)
 
-    monkeypatch.setattr(auto_bounds, "_release", record)
+    monkeypatch.setattr(auto_joint, "_release", record)
     curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.ApproxDP(10.0, 1e-5),
                                      source=SeededRandom(0), cache=False)
     curator.sql("SELECT g, COUNT(DISTINCT u) AS n FROM data GROUP BY g", epsilon=0.1,
                 delta=1e-6)
     scores, epsilon = seen[0]
-    by_k = dict(zip(auto_bounds.PARTITION_CANDIDATES, scores, strict=False))
+    by_k = dict(zip(planning.PARTITION_CANDIDATES, scores, strict=False))
     assert by_k[4] == 0.0
-    assert by_k[4] - by_k[8] >= 2.0 * auto_bounds.K_LAMBDA / epsilon, (by_k, epsilon)
+    assert by_k[4] - by_k[8] >= 2.0 * auto_joint.K_LAMBDA / epsilon, (by_k, epsilon)

@@ -21,15 +21,16 @@ import pytest
 
 import dpcurator as dp
 from dpcurator.accounting.events import ComposedEvent
-from dpcurator.curator import _auto_bounds, _compile
-from dpcurator.curator._auto_bounds import TAIL_WEIGHT, VALUES, VALUES_WEIGHT, choose_bounds
+from dpcurator.curator import _auto_bounds, _auto_plan, _auto_thin, _compile
+from dpcurator.curator._auto_bounds import choose_bounds
+from dpcurator.curator._auto_plan import TAIL_WEIGHT, VALUES, VALUES_WEIGHT
 from dpcurator.curator._cost import within_charge
 from dpcurator.curator._privacy import PrivacyRequest
 from dpcurator.curator._profile import Profile
 from dpcurator.errors import InternalError
 from dpcurator.noise import SeededRandom
 
-WIDEST = _auto_bounds.MAGNITUDES[-1]
+WIDEST = _auto_plan.MAGNITUDES[-1]
 SQL = "SELECT g, SUM(x) AS s FROM data GROUP BY g"
 KEYS = list("abcdef")
 
@@ -176,7 +177,7 @@ def test_the_retrys_path_composes_within_the_charge(request_: PrivacyRequest) ->
     assert main <= (1.0 - retry.share) * whole * (1 + 1e-12)
     assert first.spent + retry.spent + main <= whole
     choices = list(compiled.events[:len(first.epsilons)])
-    _, retry_choices = _auto_bounds.plan_retry(compiled.plan, first) or (None, [])
+    _, retry_choices = _auto_plan.plan_retry(compiled.plan, first) or (None, [])
     # the retry's answer: any of its proven candidates (the events do not depend on bounds)
     answer = next(iter(compiled.retry_candidates.frontier.values()))
     path = ComposedEvent((*choices, *retry_choices, *answer.events))
@@ -207,7 +208,7 @@ def test_a_retry_that_would_overspend_is_not_proven(monkeypatch: pytest.MonkeyPa
     """The broken twin, at compile time: ``plan_retry`` giving the answer the first path's
     request (no epsilon taken from it) makes the retry's path spend more than the charge;
     ``_prove_retry`` refuses it and the query keeps the widest clamps as its rule."""
-    real = _auto_bounds.plan_retry
+    real = _auto_plan.plan_retry
 
     def overspending(plan, first, remaining=1.0):  # type: ignore[no-untyped-def]
         planned = real(plan, first, remaining)
@@ -307,7 +308,7 @@ def _threshold(monkeypatch: pytest.MonkeyPatch, unit: bool | None = False,
     counts as above where any of ``TRIES`` releases is not chosen again; below it every one
     is. One step is misread w.p. below 0.02^6 (6.4e-11), the 15 steps below 1e-9 (one
     misread step once set the threshold 19 units high, and the twin's audit missed)."""
-    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
+    monkeypatch.setattr(_auto_thin, "DiscreteLaplace", _ExactCount)
     low, high = 1, 20_000  # again at low, first at high
     while high - low > 1:
         middle = (low + high) // 2
@@ -351,7 +352,7 @@ def test_the_retry_decision_passes_the_audit_and_a_noiseless_count_is_caught(
     threshold = _threshold(monkeypatch)
     assert 500 < threshold < 10_000, threshold  # epsilon 0.3's F, about 2,000
     assert not _audit_retry(threshold, 80).exceeds(AUDIT_EPSILON)
-    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
+    monkeypatch.setattr(_auto_thin, "DiscreteLaplace", _ExactCount)
     assert _audit_retry(threshold, 80).exceeds(AUDIT_EPSILON)
 
 
@@ -366,7 +367,7 @@ def test_the_unit_modes_retry_passes_the_audit_and_a_noiseless_count_is_caught(
     threshold = _threshold(monkeypatch, unit=True)
     assert 500 < threshold < 10_000, threshold
     assert not _audit_retry(threshold, 80, unit=True).exceeds(AUDIT_EPSILON)
-    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
+    monkeypatch.setattr(_auto_thin, "DiscreteLaplace", _ExactCount)
     assert _audit_retry(threshold, 80, unit=True).exceeds(AUDIT_EPSILON)
 
 
@@ -382,7 +383,7 @@ def test_a_count_alones_retry_passes_the_audit_and_a_noiseless_count_is_caught(
     threshold = _threshold(monkeypatch, unit=True, sql=sql)
     assert 100 < threshold < 10_000, threshold
     assert not _audit_retry(threshold, 80, unit=True, sql=sql).exceeds(AUDIT_EPSILON)
-    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
+    monkeypatch.setattr(_auto_thin, "DiscreteLaplace", _ExactCount)
     assert _audit_retry(threshold, 80, unit=True, sql=sql).exceeds(AUDIT_EPSILON)
 
 
@@ -398,7 +399,7 @@ def test_caps_per_group_chosen_alones_retry_passes_the_audit_and_a_noiseless_cou
     threshold = _threshold(monkeypatch, unit=None, sql=sql)
     assert 500 < threshold < 10_000, threshold  # epsilon 0.3: about 1,290 units
     assert not _audit_retry(threshold, 80, unit=None, sql=sql).exceeds(AUDIT_EPSILON)
-    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
+    monkeypatch.setattr(_auto_thin, "DiscreteLaplace", _ExactCount)
     assert _audit_retry(threshold, 80, unit=None, sql=sql).exceeds(AUDIT_EPSILON)
 
 
@@ -561,7 +562,7 @@ def test_caps_per_group_chosen_alone_say_how_many_units_they_need() -> None:
 def _joint_at(magnitude: float) -> Any:
     """A joint choice that always lands on ``magnitude`` (the caps given: k = r = 1): the
     broken choice whose collapse the kept count must catch, or a fixed one for its audit."""
-    index = _auto_bounds.MAGNITUDES.index(magnitude)
+    index = _auto_plan.MAGNITUDES.index(magnitude)
 
     def choose(auto_plan: Any, plan: Any, stats: Any, source: Any, rows_for: Any = None,
                factors: Any = None, *, tail: Any = None) -> tuple[int, int, int]:
@@ -582,7 +583,7 @@ def test_a_collapsed_clamp_is_set_aside_and_a_sound_one_is_kept(
     bound with probability e^-3 / 2, about 2.5% (seed 0 draws that: 76 against 65)."""
     frame = pd.DataFrame({"u": np.arange(3000), "x": np.linspace(0.01, 5.0, 3000)})
     sql = "SELECT AVG(x) AS m FROM data"
-    monkeypatch.setattr(_auto_bounds, "_choose_joint", _joint_at(_auto_bounds.MAGNITUDES[0]))
+    monkeypatch.setattr(_auto_bounds, "_choose_joint", _joint_at(_auto_plan.MAGNITUDES[0]))
     for seed in range(1, 4):
         curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100.0),
                                          source=SeededRandom(seed), cache=False)
@@ -670,7 +671,7 @@ def test_the_kept_count_passes_the_audit_and_a_noiseless_count_is_caught(
         "SELECT AVG(x) AS m FROM data", max_partitions=1, max_rows_per_partition=1),
         epsilon=AUDIT_EPSILON)).compiled
     assert compiled.auto is not None
-    edge = math.ceil(_auto_bounds.kept_bound(compiled.auto))
+    edge = math.ceil(_auto_thin.kept_bound(compiled.auto))
     assert 300 < edge < 1000, edge  # 3 / epsilon 0.0046: about 650
 
     def sampler(inside: int, seed: int) -> Any:
@@ -683,5 +684,5 @@ def test_the_kept_count_passes_the_audit_and_a_noiseless_count_is_caught(
         return audit_epsilon(sampler(edge, 1), sampler(edge - 1, 2), n=80, events="set")
 
     assert not audit().exceeds(AUDIT_EPSILON)
-    monkeypatch.setattr(_auto_bounds, "DiscreteLaplace", _ExactCount)
+    monkeypatch.setattr(_auto_thin, "DiscreteLaplace", _ExactCount)
     assert audit().exceeds(AUDIT_EPSILON)

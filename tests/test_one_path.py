@@ -210,7 +210,7 @@ def test_the_choice_picks_only_candidates_proven_before_the_charge() -> None:
     assert proven and min(proven.values()) < 49, proven  # some row caps left out
     for k, count in proven.items():
         assert k * count > 0
-    from dpcurator.curator._auto_bounds import ROW_CANDIDATES
+    from dpcurator.curator._auto_plan import ROW_CANDIDATES
 
     for k, count in proven.items():
         plan = prepared.compiled.plan.replace(max_partitions=k, auto=None,

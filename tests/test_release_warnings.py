@@ -13,7 +13,7 @@ import pytest
 
 import dpcurator as dp
 from dpcurator.cli.demo_curator import shop_orders
-from dpcurator.curator import _auto_bounds, _session
+from dpcurator.curator import _auto_plan, _auto_units, _session
 from dpcurator.noise import SeededRandom
 from dpcurator.query import Query
 
@@ -176,8 +176,8 @@ def test_without_the_restriction_the_prior_alone_picks_the_smallest_caps(
         orders: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
     """The twin: with nothing to reach (inner caps taken as 0), the choice at epsilon 0.01
     falls below the caps, as the issue saw (the test above has teeth)."""
-    monkeypatch.setattr(_auto_bounds, "inner_unit_rows", lambda plan: 0)
-    monkeypatch.setattr(_auto_bounds, "inner_unit_sum", lambda plan, column: 0.0)
+    monkeypatch.setattr(_auto_units, "inner_unit_rows", lambda plan: 0)
+    monkeypatch.setattr(_auto_units, "inner_unit_sum", lambda plan, column: 0.0)
     release = curator(orders, 10).sql(SUM_SQL, epsilon=0.01, keys=REGIONS,
                                       bounds={"amount": (0, 500)}, intervals="total")
     _, _, outer_sum, most = _outer_and_inner(release)
@@ -207,20 +207,20 @@ def test_choose_outer_keeps_to_the_candidates_above_the_inner_caps() -> None:
             return [0.0] * len(caps)
 
         def unit_sums(self, column: int) -> list[float]:
-            return [0.0] * len(_auto_bounds.PROFILE_STEPS)
+            return [0.0] * len(_auto_plan.PROFILE_STEPS)
 
     plan: Any = type("P", (), {"epsilons": {"max_unit_rows": 1e-3,
                                             "max_unit_sum:x": 1e-3}})()
     source = SeededRandom(6)
     for least in (1, 3, 100, 5000, 2**19 + 1):
         for _ in range(20):
-            assert _auto_bounds.choose_outer(plan, Stats(), source, least) >= least
-            assert _auto_bounds.choose_outer_sum(plan, Stats(), 0, "x", source,
+            assert _auto_units.choose_outer(plan, Stats(), source, least) >= least
+            assert _auto_units.choose_outer_sum(plan, Stats(), 0, "x", source,
                                                  least * 7.5) >= least * 7.5
-    assert _auto_bounds.choose_outer(plan, Stats(), source, 2**21) == 2**20
-    assert _auto_bounds.choose_outer_sum(plan, Stats(), 0, "x", source, math.inf) == \
-        _auto_bounds.MAX_UNIT_SUM
-    assert _auto_bounds.choose_outer(plan, Stats(), source) == 2  # unrestricted: the prior
+    assert _auto_units.choose_outer(plan, Stats(), source, 2**21) == 2**20
+    assert _auto_units.choose_outer_sum(plan, Stats(), 0, "x", source, math.inf) == \
+        _auto_units.MAX_UNIT_SUM
+    assert _auto_units.choose_outer(plan, Stats(), source) == 2  # unrestricted: the prior
 
 
 # -- settings that bounding="unit" does not use: said, never silently dropped --------------------

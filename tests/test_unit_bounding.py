@@ -19,6 +19,9 @@ import pandas as pd
 import pytest
 
 import dpcurator as dp
+import dpcurator.curator._auto_joint as auto_joint
+import dpcurator.curator._auto_thin as auto_thin
+from dpcurator.curator import _auto_units
 from dpcurator.errors import UserError
 from dpcurator.mechanisms.partition_selection import CountThreshold
 from dpcurator.noise import SeededRandom
@@ -288,18 +291,17 @@ def test_private_keys_with_no_count_are_selected_by_a_separate_step() -> None:
 def _spied_release(monkeypatch: Any, sql: str) -> tuple[Any, Any, list[int], list[Any]]:
     """The curator and ``sql``'s release (private keys, ``bounding="unit"``, caps chosen),
     with the G each cap's choice aimed at and the bounded queries the engine ran."""
-    from dpcurator.curator import _auto_bounds
     from dpcurator.engines import DuckDBEngine
 
     aimed: list[int] = []
     for name in ("choose_unit_rows", "choose_unit_sum"):
-        real = getattr(_auto_bounds, name)
+        real = getattr(_auto_units, name)
 
         def spy(auto_plan: Any, *args: Any, real: Any = real) -> Any:
             aimed.append(auto_plan.partitions)
             return real(auto_plan, *args)
 
-        monkeypatch.setattr(_auto_bounds, name, spy)
+        monkeypatch.setattr(_auto_units, name, spy)
     runs: list[Any] = []
     exact = DuckDBEngine.compute_exact_aggregates
 
@@ -487,7 +489,7 @@ def test_the_statistics_the_caps_are_chosen_from_move_by_at_most_one(rows: int) 
     """The choice's sensitivity (``choose_unit_rows``, ``choose_unit_sum``): one unit added,
     of ``rows`` rows over several groups, moves every candidate's count of units beyond it,
     U(M) on the grid of rows and the units' sums of |x| on the magnitudes, by at most 1."""
-    from dpcurator.curator._auto_bounds import UNIT_ROW_CANDIDATES
+    from dpcurator.curator._auto_plan import UNIT_ROW_CANDIDATES
     from test_auto_bounds import profile_of, random_frame
 
     base = random_frame(5)
@@ -553,17 +555,16 @@ def test_the_unit_modes_thin_count_spends_its_charged_share_at_sensitivity_one(
     share (``UNIT_UNITS_ON_TOP``), so 0.1 / 2.5 of epsilon, which the release's privacy
     includes. A count drawn with more epsilon than charged would pass every other test; this
     one fails."""
-    import dpcurator.curator._auto_bounds as auto_bounds
     from dpcurator.noise import SeededRandom
 
     drawn: list[tuple[float, float]] = []
-    real = auto_bounds.DiscreteLaplace
+    real = auto_thin.DiscreteLaplace
 
     def spy(*, epsilon: float, sensitivity: float = 1, **kwargs: Any) -> Any:
         drawn.append((epsilon, sensitivity))
         return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
 
-    monkeypatch.setattr(auto_bounds, "DiscreteLaplace", spy)
+    monkeypatch.setattr(auto_thin, "DiscreteLaplace", spy)
     rng = np.random.default_rng(3)
     unit = np.repeat(np.arange(3000), rng.integers(1, 5, 3000))
     df = pd.DataFrame({"user": unit, "g": rng.choice(list("ab"), unit.size),
@@ -674,7 +675,7 @@ def test_a_count_alone_on_thin_data_chooses_again_or_says_its_widest_cap() -> No
     widest cap, stated, with an interval that covers the truth; 1,000 units of lognormal
     rows are chosen again with half the budget, the interval's cover as the cap allows.
     Seeded."""
-    from dpcurator.curator._auto_bounds import UNIT_ROW_CANDIDATES
+    from dpcurator.curator._auto_plan import UNIT_ROW_CANDIDATES
 
     def curator(units: int, rows: Any) -> tuple[dp.Curator, int]:
         df = pd.DataFrame({"user": np.repeat(np.arange(units), rows)})
@@ -874,7 +875,6 @@ def test_a_unit_mode_retry_draws_within_what_it_is_charged(
     the one ``explain`` states for the retry. A retry drawn with more than its weights' part
     of half the budget, or an answer that kept its first epsilon, would exceed 0.5 and
     fail."""
-    import dpcurator.curator._auto_bounds as auto_bounds
 
     drawn: list[tuple[str, float, float]] = []
 
@@ -884,8 +884,8 @@ def test_a_unit_mode_retry_draws_within_what_it_is_charged(
             return real(epsilon=epsilon, sensitivity=sensitivity, **kwargs)
         return make
 
-    monkeypatch.setattr(auto_bounds, "DiscreteLaplace", spy("count", auto_bounds.DiscreteLaplace))
-    monkeypatch.setattr(auto_bounds, "PermuteAndFlip", spy("cap", auto_bounds.PermuteAndFlip))
+    monkeypatch.setattr(auto_thin, "DiscreteLaplace", spy("count", auto_thin.DiscreteLaplace))
+    monkeypatch.setattr(auto_joint, "PermuteAndFlip", spy("cap", auto_joint.PermuteAndFlip))
     rng = np.random.default_rng(7)
     unit = np.repeat(np.arange(600), rng.integers(1, 6, 600))
     df = pd.DataFrame({"user": unit, "g": rng.choice(list("abcd"), unit.size),

@@ -37,15 +37,9 @@ from dpcurator.mechanisms.exponential import PermuteAndFlip
 from dpcurator.noise import RandomSource
 from dpcurator.query.plan import MAX_UNIT_SUM, Bounds, Plan
 
-from ._auto_bounds import (
-    MAGNITUDES,
-    OUTER_CANDIDATES,
-    ROW_CANDIDATES,
-    SENSITIVITY,
-    AutoPlan,
-    partition_candidates,
-    with_bounds,
-)
+from ._auto_joint import SENSITIVITY
+from ._auto_plan import MAGNITUDES, ROW_CANDIDATES, AutoPlan, partition_candidates, with_bounds
+from ._auto_units import OUTER_CANDIDATES
 
 __all__ = ["Candidates", "prove_candidates"]
 

@@ -55,7 +55,7 @@ from dpcurator.query.plan import (
 )
 
 from . import _privacy, _total
-from ._auto_bounds import AutoPlan, outer_names, plan_auto, plan_retry
+from ._auto_plan import AutoPlan, outer_names, plan_auto, plan_retry
 from ._candidates import Candidates, prove_candidates
 from ._cost import check_within, stated_event, within_charge
 from ._estimators import Estimator, NoisyMeasure
@@ -94,7 +94,7 @@ class CompiledQuery:
     auto: AutoPlan | None = None  # bounds still to choose: compiled with placeholders
     candidates: Candidates | None = None  # the bounds it may choose, proven to compile
     # where the thin-data rule would use the widest clamps, the choice made again
-    # (``_auto_bounds.plan_retry``) and its candidates, proven too; None where it cannot be
+    # (``_auto_plan.plan_retry``) and its candidates, proven too; None where it cannot be
     retry: AutoPlan | None = None
     retry_candidates: Candidates | None = None
 
@@ -263,7 +263,7 @@ def _prove_retry(plan: Plan, first: AutoPlan, remaining: float, choices: list[Dp
                  compile_with: Callable[..., Any],
                  source: RandomSource | None) -> tuple[AutoPlan, Candidates] | None:
     """The choice made again where the thin-data rule would use the widest clamps
-    (``_auto_bounds.plan_retry``), its candidates proven to compile, before the charge;
+    (``_auto_plan.plan_retry``), its candidates proven to compile, before the charge;
     None where it does not apply or cannot be compiled (public numbers only).
 
     Privacy. The retry runs only after the first choices' outputs (the thin-data rule's

@@ -12,7 +12,7 @@ from dpcurator.errors import UserError
 from dpcurator.query.bounding import BoundedQuery
 from dpcurator.query.plan import Plan
 
-from ._auto_bounds import VALUES
+from ._auto_plan import VALUES
 from ._compile import CompiledQuery
 from ._cost import query_cost
 from ._privacy import PrivacyRequest
@@ -33,7 +33,7 @@ def profile_query(compiled: CompiledQuery) -> BoundedQuery:
         measures=(), profile=auto.auto.columns,
         profile_sums=auto.auto.unit_sums if unit else (),
         profile_means=VALUES in auto.epsilons,  # a SUM's row cap's histogram
-        # the units' rows in all, only for a cap on them (``_auto_bounds.outer_names``): on
+        # the units' rows in all, only for a cap on them (``_auto_plan.outer_names``): on
         # the fine grid its comparisons were a third of the profile's time on DuckDB
         profile_totals=auto.auto.unit_rows)
 

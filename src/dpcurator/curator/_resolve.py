@@ -219,7 +219,7 @@ def default_bounding(plan: Plan, defaults: Defaults, privacy_unit: str | None,
     against the best fixed bounds in hindsight): the unit mode's two one-dimensional choices
     beat the per-partition joint choice on nearly every shape, SUM's RMSE a median of 0.15x
     the per-partition default's and COUNT's 0.37x. With private keys a COUNT(*) selects the
-    keys by its own noisy count in both modes (``_auto_bounds.count_selects``), and a SUM
+    keys by its own noisy count in both modes (``_auto_plan.count_selects``), and a SUM
     alone by a separate step in both. Over a join, where a unit's rows multiply through its
     paths and spread over the partitions, the unit mode is the default with private keys
     too (TPC-H at scale 0.1, ``benchmarks/joins_expected.py``, median relative error per
@@ -228,7 +228,7 @@ def default_bounding(plan: Plan, defaults: Defaults, privacy_unit: str | None,
     hindsight 0.0016, 0.0021 and 0.0058). On one table it is not: UCI Adult's COUNT by
     education with private keys (one row per person) is 1.27x the best fixed bounds under it
     against 1.12x per partition, whose row cap of 1 costs nothing there. Thin data: both
-    modes choose again with half the budget (``_auto_bounds.plan_retry``)."""
+    modes choose again with half the budget (``_auto_plan.plan_retry``)."""
     if plan.bounding is not None:
         return plan.bounding
     if defaults.bounding is not None:

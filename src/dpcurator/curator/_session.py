@@ -65,18 +65,11 @@ from dpcurator.query.schema import Schema as Declared
 from dpcurator.query.schema import declare, folded
 from dpcurator.query.sql import parse_sql, too_deep_error
 
-from ._auto_bounds import (
-    TAIL,
-    VALUES,
-    AutoPlan,
-    choose_bounds,
-    choose_unit_caps,
-    chosen_again,
-    defers_unit_caps,
-    draw_aim,
-    needs_retry,
-    outer_names,
-)
+from ._auto_aims import draw_aim
+from ._auto_bounds import choose_bounds, chosen_again
+from ._auto_plan import TAIL, VALUES, AutoPlan, defers_unit_caps, outer_names
+from ._auto_thin import needs_retry
+from ._auto_units import choose_unit_caps
 from ._candidates import Candidates
 from ._compile import CompiledQuery, compile_query
 from ._estimators import Intervals, describe_with_error_95, estimate, estimate_totals
@@ -744,7 +737,7 @@ class Curator:
         """Choose the bounds a charged query left to the data (``_auto_bounds``) among the
         candidates proven to compile before the charge (``_candidates``), and bind them;
         ``bounding="unit"``'s caps are left at the widest where they are chosen after the
-        keys (the third value: ``_auto_bounds.defers_unit_caps``, ``_unit_caps_for``)."""
+        keys (the third value: ``_auto_plan.defers_unit_caps``, ``_unit_caps_for``)."""
         auto, candidates = compiled.auto, compiled.candidates
         if auto is None or candidates is None:
             raise InternalError("bounds to choose without proven candidates; this is a bug")
@@ -765,7 +758,7 @@ class Curator:
         if retry is not None and again is not None and needs_retry(
                 auto, compiled.plan, chosen, candidates.rows_for):
             # too thin for the first choice: chosen again, from the answer's part
-            # (``_auto_bounds.plan_retry``; its privacy: ``_compile._prove_retry``)
+            # (``_auto_plan.plan_retry``; its privacy: ``_compile._prove_retry``)
             plan, second = choose_bounds(retry, compiled.plan, stats, auto.auto.columns,
                                          self._source, again.rows_for, again=True, aim=aim)
             chosen = chosen_again(auto, retry, chosen, second)
@@ -776,7 +769,7 @@ class Curator:
                        chosen: dict[str, Any], first: ExactAggregates, kept: Partitions,
                        key: int) -> tuple[CompiledQuery, ExactAggregates, Partitions]:
         """``bounding="unit"``'s caps chosen for the keys the selection kept
-        (``_auto_bounds.choose_unit_caps``), and the engine run again with them for the
+        (``_auto_units.choose_unit_caps``), and the engine run again with them for the
         measures the noise is added to (the first run computed the selection's unit counts
         alone, which the caps do not move); the keys' rows in that second run."""
         plan, chosen = choose_unit_caps(deferred.auto, compiled.plan, chosen, deferred.profile,

@@ -15,7 +15,7 @@ part truncated to an integer). Adding or removing a unit moves the vector (T_p) 
 in L1 (and so in L2); T_p <= N_p always, and T_p = N_p when every T_u <= M. It gets integer
 noise of scale M / epsilon_t (discrete Laplace; discrete Gaussian for a rho request), paid
 from ``SHARE`` of the query's budget (``Plan.total_share`` sets another): of that share,
-``CHOICE_PART`` chooses M when it is not given (``_auto_bounds.choose_outer``) and the rest
+``CHOICE_PART`` chooses M when it is not given (``_auto_units.choose_outer``) and the rest
 measures T.
 
 The interval at level 1 - alpha (``total_interval``), from the bounded count's noisy value

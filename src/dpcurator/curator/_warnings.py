@@ -25,17 +25,9 @@ import numpy as np
 
 from dpcurator.query.plan import MAX_CONTRIBUTIONS, MAX_UNIT_SUM, Plan, Sum
 
-from ._auto_bounds import (
-    UNIT_ROW_CANDIDATES,
-    UNITS,
-    WIDEST_CLAMPS,
-    AutoPlan,
-    caps_cut_bound,
-    caps_thin_threshold,
-    defers_unit_caps,
-    thin_threshold,
-    unit_thin_threshold,
-)
+from ._auto_plan import UNIT_ROW_CANDIDATES, UNITS, WIDEST_CLAMPS, AutoPlan, defers_unit_caps
+from ._auto_thin import caps_cut_bound, caps_thin_threshold, thin_threshold
+from ._auto_units import unit_thin_threshold
 from ._compile import CompiledQuery
 from ._estimators import Estimator
 from ._resolve import Defaults
@@ -126,7 +118,7 @@ def before_charge(compiled: CompiledQuery) -> list[str]:
 
 
 def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
-    """The thin-data rule (``_auto_bounds.thin_rule``) stated before the charge, where its
+    """The thin-data rule (``_auto_thin.thin_rule``) stated before the charge, where its
     threshold is large enough to matter (``THIN_STATED`` units' worth of values or more):
     public numbers only (epsilon, the candidates)."""
     auto = compiled.auto
@@ -217,20 +209,20 @@ def thin_rule_stated(compiled: CompiledQuery) -> list[str]:
             f"uncertain as its interval says. {KEPT_STATED} Give bounds to avoid it."]
 
 
-#: the clamps' kept count (``_auto_bounds.kept_check``), stated with the thin-data rule
+#: the clamps' kept count (``_auto_thin.kept_check``), stated with the thin-data rule
 KEPT_STATED = ("Clamps chosen that keep almost none of the values (a second noisy count, of "
                "the values within them) are set aside the same way.")
 
 
 def _caps_threshold(auto: AutoPlan, plan: Plan, rows_for: Any) -> float:
-    """The caps' thin-data threshold (``_auto_bounds.caps_thin_threshold``) at the smallest
+    """The caps' thin-data threshold (``_auto_thin.caps_thin_threshold``) at the smallest
     partition cap the choice may pick."""
     k = rows_for[0][0] if rows_for else (plan.max_partitions or 1)
     return caps_thin_threshold(auto, plan, rows_for, k)
 
 
 def _threshold(auto: AutoPlan, plan: Plan, rows_for: Any) -> float:
-    """The thin-data rule's threshold (``_auto_bounds.thin_threshold``) at the smallest
+    """The thin-data rule's threshold (``_auto_thin.thin_threshold``) at the smallest
     partition cap the choice may pick (the rule's noise rate grows with the cap chosen)."""
     k = rows_for[0][0] if rows_for else (plan.max_partitions or 1)
     return thin_threshold(auto, plan, rows_for, k)

@@ -58,7 +58,7 @@ def _ceil_root(power: int, degree: int) -> int:
 #: The grid a unit's number of rows in all, and a pair's, are rounded up to in a profile's
 #: pairs (part 0): itself up to 16, then ceil(2^(q/8)), eight steps an octave (every power
 #: of two among them), up to 2^41. Fine enough for choosing ``bounding="unit"``'s cap on a
-#: unit's rows, which moves its noise in proportion (``_auto_bounds.choose_unit_rows``), and
+#: unit's rows, which moves its noise in proportion (``_auto_units.choose_unit_rows``), and
 #: a row cap per group (``Profile.rows``).
 UNIT_TOTALS = tuple(sorted({*range(1, 17), *(_ceil_root(q, 8) for q in range(33, 329))}))
 
@@ -195,7 +195,7 @@ def _mean_bucket(ctx: Context) -> list[exp.Expr]:
     ``__n`` its rows), with ``profile_means``: the largest o with sum > rows 2^o (exact:
     rows times a power of two is exact in floating point, the same on every engine), on the
     octaves, not the magnitudes' quarter steps: the histogram it feeds
-    (``_auto_bounds.value_histogram``) has one Laplace-noised bin per octave. (Quarter steps
+    (``_auto_aims.value_histogram``) has one Laplace-noised bin per octave. (Quarter steps
     were first left out for the cost of a nested CASE per pair; ``_bucket`` now costs the
     same at any step.)"""
     if not (ctx.q.profile and ctx.q.profile_means):

@@ -224,7 +224,7 @@ class BoundedQuery:
     ``profile_sums``, the pairs are also counted by (the unit's partitions, the bucket of the
     unit's sum of |value|), for the outer cap of a total SUM. ``profile_means``: the pairs also
     by the octave of their rows' mean |value| of the first profiled column (for a SUM's row cap:
-    ``dpcurator.curator._auto_bounds.value_factors``).
+    ``dpcurator.curator._auto_aims.value_factors``).
     """
 
     unit: str | None
