@@ -348,6 +348,37 @@ def test_the_statistics_are_their_exact_sums_of_fractions() -> None:
                     _down(sum((Fraction(c, max(t, r)) for t, s, b, c in values
                                if ((s < 0) != (side < 0)) or b < q), Fraction(0)))
                     for q in PROFILE_STEPS]
+            # what the kept count reads: the values within 2^(q/4), of each sign
+            for side, q in ((1, 0), (-1, 20), (0, 40)):
+                assert profile.within(0, r, q, side) == math.floor(sum(
+                    (Fraction(c, max(t, r)) for t, s, b, c in values
+                     if PROFILE_STEPS[0] <= b < q and s * side >= 0), Fraction(0)))
+        # the signs, the histograms (the aims') and the units' sums, summed in integers
+        # since the twenty-seventh session (``_profile._exact``)
+        first = PROFILE_STEPS[0]
+        assert profile.signs(0) == tuple(
+            _down(sum((Fraction(c, t) for t, s, b, c in values if s * sign > 0 and b >= first),
+                      Fraction(0))) for sign in (-1, 1))
+        octaves: dict[int, Fraction] = {}
+        light: dict[int, Fraction] = {}
+        for (p, n, o), c in profile.pair_means.items():
+            octaves[o] = octaves.get(o, Fraction(0)) + Fraction(c, p) * _beyond(n, 3)
+            if n <= 3:
+                light[o] = light.get(o, Fraction(0)) + Fraction(c, p)
+        assert profile.mean_octaves(3) == [_down(octaves.get(o, Fraction(0)))
+                                           for o in MEAN_OCTAVES]
+        assert profile.light_octaves(3) == [_down(light.get(o, Fraction(0)))
+                                            for o in MEAN_OCTAVES]
+        assert any(octaves.values()) and any(light.values())
+        bins: dict[int, Fraction] = {}
+        for p, n, c in profile.pairs:
+            b = n if n <= 8 else min(1 << (n - 1).bit_length(), ROW_OCTAVES[-1])
+            bins[b] = bins.get(b, Fraction(0)) + Fraction(c, p)
+        assert profile.row_octaves() == [_down(bins.get(b, Fraction(0))) for b in ROW_OCTAVES]
+        sums = profile.sums.get(0, [])
+        assert profile.unit_sums(0) == [
+            _down(sum((Fraction(c, p) for p, b, c in sums if b >= q), Fraction(0)))
+            for q in PROFILE_STEPS]
 
 
 #: what the choices spend per unit of the bounds' share where one column's clamp is chosen:

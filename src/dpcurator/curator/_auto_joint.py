@@ -279,8 +279,13 @@ def _penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
     rise = ramp * above
     if knee is not None:
         rise = ramp * np.minimum(above, knee) + max(far, ramp) * np.maximum(above - knee, 0.0)
-    high = target[..., None, :] + 2.0 * rise / epsilon
-    high = np.maximum(target[..., None, :], np.minimum(cap, high)) - stat[..., None, :]
+    # the same operations as max(t_i, min(cap, t_i + 2 rise / epsilon)) - stat_i, in place
+    # on one array (the magnitudes' 320 x 320 per series: a tenth of a SUM's release)
+    below = target[..., None, :]
+    high = np.add(below, 2.0 * rise / epsilon)
+    np.minimum(high, cap, out=high)
+    np.maximum(high, below, out=high)
+    np.subtract(high, stat[..., None, :], out=high)
     high[..., np.arange(n)[None, :] >= np.arange(n)[:, None]] = -math.inf  # i < j only
     return np.asarray(np.maximum(0.0, np.maximum(low, high.max(axis=-1))), dtype=np.float64)
 

@@ -68,17 +68,34 @@ def _counts3(rows: Iterable[tuple[int, int, int, int]]) -> dict[tuple[int, int, 
     return out
 
 
-def _beyond_buckets(weights: Iterable[tuple[int, Fraction]]) -> list[float]:
+def _suffix_fractions(per_bucket: dict[int, Fraction]) -> list[float]:
     """Per q in ``PROFILE_STEPS``, the weight in buckets >= q (exact suffix sums, each then
-    ``_down``), from (bucket, weight) pairs."""
-    per_bucket: dict[int, Fraction] = {}
-    for b, w in weights:
-        per_bucket[b] = per_bucket.get(b, Fraction(0)) + w
+    ``_down``), from the exact weight per bucket."""
     out, beyond = [], Fraction(0)
     for q in reversed(PROFILE_STEPS):
         beyond += per_bucket.get(q, Fraction(0))
         out.append(_down(beyond))
     return out[::-1]
+
+
+def _exact(terms: Iterable[tuple[int, int]]) -> Fraction:
+    """sum(Fraction(a, b) for a, b in terms), exactly, in integers: the numerators summed per
+    denominator, then over the denominators' least common multiple (they are few: a pair's
+    partitions, a unit's rows). Some ten times faster than summing fractions term by term,
+    which was a tenth of a SUM's release."""
+    per: dict[int, int] = {}
+    for a, b in terms:
+        per[b] = per.get(b, 0) + a
+    d = math.lcm(1, *per)
+    return Fraction(sum(a * (d // b) for b, a in per.items()), d)
+
+
+def _exact_by(terms: Iterable[tuple[int, int, int]]) -> dict[int, Fraction]:
+    """Per key, ``_exact`` of its (numerator, denominator) pairs, from (key, a, b) triples."""
+    per: dict[int, list[tuple[int, int]]] = {}
+    for key, a, b in terms:
+        per.setdefault(key, []).append((a, b))
+    return {key: _exact(pairs) for key, pairs in per.items()}
 
 
 def _on_grid(count: int, d: int) -> float:
@@ -140,14 +157,15 @@ class Profile:
         [-M, M] keeps), each weighing 1 / max(T, r) as there (a unit adds at most 1; the
         floor moves by at most 1 when the exact count does)."""
         first = PROFILE_STEPS[0]
-        return math.floor(sum((Fraction(c, max(t, r)) for t, s, b, c in
-                               self.values.get(column, [])
-                               if first <= b < q and s * side >= 0), Fraction(0)))
+        return math.floor(_exact((c, max(t, r)) for t, s, b, c in self.values.get(column, [])
+                                 if first <= b < q and s * side >= 0))
 
     def partitions(self, caps: Sequence[int]) -> list[float]:
         """Units with more than K partitions (each pair weighs 1 / P)."""
-        return [_down(sum((Fraction(c, p) for (p, _), c in self._by_shape.items() if p > cap),
-                          Fraction(0))) for cap in caps]
+        per: dict[int, int] = {}  # the pairs per P
+        for (p, _), c in self._by_shape.items():
+            per[p] = per.get(p, 0) + c
+        return [_down(_exact((c, p) for p, c in per.items() if p > cap)) for cap in caps]
 
     def rows(self, caps: Sequence[int], k: int = 1) -> list[float]:
         """Pairs with more than R rows, each weighing 1 / max(P, k) (a unit adds at most the
@@ -176,11 +194,11 @@ class Profile:
         zeros included. Each pair counts in one octave with
         its ``rows`` weight, so one unit adds at most 1 in all (L1); exact, then each as
         ``_down`` (the sum of the roundings' errors is below 2^-10)."""
-        per: dict[int, Fraction] = {}
-        for (p, n, o), c in self.pair_means.items():
-            if n > cap:
-                part = _beyond(n, cap)
-                per[o] = per.get(o, Fraction(0)) + Fraction(c, p) * part
+        if cap != int(cap):
+            raise InternalError(f"row caps are integers, got {cap!r}; this is a bug")
+        # Fraction(c, p) * _beyond(n, cap) = c min(h, n - cap) / (p h), h = _span(n)
+        per = _exact_by((o, c * min(_span(n), n - int(cap)), p * _span(n))
+                        for (p, n, o), c in self.pair_means.items() if n > cap)
         return [_down(per.get(o, Fraction(0))) for o in MEAN_OCTAVES]
 
     def row_octaves(self) -> list[float]:
@@ -188,10 +206,8 @@ class Profile:
         one unit adds at most 1 in all (L1). The engine rounds a pair's rows up to
         ``UNIT_TOTALS``, whose points include every power of two: a pair lands in its own
         octave. Exact, then each as ``_down``."""
-        per: dict[int, Fraction] = {}
-        for (p, n), c in self._by_shape.items():
-            b = n if n <= 8 else min(1 << (n - 1).bit_length(), ROW_OCTAVES[-1])
-            per[b] = per.get(b, Fraction(0)) + Fraction(c, p)
+        per = _exact_by((n if n <= 8 else min(1 << (n - 1).bit_length(), ROW_OCTAVES[-1]), c, p)
+                        for (p, n), c in self._by_shape.items())
         return [_down(per.get(b, Fraction(0))) for b in ROW_OCTAVES]
 
     def light_octaves(self, cap: int) -> list[float]:
@@ -202,10 +218,7 @@ class Profile:
         if cap > 8:
             raise InternalError(f"light pairs are counted up to 8 rows, got {cap!r}; this is "
                                 "a bug")
-        per: dict[int, Fraction] = {}
-        for (p, n, o), c in self.pair_means.items():
-            if n <= cap:
-                per[o] = per.get(o, Fraction(0)) + Fraction(c, p)
+        per = _exact_by((o, c, p) for (p, n, o), c in self.pair_means.items() if n <= cap)
         return [_down(per.get(o, Fraction(0))) for o in MEAN_OCTAVES]
 
     def unit_rows(self, caps: Sequence[int]) -> list[float]:
@@ -214,13 +227,13 @@ class Profile:
         every power of two is on it)."""
         if self.pairs and not self.unit_totals:
             raise InternalError("the units' rows in all were not profiled; this is a bug")
-        return [_down(sum((Fraction(c, p) for (p, t), c in self._by_total.items() if t > cap),
-                          Fraction(0))) for cap in caps]
+        return [_down(_exact((c, p) for (p, t), c in self._by_total.items() if t > cap))
+                for cap in caps]
 
     def unit_sums(self, column: int) -> list[float]:
         """Units whose sum of |x| exceeds 2^(q/4), q in ``PROFILE_STEPS`` (each pair weighs
         1 / P; the engine's bucket is the largest q with the sum above 2^(q/4))."""
-        return _beyond_buckets((b, Fraction(c, p)) for p, b, c in self.sums.get(column, []))
+        return _suffix_fractions(_exact_by((b, c, p) for p, b, c in self.sums.get(column, [])))
 
     def magnitudes(self, column: int, r: int = 1) -> list[float]:
         """Values above 2^(q/4) in magnitude, q in ``PROFILE_STEPS``, each weighing
@@ -288,8 +301,6 @@ class Profile:
         """(negative, positive) values above 2^-30 in magnitude (each weighs 1 / T)."""
         values = self.values.get(column, [])
         first = PROFILE_STEPS[0]
-        negative = sum((Fraction(c, t) for t, s, b, c in values if s < 0 and b >= first),
-                       Fraction(0))
-        positive = sum((Fraction(c, t) for t, s, b, c in values if s > 0 and b >= first),
-                       Fraction(0))
+        negative = _exact((c, t) for t, s, b, c in values if s < 0 and b >= first)
+        positive = _exact((c, t) for t, s, b, c in values if s > 0 and b >= first)
         return _down(negative), _down(positive)
