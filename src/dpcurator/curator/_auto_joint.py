@@ -286,7 +286,7 @@ def _penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
     np.minimum(high, cap, out=high)
     np.maximum(high, below, out=high)
     np.subtract(high, stat[..., None, :], out=high)
-    high[..., np.arange(n)[None, :] >= np.arange(n)[:, None]] = -math.inf  # i < j only
+    np.copyto(high, -math.inf, where=np.arange(n)[None, :] >= np.arange(n)[:, None])  # i < j
     return np.asarray(np.maximum(0.0, np.maximum(low, high.max(axis=-1))), dtype=np.float64)
 
 
