@@ -113,7 +113,7 @@ moves by at most 1 when a unit is added or removed (the sensitivity).
 
 The choices. One joint choice (``choice_names``) takes the caps asked for and the first
 auto-bounded column's magnitude: permute-and-flip (McKenna and Sheldon 2020;
-``PermuteAndFlip``, epsilon-DP) over the product of their candidates (at most 11 x 44 x 241)
+``PermuteAndFlip``, epsilon-DP) over the product of their candidates (at most 11 x 44 x 320)
 with the score -max(p_k, p_r(k), p_M(k), p_joint) (the targets of r and M use that
 candidate's k): one mechanism with their summed epsilon instead of one each. p_joint
 (``_joint_ramp``) adds the ramps of a cap and the magnitude: a candidate above a lower one

@@ -150,7 +150,7 @@ UNITS_ON_TOP = 0.75
 #: clamps' path, and the count of weight 1 took half of what a SUM's choice spent (UCI Adult's
 #: SUM(hours), one row per person: the answer kept 84% of epsilon, 88% now;
 #: ``benchmarks/adult.py``). At 1/2 its noise's scale is 0.07 F of the cap's choice (F = 2
-#: ln(C / beta) / epsilon, C = 241), and a count of F, where the lowest caps start to score as
+#: ln(C / beta) / epsilon, C = 320), and a count of F, where the lowest caps start to score as
 #: well as the data's, passes the 1.25 F gate with probability below 2% (8% at 1/4). Taking
 #: the count's part from the caps instead (1/2 inside the share, 90% for the answer) cost the
 #: family's thin tails, whose caps need every bit of epsilon (``auto_bounds_unit.py --only
