@@ -252,13 +252,15 @@ def permute_and_flip_probabilities(scores: np.ndarray, epsilon: float,
     Delta)), candidate j wins with probability p_j int_0^1 prod_(i != j) (1 - p_i u) du (visit
     the candidates at independent uniform times; j wins if its coin is heads and every earlier
     one's is tails). The integral by 600-point Gauss-Legendre; candidates with p below 1e-14
-    (together far below the sums' rounding) are left out."""
+    are left out of the product (together far below the sums' rounding) and each given p_j
+    times the integral of the others' product: tiny, but a cap far above the data, drawn
+    with such a chance, can still weigh in an expected squared error."""
     p = np.exp(epsilon * (scores - scores.max()) / (2.0 * sensitivity))
     kept = np.flatnonzero(p > 1e-14)
     u, w = _legendre_nodes()
     pk = p[kept]
     log_all = np.log1p(-np.outer(pk, u)).sum(axis=0)
-    out = np.zeros_like(p)
+    out = p * float(np.exp(log_all) @ w)
     for start in range(0, pk.size, 2000):
         chunk = pk[start:start + 2000]
         out[kept[start:start + 2000]] = chunk * (

@@ -34,7 +34,11 @@ What is measured, per shape and question, against the true *unbounded* answers:
   (``_auto_thin.thin_rule``; for a COUNT, the caps by the widest: ``caps_thin_rule``;
   exact, from the discrete Laplace's law): such a release says
   so and its error is that of a clamp of 2^40, so the expected RMSE and P[error > 3x] are
-  given *without* it, conditional on the rule not applying, and ``fallback`` beside them.
+  given *without* it, conditional on the rule not applying, and ``fallback`` beside them;
+- the candidates of probability 1e-12 or less each are left out of the expected RMSE; for
+  COUNT and SUM ``left_out`` gives their probability in all and ``ratio_with_left_out`` the
+  ratio with them counted, their noise alone (a lower bound): a far magnitude drawn once in
+  1e10 releases can still carry an expected squared error (``_auto_joint``, "The far tail").
 
 And, to say why a shape misses (``Outcome``; the summary's ``<question>_spend_median``,
 ``_choice_median``, ``_choice_within_1_25`` and ``_two_sided_*``):
@@ -292,6 +296,14 @@ class Outcome:
     #: floor F (``_auto_joint.thin_floor``): a tail of fewer than about F units is below
     #: what the choice can locate, so the caps may cut it unseen
     tail_over_floor: float | None = None
+    #: the choice's candidates of probability 1e-12 or less each (its first path; not AVG,
+    #: whose noise the estimator clips to the clamp): their probability in all, left out of
+    #: ``auto`` and ``ratio``; and the ratio with them in, counting their noise alone (a
+    #: lower bound). Far caps on the penalties' plateau (CAP F) are drawn with chances of
+    #: 1e-13 and less, but their noise grows with the cap, up to 2^50 times the data's, and
+    #: the full expectation can be theirs (benchmarks/README.md, "The choice's far tail")
+    left_out: float | None = None
+    ratio_with_left_out: float | None = None
 
     @property
     def spend(self) -> float | None:
@@ -451,6 +463,10 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
 
     retry = captured.get("retry")
     first_ap = captured["auto_plan"]
+    # the first path's candidates of probability 1e-12 or less each, left out of ``auto``:
+    # their total probability and the squared error their noise alone adds to the
+    # expectation (``Outcome.left_out``)
+    left_out = {"p": 0.0, "mse": 0.0}
     # the histogram's draws (``_auto_aims.draw_aim``): one per query, which the retry reads
     # too, so both paths' laws are taken per draw and the retry's weighed by the first's
     # fallback in the same draw
@@ -472,6 +488,15 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                              _auto_joint.SENSITIVITY))
         per_draw = np.asarray(laws)
         probabilities = per_draw.mean(axis=0)
+        if ap is first_ap and question != "AVG":  # the candidates left out below
+            tiny = np.flatnonzero((probabilities > 0.0) & (probabilities <= 1e-12))
+            variance = 0.0
+            for index in tiny:
+                k, r, m = joint.decode(int(index))
+                width = float(_auto_plan.MAGNITUDES[m]) if values and m is not None else 1.0
+                spread = scales[0] * _sensitivity(k, r if rows else 1, width, gaussian)
+                variance += float(probabilities[index]) * noise.var(spread)
+            left_out.update(p=float(probabilities[tiny].sum()), mse=variance)
         sign_law = [(1.0, (0.0, 1.0))]
         if values:
             sscores, seps = _auto_ends.sign_scores(ap, captured["stats"], 0,
@@ -691,7 +716,10 @@ def evaluate(shape: Shape, question: str, draws: int = 400) -> Outcome:
                    best_two_sided=math.sqrt(best_two) if two_sided else None,
                    best_at_default=math.sqrt(at_default),
                    tail_over_floor=float((np.bincount(table.user.to_numpy()) > 3).sum()) /
-                   _auto_joint.thin_floor(first_ap, captured["plan"], captured["rows_for"]))
+                   _auto_joint.thin_floor(first_ap, captured["plan"], captured["rows_for"]),
+                   left_out=left_out["p"] if question != "AVG" else None,
+                   ratio_with_left_out=math.sqrt(auto_rmse ** 2 + left_out["mse"]) /
+                   best_rmse if question != "AVG" else None)
 
 
 def run_family(count: int, questions: list[str], draws: int, only: list[int] | None = None
@@ -750,6 +778,15 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
                 out[f"{question}_spend_median"] = float(np.median(spends))
                 out[f"{question}_choice_median"] = float(np.median(choices))
                 out[f"{question}_choice_within_1_25"] = int((choices <= 1.25).sum())
+            with_left = [(o.left_out, o.ratio_with_left_out) for o in outcomes
+                         if o.question == question and o.ratio_with_left_out is not None
+                         and not math.isnan(o.ratio)]
+            if with_left:  # the candidates of probability 1e-12 or less each, counted
+                left, full = np.array(with_left, dtype=np.float64).T
+                out[f"{question}_left_out_max"] = float(left.max())
+                out[f"{question}_with_left_out_median"] = float(np.median(full))
+                out[f"{question}_with_left_out_worst"] = float(full.max())
+                out[f"{question}_with_left_out_over_1_25"] = int((full > 1.25).sum())
             two = [o.ratio_two_sided for o in outcomes if o.question == question
                    and o.ratio_two_sided is not None and not math.isnan(o.ratio_two_sided)]
             if two:  # data of both signs, against the best keeping every negative value

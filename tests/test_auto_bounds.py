@@ -751,6 +751,79 @@ def test_the_penalties_ramp_above_a_clean_step_up_to_the_cap() -> None:
     assert penalties[-1] == cap
 
 
+def test_the_penalties_rise_past_the_cap_up_to_the_units_below() -> None:
+    """``_penalties`` with ``beyond``: the clean step of the test above (3,000 units up to 5)
+    ramps as before up to the cap, then rises 2 ``beyond`` / epsilon per octave, up to the
+    units' worth below the anchor (stat_0 - stat_i: all 3,000 here); the crossing still
+    scores 0 and the candidates below the data gain nothing. With 550 units' worth the rise
+    stops at 550. And one unit more anywhere (a unit's weight falling as the candidate
+    rises) moves every penalty by at most 1, as without it."""
+    from dpcurator.curator._auto_joint import LAMBDA, _penalties
+
+    caps = list(ROW_CANDIDATES)
+    target, cap, epsilon, beyond = 10.0, 500.0, 0.1, 2.0
+    five = caps.index(5)
+    octaves = np.log2(np.array(caps[five + 1:], dtype=float) / 5)
+    reach = (cap - target) * epsilon / (2 * LAMBDA)  # octaves from t to the cap
+    for units in (3000.0, 550.0):
+        stats = [units if c < 5 else 0.0 for c in caps]
+        flat = _penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA)
+        risen = _penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA,
+                           beyond=beyond)
+        assert risen[five] == 0.0 and np.array_equal(risen[:five], flat[:five])
+        expected = np.minimum(np.minimum(target + 2 * LAMBDA * octaves / epsilon,
+                                         cap + 2 * beyond * np.maximum(octaves - reach, 0.0)
+                                         / epsilon), units)
+        assert risen[five + 1:] == pytest.approx(np.maximum(expected, flat[five + 1:]))
+        assert risen[-1] == max(cap, min(units, expected[-1])) and flat[-1] == cap
+        assert risen[-1] > cap  # the rise is there: the test can fail
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        weights = np.sort(rng.random((40, len(caps))), axis=1)[:, ::-1]  # falling in c
+        base = (weights * rng.integers(0, 200, (40, 1))).sum(axis=0)
+        unit = np.sort(rng.random(len(caps)))[::-1]  # one unit's weights, falling, <= 1
+        a = _penalties(base, caps, target, cap, epsilon, LAMBDA, beyond=beyond)
+        b = _penalties(base + unit, caps, target, cap, epsilon, LAMBDA, beyond=beyond)
+        assert np.abs(a - b).max() <= 1.0 + 1e-9
+
+
+def test_the_rise_past_the_cap_is_its_definition_term_by_term() -> None:
+    """``_penalties``' rise past the cap (``_rise_beyond``, O(n log n) per series) equals its
+    definition computed over every pair (i, j): max(0, stat_j - t, max_(i<j) max(h_ij,
+    min(h'_ij, stat_0)) - stat_i), h'_ij = min(t + 2 ramp o_ij / epsilon, cap + 2 beyond
+    (o_ij - K)+ / epsilon), K the ramp's reach, on the magnitudes' 320 candidates and the
+    row caps' 44: 300 random series (one unit's weights falling, or plateaus), targets below
+    and above the cap, epsilon from 1e-3 to 10, to 1e-9 relative."""
+    from dpcurator.curator._auto_joint import MAGNITUDE_BEYOND, MAGNITUDE_LAMBDA, _penalties
+
+    rng = np.random.default_rng(9)
+    for trial in range(300):
+        # the magnitudes, and the row caps' uneven steps (2^(1/4) rounded to whole rows)
+        candidates = np.array(MAGNITUDES if trial % 3 else ROW_CANDIDATES, dtype=float)
+        octaves = np.log2(candidates)
+        n = candidates.size
+        if trial % 2:
+            stat = np.cumsum(rng.exponential(1.0, n)[::-1])[::-1] * rng.uniform(0.1, 50)
+        else:
+            stat = np.sort(np.resize(rng.integers(0, 20_000, 8), n))[::-1].astype(float)
+        epsilon = float(10 ** rng.uniform(-3, 1))
+        cap = float(rng.uniform(10, 5000)) / epsilon
+        target = float(rng.uniform(0, 1.5 * cap))
+        ramp, beyond = MAGNITUDE_LAMBDA, MAGNITUDE_BEYOND
+        reach = max(cap - target, 0.0) * epsilon / (2 * ramp)
+        above = np.maximum(octaves[:, None] - octaves[None, :], 0.0)  # [j, i]
+        h = np.maximum(target, np.minimum(cap, target + 2 * ramp * above / epsilon))
+        risen = np.minimum(target + 2 * ramp * above / epsilon,
+                           cap + 2 * beyond * np.maximum(above - reach, 0.0) / epsilon)
+        term = np.maximum(h, np.minimum(risen, stat[0])) - stat[None, :]
+        term[np.arange(n)[None, :] >= np.arange(n)[:, None]] = -np.inf
+        low = stat - target
+        low[-1] = -np.inf
+        expected = np.maximum(0.0, np.maximum(low, term.max(axis=1)))
+        got = _penalties(stat, candidates, target, cap, epsilon, ramp, beyond=beyond)
+        assert np.allclose(got, expected, rtol=1e-9, atol=1e-6), trial
+
+
 def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> None:
     """The same clean step with the row cap's knee: within ``ROW_KNEE`` octaves of the
     crossing the ramp is unchanged (the crossing scores 0, below it stays far above 0), past
@@ -913,6 +986,13 @@ def test_the_benchmarks_exact_choice_law_is_permute_and_flips() -> None:
         law = module.permute_and_flip_probabilities(scores, epsilon, sensitivity)
         assert np.allclose(law, enumerated(scores, epsilon / (2 * sensitivity)), atol=1e-12)
         assert abs(law.sum() - 1.0) < 1e-12
+    # a candidate of p below 1e-14 is left out of the product but keeps its own chance, to
+    # 1e-6 relative (a far cap's chance weighs in an expected squared error)
+    scores = np.array([0.0, -1.0, -0.5, -90.0, -120.0])
+    law = module.permute_and_flip_probabilities(scores, 1.0, 1.0)
+    exact = enumerated(scores, 0.5)
+    assert law[3] > 0.0 and law[4] > 0.0
+    assert np.allclose(law, exact, rtol=1e-6, atol=0.0)
 
 
 def test_the_joint_choice_stays_within_the_proven_candidates(

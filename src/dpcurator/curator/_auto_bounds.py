@@ -49,7 +49,15 @@ from ._auto_ends import (
     sign_scores,
     sign_side,
 )
-from ._auto_joint import CAP, MAGNITUDE_LAMBDA, _choose_joint, _penalties, _release, magnitude_cap
+from ._auto_joint import (
+    CAP,
+    MAGNITUDE_BEYOND,
+    MAGNITUDE_LAMBDA,
+    _choose_joint,
+    _penalties,
+    _release,
+    magnitude_cap,
+)
 from ._auto_plan import (
     KEPT,
     MAGNITUDES,
@@ -144,7 +152,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
             penalties = _penalties(stats.magnitudes(index, magnitude_cap(r)),
                                    MAGNITUDES,
                                    [rate] * len(MAGNITUDES), cap, eps[choice],
-                                   MAGNITUDE_LAMBDA)
+                                   MAGNITUDE_LAMBDA, beyond=MAGNITUDE_BEYOND)
             chosen_index = _release(-penalties, eps[choice], source)
         indexes.append(chosen_index)
         magnitude = MAGNITUDES[chosen_index]

@@ -141,6 +141,23 @@ crossing is about e^-lambda times as likely (a magnitude's lambda is ``MAGNITUDE
 epsilon: when the statistic grows too slowly below the crossing the ramp penalizes it and
 the choice lands lower (more bias), not higher.
 
+The far tail. Less likely than beta is not enough where the noise grows with the candidate:
+on the plateau at 2 F every magnitude up to 2^50 kept the same small chance (1e-16 to
+1e-10 each), and its noise's variance, 4 times larger an octave, made the expected squared
+error theirs (the family's SUM, every candidate counted: median 35,598x the best fixed
+bounds). A magnitude's penalties (and a unit's sum's cap's, ``_auto_units``) therefore go
+on rising past the cap at 2 ``MAGNITUDE_BEYOND`` / epsilon per octave, each octave e^-2
+times as likely, up to stat_0 - stat_i, the units' worth below the anchor c_i (the second
+term of ``_penalties``; sensitivity 1 still: a unit's weight falls as the candidate rises).
+Below the data that worth is 0, so candidates counting every unit add nothing there (a
+rise from every candidate without it put the family's #42, values 90% zero with 3
+decimals, at 2^-7). The crossing's penalty can then exceed F where, more than the ramp's
+reach below it, a candidate has over F units beyond it and over F below it and the
+statistic grows slower than 2 ``MAGNITUDE_BEYOND`` / epsilon an octave from there; where
+the data's units are few (epsilon stat_0 / 2 well under 2 ln(2^50 / the data's magnitude))
+the rise stops short and the plateau beyond it is left (the family's #42 under
+``bounding="unit"``: 443x the best with every cap counted, 1.85x without the plateau).
+
 Exactness. The statistics are summed exactly (fractions), capped at 2^36 and rounded down to
 multiples of 2^-16, and the penalties capped at 2^35, so that the floating-point scores move
 by at most 1 + 2^-14 between neighbours; the mechanisms are told a sensitivity of 1 + 2^-12
@@ -241,6 +258,19 @@ ROW_LAMBDA_VALUES_PER_K = 3.0
 #: one shape worse (#8: SUM 1.61x -> 1.84x). UCI Adult SUM(hours) 2.31x -> 1.49x
 #: (``adult.py --exact``).
 MAGNITUDE_LAMBDA = 6.0
+#: A magnitude's penalties (and a unit's sum's cap's, ``_auto_units``) rise past the cap 2 F
+#: at this many per octave, up to the units' worth below the candidate (``_penalties``'
+#: ``beyond``): each octave e^-MAGNITUDE_BEYOND times as likely, where the noise's variance
+#: grows 4 times. Flat at 2 F, every magnitude on the plateau kept a chance of 1e-16 to 1e-10
+#: up to 2^50, 2^30 and more times the data's, and the expected squared error was theirs:
+#: with every candidate counted, however unlikely (``auto_bounds.py --family`` with
+#: ``ratio_with_left_out``; ``auto_bounds_unit.py --exact``), the family's SUM median
+#: 35,598x the best fixed bounds per group and 24,763x under ``bounding="unit"``, none within
+#: 1.25x. A ramp rising without end instead, from every candidate, penalized the data's
+#: magnitude wherever the candidates far below the data count every unit (the family's #42,
+#: values 90% zero with 3 decimals: the unit's cap fell to 2^-7, 1.85x -> 3.78x); the units'
+#: worth below the candidate, stat_0 - stat_i, is 0 there.
+MAGNITUDE_BEYOND = 2.0
 ROW_FAR_LAMBDA = 8.0
 #: the row cap aims at this many times the noise's rate: a count, or a column's values
 ROW_FACTOR = 1.5
@@ -262,13 +292,25 @@ MEAN_ROW_FACTOR = 8.0
 
 def _penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
                targets: float | Sequence[float] | FloatArray, cap: float, epsilon: float,
-               ramp: float, knee: float | None = None, far: float = 0.0) -> FloatArray:
+               ramp: float, knee: float | None = None, far: float = 0.0,
+               beyond: float = 0.0) -> FloatArray:
     """The penalties p_j of the module docstring: max(0, stat_j - t_j, max_(i<j) h_ij -
     stat_i), the first term left out at the last candidate, h_ij = t_i + 2 ``ramp``
     log2(c_j / c_i) / epsilon (``far`` instead of ``ramp`` per octave beyond ``knee``
     octaves), at most ``cap`` (and at least t_i). Each term is one statistic plus a constant,
     so p moves by at most as much as the statistics. ``stats`` and ``targets`` may hold
-    several series (the last axis runs over the candidates): one penalty series each."""
+    several series (the last axis runs over the candidates): one penalty series each.
+
+    With ``beyond`` > 0 (and no knee) a second term rises past the cap: h'_ij = min(t_i + 2
+    ``ramp`` o_ij / epsilon, ``cap`` + 2 ``beyond`` (o_ij - K_i)+ / epsilon), K_i the octaves
+    the ramp takes from t_i to the cap, at most stat_0 (the series' first statistic, every
+    unit's worth: the candidates are increasing), and the term is max(h_ij, min(h'_ij,
+    stat_0)) - stat_i = max(h_ij - stat_i, min(h'_ij - stat_i, stat_0 - stat_i)). stat_0 -
+    stat_i is the units' worth between c_0 and c_i: adding a unit moves it by its weight at
+    c_0 less its weight at c_i, within [0, 1] (each unit's weight falls as c rises), so
+    every term still moves by at most 1. Below the data (stat_i = stat_0) it adds nothing;
+    above it each octave is e^-``beyond`` times as likely, up to the units' worth
+    (``MAGNITUDE_BEYOND``)."""
     stat = np.asarray(stats, dtype=np.float64)
     target = np.broadcast_to(np.asarray(targets, dtype=np.float64), stat.shape)
     octaves = np.log2(np.asarray(candidates, dtype=np.float64))
@@ -287,7 +329,49 @@ def _penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
     np.maximum(high, below, out=high)
     np.subtract(high, stat[..., None, :], out=high)
     np.copyto(high, -math.inf, where=np.arange(n)[None, :] >= np.arange(n)[:, None])  # i < j
-    return np.asarray(np.maximum(0.0, np.maximum(low, high.max(axis=-1))), dtype=np.float64)
+    terms = high.max(axis=-1)
+    if beyond > 0.0:
+        terms = np.maximum(terms, _rise_beyond(stat, octaves, target, cap, epsilon, ramp,
+                                               beyond))
+    return np.asarray(np.maximum(0.0, np.maximum(low, terms)), dtype=np.float64)
+
+
+def _rise_beyond(stat: FloatArray, octaves: FloatArray, target: FloatArray, cap: float,
+                 epsilon: float, ramp: float, beyond: float) -> FloatArray:
+    """``_penalties``' second term, max_(i<j) min(h'_ij - stat_i, stat_0 - stat_i), in
+    O(n log n) per series, for one target t per series. Past K = (cap - t)+ epsilon / (2
+    ramp) octaves (the ramp's reach; within it h' is the flat cap's h), h'_ij = a_j - b_i
+    with a_j = cap + 2 beyond (o_j - K) / epsilon and b_i = 2 beyond o_i / epsilon (the ramp
+    is above it, as beyond <= ramp), so the term is S - stat_i (S = stat_0) where b_i <= a_j
+    - S, a prefix of the i, and a_j - (b_i + stat_i) after it: a prefix's least statistic
+    and a range's least b + stat (``_range_min``). The candidates increase; their spacing
+    may vary."""
+    if beyond > ramp:
+        raise InternalError("a rise past the cap steeper than the ramp; this is a bug")
+    n = stat.shape[-1]
+    flat_stat = stat.reshape(-1, n)
+    flat_target = target.reshape(-1, n)
+    out = np.full(flat_stat.shape, -math.inf)
+    for row, (series, targets) in enumerate(zip(flat_stat, flat_target, strict=True)):
+        t = float(targets[0])
+        if not np.all(targets == t):
+            raise InternalError("a rise past the cap with a target per candidate; this is "
+                                "a bug")
+        reach = max(cap - t, 0.0) * epsilon / (2.0 * ramp)
+        a = cap + 2.0 * beyond * (octaves - octaves[0] - reach) / epsilon
+        b = 2.0 * beyond * (octaves - octaves[0]) / epsilon
+        ceiling = float(series[0])
+        # the last i with o_j - o_i > K, and the first past the prefix where the ceiling
+        # binds (b_i > a_j - S)
+        last = np.searchsorted(octaves, octaves - reach, side="left") - 1
+        first = np.searchsorted(b, a - ceiling, side="right")
+        prefix = np.minimum.accumulate(series)
+        head = np.minimum(first - 1, last)
+        part = np.where(head >= 0, ceiling - prefix[np.maximum(head, 0)], -math.inf)
+        tail = a - _range_min((b + series)[None, :], 1, first.astype(np.intp), 0,
+                              last.astype(np.intp))[0]
+        out[row] = np.maximum(part, tail)
+    return out.reshape(stat.shape)
 
 
 def _release(scores: FloatArray | Sequence[float], epsilon: float,
@@ -430,7 +514,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         if magnitude:
             lows = sorted({octave[r] for r in rs})
             per = _penalties(np.array([value_stats[r] for r in lows]), MAGNITUDES, rate, cap,
-                             epsilon, MAGNITUDE_LAMBDA)
+                             epsilon, MAGNITUDE_LAMBDA, beyond=MAGNITUDE_BEYOND)
             pm = per[[lows.index(octave[r]) for r in rs]]
             if rows_by_magnitude is not None:
                 pm = np.maximum(pm, rows_by_magnitude)
@@ -529,13 +613,14 @@ def _joint_ramp(bias: FloatArray, candidates: tuple[Sequence[float], ...],
     return out
 
 
-def _range_min(values: FloatArray, axis: int, starts: npt.NDArray[np.intp], gap: int
-               ) -> FloatArray:
-    """min(values[starts[j] .. j - gap]) along ``axis`` for each j (+inf where empty): a
-    sparse table of minima over runs of 2^l (Bender and Farach-Colton's range minimum)."""
+def _range_min(values: FloatArray, axis: int, starts: npt.NDArray[np.intp], gap: int,
+               ends: npt.NDArray[np.intp] | None = None) -> FloatArray:
+    """min(values[starts[j] .. j - gap]) along ``axis`` for each j (or up to ``ends[j]``;
+    +inf where empty): a sparse table of minima over runs of 2^l (Bender and Farach-Colton's
+    range minimum)."""
     moved = np.moveaxis(values, axis, -1)
     n = moved.shape[-1]
-    ends = np.arange(n) - gap
+    ends = np.arange(n) - gap if ends is None else ends
     table = [moved]
     while (1 << len(table)) <= n:
         half = 1 << (len(table) - 1)

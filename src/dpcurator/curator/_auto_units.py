@@ -28,7 +28,7 @@ from dpcurator.query.plan import (
     Sum,
 )
 
-from ._auto_joint import CAP, LAMBDA, ROW_FACTOR, _penalties, _release
+from ._auto_joint import CAP, LAMBDA, MAGNITUDE_BEYOND, ROW_FACTOR, _penalties, _release
 from ._auto_plan import (
     MAGNITUDES,
     OUTER,
@@ -43,8 +43,8 @@ from ._profile import Profile
 from ._total import inner_unit_rows, inner_unit_sum
 
 __all__ = ["choose_outer", "choose_outer_sum", "choose_unit_caps", "choose_unit_rows",
-           "choose_unit_sum", "unit_rows_threshold", "unit_thin", "unit_thin_threshold",
-           "widest_unit_caps"]
+           "choose_unit_sum", "unit_row_scores", "unit_rows_threshold", "unit_sum_scores",
+           "unit_thin", "unit_thin_statistic", "unit_thin_threshold", "widest_unit_caps"]
 
 #: ``bounding="unit"``'s cap on a unit's rows in all ramps at 2.5 per octave, not ``LAMBDA``:
 #: its one choice (eight steps an octave) has no joint partner, and with 4 a tail of a few
@@ -139,12 +139,21 @@ def choose_unit_rows(auto_plan: AutoPlan, stats: Profile, source: RandomSource |
     removes per unit of M (the U(M) units beyond it lose one each) meet the noise's rate (G
     partitions, each with noise of standard deviation s M). One unit moves U by at most 1,
     so each penalty too."""
+    scores, epsilon = unit_row_scores(auto_plan, stats)
+    return int(UNIT_ROW_CANDIDATES[_release(scores, epsilon, source)])
+
+
+def unit_row_scores(auto_plan: AutoPlan, stats: Profile
+                    ) -> tuple[npt.NDArray[np.float64], float]:
+    """``choose_unit_rows``' scores over ``UNIT_ROW_CANDIDATES`` (minus its penalties) and its
+    epsilon, before the draw (permute-and-flip, sensitivity ``_auto_joint.SENSITIVITY``):
+    public so that the benchmarks weigh each cap by its exact probability."""
     epsilon = auto_plan.epsilons[OUTER]
     caps = UNIT_ROW_CANDIDATES
     target = ROW_FACTOR * auto_plan.target(1, per_partition=False)
     cap = CAP * auto_plan.floor(OUTER, len(caps))
     penalties = _penalties(stats.unit_rows(caps), caps, target, cap, epsilon, UNIT_ROW_LAMBDA)
-    return int(caps[_release(-penalties, epsilon, source)])
+    return -penalties, epsilon
 
 
 def choose_unit_sum(auto_plan: AutoPlan, stats: Profile, column: int, name: str,
@@ -155,12 +164,23 @@ def choose_unit_sum(auto_plan: AutoPlan, stats: Profile, column: int, name: str,
     target ``UNIT_SUM_FACTOR`` G s: a unit above V is divided by a power of two
     (``dpcurator.query.bounding``), losing at least half of its sum, more than the linear
     loss Amin et al.'s rule assumes, so V aims higher than M does."""
+    scores, epsilon = unit_sum_scores(auto_plan, stats, column, name)
+    return float(MAGNITUDES[_release(scores, epsilon, source)])
+
+
+def unit_sum_scores(auto_plan: AutoPlan, stats: Profile, column: int, name: str
+                    ) -> tuple[npt.NDArray[np.float64], float]:
+    """``choose_unit_sum``'s scores over ``MAGNITUDES`` and its epsilon, before the draw, as
+    ``unit_row_scores`` gives ``choose_unit_rows``'. Past the ramp's cap the penalties rise
+    as a magnitude's do (``_auto_joint.MAGNITUDE_BEYOND``): a cap far above every unit's sum
+    is vanishingly unlikely, not merely rare."""
     choice = f"{OUTER_SUM}:{name}"
     epsilon = auto_plan.epsilons[choice]
     target = UNIT_SUM_FACTOR * auto_plan.target(1, per_partition=False)
     cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
-    penalties = _penalties(stats.unit_sums(column), MAGNITUDES, target, cap, epsilon, LAMBDA)
-    return float(MAGNITUDES[_release(-penalties, epsilon, source)])
+    penalties = _penalties(stats.unit_sums(column), MAGNITUDES, target, cap, epsilon, LAMBDA,
+                           beyond=MAGNITUDE_BEYOND)
+    return -penalties, epsilon
 
 
 def unit_thin_threshold(auto_plan: AutoPlan) -> tuple[float, float]:
@@ -226,10 +246,8 @@ def unit_thin(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
         widest = (f"too few units for epsilon to choose the cap on each unit's rows from the "
                   f"data (the choice needs about {threshold:,.0f} units' worth, a unit spread "
                   f"over more than 8 partitions weighing 1/2 to 1); {widest_rows}")
-    epsilon = auto_plan.epsilons[UNITS]
-    count = math.floor(min(stats.unit_sums(c)[0] for c in range(len(auto_plan.auto.unit_sums)))
-                       if sums else stats.unit_rows([0])[0])
-    noisy = noisy_count(count, epsilon, source)
+    noisy = noisy_count(unit_thin_statistic(auto_plan, stats), auto_plan.epsilons[UNITS],
+                        source)
     if noisy is None:
         return sums, rows, None, widest + (f"; {widest_rows}" if sums and rows else "")
     rows_widest = noisy < rows_threshold
@@ -251,6 +269,16 @@ def unit_thin(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
             f"thin data for this epsilon (about {max(noisy, 0):,} units' worth{worth}): "
             + what)
     return False, False, noisy, None
+
+
+def unit_thin_statistic(auto_plan: AutoPlan, stats: Profile) -> int:
+    """``unit_thin``'s count before its noise: the least, over the summed columns, of the
+    units with a nonzero sum of |value|, or with no sum the units with a row (each moves by
+    at most 1 when a unit is added or removed)."""
+    if auto_plan.auto.unit_sums:
+        return math.floor(min(stats.unit_sums(c)[0]
+                              for c in range(len(auto_plan.auto.unit_sums))))
+    return math.floor(stats.unit_rows([0])[0])
 
 
 def _with_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
