@@ -793,7 +793,8 @@ def test_the_rise_past_the_cap_is_its_definition_term_by_term() -> None:
     min(h'_ij, stat_0)) - stat_i), h'_ij = min(t + 2 ramp o_ij / epsilon, cap + 2 beyond
     (o_ij - K)+ / epsilon), K the ramp's reach, on the magnitudes' 320 candidates and the
     row caps' 44: 300 random series (one unit's weights falling, or plateaus), targets below
-    and above the cap, epsilon from 1e-3 to 10, to 1e-9 relative."""
+    and above the cap, epsilon from 1e-3 to 10, to 1e-9 relative; and two series at once as
+    each alone."""
     from dpcurator.curator._auto_joint import MAGNITUDE_BEYOND, MAGNITUDE_LAMBDA, _penalties
 
     rng = np.random.default_rng(9)
@@ -822,6 +823,46 @@ def test_the_rise_past_the_cap_is_its_definition_term_by_term() -> None:
         expected = np.maximum(0.0, np.maximum(low, term.max(axis=1)))
         got = _penalties(stat, candidates, target, cap, epsilon, ramp, beyond=beyond)
         assert np.allclose(got, expected, rtol=1e-9, atol=1e-6), trial
+        # several series at once (the joint choice's, one per row cap read), each its own
+        other = stat[::-1].copy() * 0.3  # rising: a series no statistic gives, all the same
+        both = _penalties(np.stack([stat, np.sort(other)[::-1]]), candidates,
+                          np.array([[target], [2.0 * target]]), cap, epsilon, ramp,
+                          beyond=beyond)
+        assert np.array_equal(both[0], got)
+        assert np.array_equal(both[1], _penalties(np.sort(other)[::-1], candidates,
+                                                  2.0 * target, cap, epsilon, ramp,
+                                                  beyond=beyond))
+
+
+def test_the_range_minima_are_the_windows_minima() -> None:
+    """``_range_min``: min(values[starts[j] .. j - gap]) along an axis, +inf where empty,
+    equal to a loop over the windows, exactly, on 600 random arrays (with +inf entries):
+    windows of the w candidates up to j (the sliding minimum's path, as the joint ramp's
+    uniform grid gives) and arbitrary starts (the sparse table's)."""
+    from dpcurator.curator._auto_joint import _range_min
+
+    rng = np.random.default_rng(17)
+    sliding = 0
+    for trial in range(600):
+        n = int(rng.integers(1, 50))
+        shape = (int(rng.integers(1, 4)), n, int(rng.integers(1, 3)))
+        values = rng.normal(size=shape)
+        values[rng.random(shape) < 0.1] = math.inf
+        gap = int(rng.integers(0, 3))
+        index = np.arange(n)
+        if trial % 2:
+            span = int(rng.integers(0, n + 3))
+            starts = np.maximum(index - span, 0)
+            sliding += span > 0 and n > 1
+        else:
+            starts = np.minimum(np.sort(rng.integers(0, n, n)), index)
+        expected = np.full(shape, math.inf)
+        for j in range(n):
+            if j - gap >= starts[j]:
+                expected[:, j] = values[:, starts[j]:j - gap + 1].min(axis=1)
+        got = _range_min(values, 1, starts.astype(np.intp), gap)
+        assert np.array_equal(got, expected), trial
+    assert sliding > 200  # the sliding path was taken
 
 
 def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> None:

@@ -148,7 +148,7 @@ error theirs (the family's SUM, every candidate counted: median 35,598x the best
 bounds). A magnitude's penalties (and a unit's sum's cap's, ``_auto_units``) therefore go
 on rising past the cap at 2 ``MAGNITUDE_BEYOND`` / epsilon per octave, each octave e^-2
 times as likely, up to stat_0 - stat_i, the units' worth below the anchor c_i (the second
-term of ``_penalties``; sensitivity 1 still: a unit's weight falls as the candidate rises).
+term of ``_penalties``; sensitivity 1 still: a unit adds 0 to 1 to either statistic).
 Below the data that worth is 0, so candidates counting every unit add nothing there (a
 rise from every candidate without it put the family's #42, values 90% zero with 3
 decimals, at 2^-7). The crossing's penalty can then exceed F where, more than the ramp's
@@ -172,6 +172,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy.ndimage import minimum_filter1d
 
 from dpcurator.errors import InternalError
 from dpcurator.mechanisms.exponential import PermuteAndFlip
@@ -306,9 +307,10 @@ def _penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
     the ramp takes from t_i to the cap, at most stat_0 (the series' first statistic, every
     unit's worth: the candidates are increasing), and the term is max(h_ij, min(h'_ij,
     stat_0)) - stat_i = max(h_ij - stat_i, min(h'_ij - stat_i, stat_0 - stat_i)). stat_0 -
-    stat_i is the units' worth between c_0 and c_i: adding a unit moves it by its weight at
-    c_0 less its weight at c_i, within [0, 1] (each unit's weight falls as c rises), so
-    every term still moves by at most 1. Below the data (stat_i = stat_0) it adds nothing;
+    stat_i is the units' worth between c_0 and c_i: adding a unit adds its weight at c_0 less
+    its weight at c_i, both within [0, 1], so the difference moves by at most 1 (and by 0 to
+    1 where a unit's weight falls as c rises, as the statistics' do), and every term still
+    moves by at most 1. Below the data (stat_i = stat_0) it adds nothing;
     above it each octave is e^-``beyond`` times as likely, up to the units' worth
     (``MAGNITUDE_BEYOND``)."""
     stat = np.asarray(stats, dtype=np.float64)
@@ -344,34 +346,45 @@ def _rise_beyond(stat: FloatArray, octaves: FloatArray, target: FloatArray, cap:
     with a_j = cap + 2 beyond (o_j - K) / epsilon and b_i = 2 beyond o_i / epsilon (the ramp
     is above it, as beyond <= ramp), so the term is S - stat_i (S = stat_0) where b_i <= a_j
     - S, a prefix of the i, and a_j - (b_i + stat_i) after it: a prefix's least statistic
-    and a range's least b + stat (``_range_min``). The candidates increase; their spacing
-    may vary."""
+    and a range's least b + stat (a sparse table, as ``_range_min``'s). The candidates
+    increase; their spacing may vary."""
     if beyond > ramp:
         raise InternalError("a rise past the cap steeper than the ramp; this is a bug")
     n = stat.shape[-1]
-    flat_stat = stat.reshape(-1, n)
-    flat_target = target.reshape(-1, n)
-    out = np.full(flat_stat.shape, -math.inf)
-    for row, (series, targets) in enumerate(zip(flat_stat, flat_target, strict=True)):
-        t = float(targets[0])
-        if not np.all(targets == t):
-            raise InternalError("a rise past the cap with a target per candidate; this is "
-                                "a bug")
-        reach = max(cap - t, 0.0) * epsilon / (2.0 * ramp)
-        a = cap + 2.0 * beyond * (octaves - octaves[0] - reach) / epsilon
-        b = 2.0 * beyond * (octaves - octaves[0]) / epsilon
-        ceiling = float(series[0])
-        # the last i with o_j - o_i > K, and the first past the prefix where the ceiling
-        # binds (b_i > a_j - S)
-        last = np.searchsorted(octaves, octaves - reach, side="left") - 1
-        first = np.searchsorted(b, a - ceiling, side="right")
-        prefix = np.minimum.accumulate(series)
-        head = np.minimum(first - 1, last)
-        part = np.where(head >= 0, ceiling - prefix[np.maximum(head, 0)], -math.inf)
-        tail = a - _range_min((b + series)[None, :], 1, first.astype(np.intp), 0,
-                              last.astype(np.intp))[0]
-        out[row] = np.maximum(part, tail)
-    return out.reshape(stat.shape)
+    series = stat.reshape(-1, n)
+    t = target.reshape(-1, n)[:, :1]
+    if not np.all(target.reshape(-1, n) == t):
+        raise InternalError("a rise past the cap with a target per candidate; this is a bug")
+    ceiling = series[:, :1]
+    if np.all(ceiling <= cap):  # under the cap the flat term is at least as large
+        return np.full(stat.shape, -math.inf)
+    reach = np.maximum(cap - t, 0.0) * epsilon / (2.0 * ramp)  # per series
+    rel = octaves - octaves[0]
+    a = cap + 2.0 * beyond * (rel[None, :] - reach) / epsilon
+    b = 2.0 * beyond * rel / epsilon
+    # per series and j: the last i with o_j - o_i > K, the first past the prefix where the
+    # ceiling binds (b_i > a_j - S)
+    last = np.searchsorted(octaves, (octaves[None, :] - reach).ravel(), side="left"
+                           ).reshape(a.shape) - 1
+    first = np.searchsorted(b, (a - ceiling).ravel(), side="right").reshape(a.shape)
+    rows = np.arange(series.shape[0])[:, None]
+    prefix = np.minimum.accumulate(series, axis=1)
+    head = np.minimum(first - 1, last)
+    part = np.where(head >= 0, ceiling - prefix[rows, np.maximum(head, 0)], -math.inf)
+    # a sparse table of b + stat's minima over runs of 2^l, queried at [first, last]
+    table = [b[None, :] + series]
+    while (1 << len(table)) <= n:
+        half, previous = 1 << (len(table) - 1), table[-1]
+        following = np.full(previous.shape, math.inf)
+        following[:, :n - half] = np.minimum(previous[:, :n - half], previous[:, half:])
+        table.append(following)
+    stacked = np.stack(table)
+    length = last - first + 1
+    level = np.floor(np.log2(np.maximum(length, 1))).astype(np.intp)
+    low = stacked[level, rows, np.clip(first, 0, n - 1)]
+    high = stacked[level, rows, np.clip(last - (1 << level) + 1, 0, n - 1)]
+    tail = np.where(length > 0, a - np.minimum(low, high), -math.inf)
+    return np.maximum(part, tail).reshape(stat.shape)
 
 
 def _release(scores: FloatArray | Sequence[float], epsilon: float,
@@ -613,14 +626,27 @@ def _joint_ramp(bias: FloatArray, candidates: tuple[Sequence[float], ...],
     return out
 
 
-def _range_min(values: FloatArray, axis: int, starts: npt.NDArray[np.intp], gap: int,
-               ends: npt.NDArray[np.intp] | None = None) -> FloatArray:
-    """min(values[starts[j] .. j - gap]) along ``axis`` for each j (or up to ``ends[j]``;
-    +inf where empty): a sparse table of minima over runs of 2^l (Bender and Farach-Colton's
-    range minimum)."""
+def _range_min(values: FloatArray, axis: int, starts: npt.NDArray[np.intp], gap: int
+               ) -> FloatArray:
+    """min(values[starts[j] .. j - gap]) along ``axis`` for each j (+inf where empty): a
+    sparse table of minima over runs of 2^l (Bender and Farach-Colton's range minimum), or
+    where every window is the w candidates up to j (cut at the first), a sliding minimum
+    (``scipy.ndimage.minimum_filter1d``, padded with +inf: the same minima, exactly)."""
     moved = np.moveaxis(values, axis, -1)
     n = moved.shape[-1]
-    ends = np.arange(n) - gap if ends is None else ends
+    index = np.arange(n)
+    span = int(index[-1] - starts[-1]) if n else 0
+    if n > 1 and span > 0 and np.array_equal(starts, np.maximum(index - span, 0)):
+        size = span - gap + 1  # the window [j - span, j - gap]
+        if size <= 0:
+            return np.full(values.shape, math.inf)
+        # minimum_filter1d's window at j is [j - size // 2 - origin, ...]: ending at j
+        slid = minimum_filter1d(moved, size, axis=-1, mode="constant", cval=math.inf,
+                                origin=(size - 1) // 2)
+        out = np.full(moved.shape, math.inf)
+        out[..., gap:] = slid[..., :n - gap] if gap else slid
+        return np.moveaxis(out, -1, axis)
+    ends = index - gap
     table = [moved]
     while (1 << len(table)) <= n:
         half = 1 << (len(table) - 1)
