@@ -147,8 +147,8 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
 
     captured: dict[str, Any] = {}
     # each spied on where it is called: the joint choice in ``_auto_bounds.choose_bounds``,
-    # its permute-and-flip in ``_auto_joint._choose_joint``
-    real_joint, real_release = _auto_bounds._choose_joint, _auto_joint._release
+    # its permute-and-flip in ``_auto_joint.choose_joint``
+    real_joint, real_release = _auto_bounds.choose_joint, _auto_joint.release_index
     real_retry = _compile._prove_retry
 
     def spy_joint(auto_plan: Any, plan: Any, stats: Any, source: Any,
@@ -174,15 +174,15 @@ def capture_choice(table: pd.DataFrame, sql: str, epsilon: float, keys: list[str
     # measures bounding="unit"'s on the same shapes)
     curator = dp.Curator.from_pandas(table, privacy_unit="user", budget=budget, cache=False,
                                      bounding="rescale")
-    _auto_bounds._choose_joint = spy_joint  # type: ignore[assignment]
-    _auto_joint._release = spy_release  # type: ignore[assignment]
+    _auto_bounds.choose_joint = spy_joint  # type: ignore[assignment]
+    _auto_joint.release_index = spy_release  # type: ignore[assignment]
     _compile._prove_retry = spy_retry  # type: ignore[assignment]
     try:
         captured["release"] = curator.sql(sql, keys=keys, **request,  # type: ignore[arg-type]
                                           **(options or {"bounds": "auto",
                                                          "intervals": "bounded"}))
     finally:
-        _auto_bounds._choose_joint, _auto_joint._release = real_joint, real_release
+        _auto_bounds.choose_joint, _auto_joint.release_index = real_joint, real_release
         _compile._prove_retry = real_retry  # type: ignore[assignment]
     return captured
 
@@ -212,7 +212,7 @@ def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsil
                          keys: list[str], draws: int, rho: float | None, sum_query: bool
                          ) -> tuple[float, dict[tuple[int, int, float], int]]:
     """The expected RMSE of ``bounds="auto"`` with bounded intervals, from the choice's own
-    distribution: the profile of one release is kept, the joint choice (``_choose_joint``,
+    distribution: the profile of one release is kept, the joint choice (``choose_joint``,
     the only random step before the answer) is drawn ``draws`` times from a seeded source,
     and each chosen (k, r, upper) is scored by its exact bias and noise variance, as the
     fixed bounds are. Far less noisy than ``--runs`` releases: only the choice is sampled."""
@@ -224,7 +224,7 @@ def expected_choice_rmse(table: pd.DataFrame, sql: str, truth: np.ndarray, epsil
     source = SeededRandom(0)
     picks: dict[tuple[int, int, float], int] = {}
     for _ in range(draws):
-        k, r, m = _auto_joint._choose_joint(auto_plan, captured["plan"], captured["stats"],
+        k, r, m = _auto_joint.choose_joint(auto_plan, captured["plan"], captured["stats"],
                                              source, None, captured.get("factors"),
                                              tail=captured.get("tail"))
         upper = float(_auto_plan.MAGNITUDES[m]) if sum_query and m is not None else 1.0

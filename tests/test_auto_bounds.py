@@ -688,7 +688,7 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
     by at most 1 (the scores of the real product of candidates, from the engine's profiles
     of neighbouring data), at epsilon 1 and at the ends, 1e-3 and 1e3, where the ramps'
     potentials are largest and smallest; with 8 keys the row cap reads the 1 / P statistic,
-    with 24 the per-k one (``_per_k_rows``, at epsilon 1). ``aimed``: the row cap's target
+    with 24 the per-k one (``per_k_rows``, at epsilon 1). ``aimed``: the row cap's target
     per magnitude (``value_factors``: public numbers, here from a fixed histogram)."""
 
     captured = capture_choice_inputs(monkeypatch)
@@ -700,7 +700,7 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
     plan_epsilon = captured["auto_plan"].epsilons[  # type: ignore[attr-defined]
         "max_partitions+max_rows_per_partition+magnitude:x"]
     if epsilon == 1.0:
-        assert auto_joint._per_k_rows(captured["auto_plan"], auto_joint.ROW_FACTOR_VALUES,  # type: ignore[arg-type]
+        assert auto_joint.per_k_rows(captured["auto_plan"], auto_joint.ROW_FACTOR_VALUES,  # type: ignore[arg-type]
                                        plan_epsilon, groups) == (groups == 24)
     scores: list[np.ndarray] = []
 
@@ -708,7 +708,7 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
         scores.append(np.asarray(values, dtype=float))
         return 0
 
-    monkeypatch.setattr(auto_joint, "_release", record)
+    monkeypatch.setattr(auto_joint, "release_index", record)
     wide = pd.DataFrame({"u": 10_001, "g": [f"g{i % 30}" for i in range(900)],
                          "x": np.linspace(-1e4, 1e4, 900)})
     histogram = np.zeros(len(MEAN_OCTAVES))
@@ -722,7 +722,7 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
     assert tail is None or tail.min() < 0.5 < tail.max() == 1.0
     for frame in (base, pd.concat([base, one_unit(seed, 10_000)], ignore_index=True),
                   pd.concat([base, wide], ignore_index=True)):
-        auto_joint._choose_joint(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
+        auto_joint.choose_joint(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
                                   profile_of(frame), None, None, factors, tail=tail)
     # k in 1, 2, 4, 8 (, 16, 24: the keys), every row cap, every magnitude
     assert scores[0].size == (4 if groups == 8 else 6) * len(ROW_CANDIDATES) * len(
@@ -737,12 +737,12 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
 def test_the_penalties_ramp_above_a_clean_step_up_to_the_cap() -> None:
     """Nothing beyond 5 rows, 3000 units up to it: 0 at 5, then 2 lambda / epsilon per octave
     above it (plus the target), never more than the cap."""
-    from dpcurator.curator._auto_joint import LAMBDA, _penalties
+    from dpcurator.curator._auto_joint import LAMBDA, ramp_penalties
 
     caps = list(ROW_CANDIDATES)
     stats = [3000.0 if c < 5 else 0.0 for c in caps]
     target, cap, epsilon = 10.0, 500.0, 0.1
-    penalties = _penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA)
+    penalties = ramp_penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA)
     five = caps.index(5)
     assert penalties[five] == 0.0 and (penalties[:five] > 2000).all()
     above = np.array(caps[five + 1:], dtype=float)
@@ -752,13 +752,13 @@ def test_the_penalties_ramp_above_a_clean_step_up_to_the_cap() -> None:
 
 
 def test_the_penalties_rise_past_the_cap_up_to_the_units_below() -> None:
-    """``_penalties`` with ``beyond``: the clean step of the test above (3,000 units up to 5)
+    """``ramp_penalties`` with ``beyond``: the clean step of the test above (3,000 units up to 5)
     ramps as before up to the cap, then rises 2 ``beyond`` / epsilon per octave, up to the
     units' worth below the anchor (stat_0 - stat_i: all 3,000 here); the crossing still
     scores 0 and the candidates below the data gain nothing. With 550 units' worth the rise
     stops at 550. And one unit more anywhere (a unit's weight falling as the candidate
     rises) moves every penalty by at most 1, as without it."""
-    from dpcurator.curator._auto_joint import LAMBDA, _penalties
+    from dpcurator.curator._auto_joint import LAMBDA, ramp_penalties
 
     caps = list(ROW_CANDIDATES)
     target, cap, epsilon, beyond = 10.0, 500.0, 0.1, 2.0
@@ -767,8 +767,8 @@ def test_the_penalties_rise_past_the_cap_up_to_the_units_below() -> None:
     reach = (cap - target) * epsilon / (2 * LAMBDA)  # octaves from t to the cap
     for units in (3000.0, 550.0):
         stats = [units if c < 5 else 0.0 for c in caps]
-        flat = _penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA)
-        risen = _penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA,
+        flat = ramp_penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA)
+        risen = ramp_penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA,
                            beyond=beyond)
         assert risen[five] == 0.0 and np.array_equal(risen[:five], flat[:five])
         expected = np.minimum(np.minimum(target + 2 * LAMBDA * octaves / epsilon,
@@ -782,20 +782,20 @@ def test_the_penalties_rise_past_the_cap_up_to_the_units_below() -> None:
         weights = np.sort(rng.random((40, len(caps))), axis=1)[:, ::-1]  # falling in c
         base = (weights * rng.integers(0, 200, (40, 1))).sum(axis=0)
         unit = np.sort(rng.random(len(caps)))[::-1]  # one unit's weights, falling, <= 1
-        a = _penalties(base, caps, target, cap, epsilon, LAMBDA, beyond=beyond)
-        b = _penalties(base + unit, caps, target, cap, epsilon, LAMBDA, beyond=beyond)
+        a = ramp_penalties(base, caps, target, cap, epsilon, LAMBDA, beyond=beyond)
+        b = ramp_penalties(base + unit, caps, target, cap, epsilon, LAMBDA, beyond=beyond)
         assert np.abs(a - b).max() <= 1.0 + 1e-9
 
 
 def test_the_rise_past_the_cap_is_its_definition_term_by_term() -> None:
-    """``_penalties``' rise past the cap (``_rise_beyond``, O(n log n) per series) equals its
+    """``ramp_penalties``' rise past the cap (``_rise_beyond``, O(n log n) per series) equals its
     definition computed over every pair (i, j): max(0, stat_j - t, max_(i<j) max(h_ij,
     min(h'_ij, stat_0)) - stat_i), h'_ij = min(t + 2 ramp o_ij / epsilon, cap + 2 beyond
     (o_ij - K)+ / epsilon), K the ramp's reach, on the magnitudes' 320 candidates and the
     row caps' 44: 300 random series (one unit's weights falling, or plateaus), targets below
     and above the cap, epsilon from 1e-3 to 10, to 1e-9 relative; and two series at once as
     each alone."""
-    from dpcurator.curator._auto_joint import MAGNITUDE_BEYOND, MAGNITUDE_LAMBDA, _penalties
+    from dpcurator.curator._auto_joint import MAGNITUDE_BEYOND, MAGNITUDE_LAMBDA, ramp_penalties
 
     rng = np.random.default_rng(9)
     for trial in range(300):
@@ -821,15 +821,15 @@ def test_the_rise_past_the_cap_is_its_definition_term_by_term() -> None:
         low = stat - target
         low[-1] = -np.inf
         expected = np.maximum(0.0, np.maximum(low, term.max(axis=1)))
-        got = _penalties(stat, candidates, target, cap, epsilon, ramp, beyond=beyond)
+        got = ramp_penalties(stat, candidates, target, cap, epsilon, ramp, beyond=beyond)
         assert np.allclose(got, expected, rtol=1e-9, atol=1e-6), trial
         # several series at once (the joint choice's, one per row cap read), each its own
         other = stat[::-1].copy() * 0.3  # rising: a series no statistic gives, all the same
-        both = _penalties(np.stack([stat, np.sort(other)[::-1]]), candidates,
+        both = ramp_penalties(np.stack([stat, np.sort(other)[::-1]]), candidates,
                           np.array([[target], [2.0 * target]]), cap, epsilon, ramp,
                           beyond=beyond)
         assert np.array_equal(both[0], got)
-        assert np.array_equal(both[1], _penalties(np.sort(other)[::-1], candidates,
+        assert np.array_equal(both[1], ramp_penalties(np.sort(other)[::-1], candidates,
                                                   2.0 * target, cap, epsilon, ramp,
                                                   beyond=beyond))
 
@@ -874,14 +874,14 @@ def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> 
         ROW_FAR_LAMBDA,
         ROW_KNEE,
         ROW_LAMBDA_COUNTS,
-        _penalties,
+        ramp_penalties,
     )
 
     caps = list(ROW_CANDIDATES)
     stats = [3000.0 if c < 5 else 0.0 for c in caps]
     target, cap, epsilon = 10.0, 5000.0, 0.1
-    plain = _penalties(stats, caps, [target] * len(caps), cap, epsilon, ROW_LAMBDA_COUNTS)
-    kneed = _penalties(stats, caps, [target] * len(caps), cap, epsilon, ROW_LAMBDA_COUNTS,
+    plain = ramp_penalties(stats, caps, [target] * len(caps), cap, epsilon, ROW_LAMBDA_COUNTS)
+    kneed = ramp_penalties(stats, caps, [target] * len(caps), cap, epsilon, ROW_LAMBDA_COUNTS,
                        ROW_KNEE, ROW_FAR_LAMBDA)
     five = caps.index(5)
     octaves = np.log2(np.array(caps, dtype=float) / 5)
@@ -896,7 +896,7 @@ def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> 
 
 
     knees: list[float | None] = []
-    real = auto_joint._penalties
+    real = auto_joint.ramp_penalties
 
     def spy(stats: Any, candidates: Any, *args: Any) -> Any:
         if len(candidates) == len(ROW_CANDIDATES):  # the row cap's penalties
@@ -912,13 +912,13 @@ def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> 
         runs.append(knees)
         curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10),
                                          source=SeededRandom(4))
-        auto_joint._penalties = spy  # type: ignore[assignment]
+        auto_joint.ramp_penalties = spy  # type: ignore[assignment]
         try:
             curator.sql("SELECT g, COUNT(*) AS n FROM data GROUP BY g", epsilon=1,
                         keys=[f"g{i}" for i in range(groups)], bounds="auto",
                         intervals="bounded")
         finally:
-            auto_joint._penalties = real  # type: ignore[assignment]
+            auto_joint.ramp_penalties = real  # type: ignore[assignment]
     eight, thirty_two = runs
     assert eight and set(eight) == {None}  # 8 keys: the 1 / P reading, no knee
     assert thirty_two and set(thirty_two) == {ROW_KNEE}  # 32 keys: per k, with the knee
@@ -927,7 +927,7 @@ def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> 
 def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With many public keys the row cap's statistic is read per k (each pair weighs
-    1 / max(P, k), the target divided by k). ``_per_k_rows`` reads public numbers only: for
+    1 / max(P, k), the target divided by k). ``per_k_rows`` reads public numbers only: for
     a count, off for 8 keys and on for 16 at the default share, on for 8 with twice the
     share (f G s epsilon does not depend on epsilon). 300 heavy units spread 800 rows over 32 groups
     (about 25 rows a pair, at most about 45): per k the cap chosen keeps nearly all their
@@ -941,7 +941,7 @@ def test_the_row_cap_is_read_per_k_where_its_target_stands_clear_of_the_noise(
     def spy(auto_plan: Any, plan: object, profile: object, *args: object,
             **options: Any) -> object:
         epsilon = auto_plan.epsilons["max_partitions+max_rows_per_partition"]
-        switched.append(auto_joint._per_k_rows(auto_plan, auto_joint.ROW_FACTOR, epsilon,
+        switched.append(auto_joint.per_k_rows(auto_plan, auto_joint.ROW_FACTOR, epsilon,
                                                 auto_plan.partitions))
         return real(auto_plan, plan, profile, *args, **options)  # type: ignore[arg-type]
 
@@ -987,7 +987,7 @@ def test_under_gaussian_noise_the_switch_reads_the_largest_partition_cap(
     def spy(auto_plan: Any, plan: object, profile: object, *args: object,
             **options: Any) -> object:
         epsilon = auto_plan.epsilons["max_partitions+max_rows_per_partition"]
-        switched.append(tuple(auto_joint._per_k_rows(  # type: ignore[arg-type]
+        switched.append(tuple(auto_joint.per_k_rows(  # type: ignore[arg-type]
             auto_plan, auto_joint.ROW_FACTOR, epsilon, k) for k in (auto_plan.partitions, 1)))
         return real(auto_plan, plan, profile, *args, **options)  # type: ignore[arg-type]
 
@@ -1055,14 +1055,14 @@ def test_the_joint_choice_stays_within_the_proven_candidates(
     restricted = tuple((k, 1 + (7 * i) % 20) for i, k in enumerate(ks) if i != 1)
     allowed = {k: set(ROW_CANDIDATES[:n]) for k, n in restricted}
     for seed in range(200):
-        k, r, _ = auto_joint._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
+        k, r, _ = auto_joint.choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
                                             SeededRandom(seed), restricted)
         assert k in allowed and r in allowed[k], (k, r)
     everything = tuple((k, len(ROW_CANDIDATES)) for k in ks)
     for seed in range(20):
-        assert auto_joint._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
+        assert auto_joint.choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
                                          SeededRandom(seed), everything) == \
-            auto_joint._choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
+            auto_joint.choose_joint(auto_plan, plan, stats,  # type: ignore[arg-type]
                                       SeededRandom(seed))
 
 
@@ -1995,13 +1995,13 @@ def test_a_partition_cap_chosen_alone_ramps_gently(monkeypatch: pytest.MonkeyPat
             unit += 1
     frame = pd.DataFrame({"u": units, "g": groups})
     scores: list[np.ndarray] = []
-    real = auto_joint._release
+    real = auto_joint.release_index
 
     def record(values: Any, *args: Any, **kwargs: Any) -> int:
         scores.append(np.asarray(values, dtype=float))
         return real(values, *args, **kwargs)
 
-    monkeypatch.setattr(auto_joint, "_release", record)
+    monkeypatch.setattr(auto_joint, "release_index", record)
     curator = per_group(frame, privacy_unit="u", budget=dp.PureDP(10.0),
                         source=SeededRandom(0))
     curator.sql("SELECT g, COUNT(DISTINCT u) AS n FROM data GROUP BY g", epsilon=0.3,
@@ -2028,13 +2028,13 @@ def test_a_partition_cap_chosen_alone_keeps_the_steep_ramp_with_private_keys(
             groups.append(str(key))
     frame = pd.DataFrame({"u": units, "g": groups})
     seen: list[tuple[np.ndarray, float]] = []
-    real = auto_joint._release
+    real = auto_joint.release_index
 
     def record(values: Any, epsilon: float, *args: Any, **kwargs: Any) -> int:
         seen.append((np.asarray(values, dtype=float), epsilon))
         return real(values, epsilon, *args, **kwargs)
 
-    monkeypatch.setattr(auto_joint, "_release", record)
+    monkeypatch.setattr(auto_joint, "release_index", record)
     curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.ApproxDP(10.0, 1e-5),
                                      source=SeededRandom(0), cache=False)
     curator.sql("SELECT g, COUNT(DISTINCT u) AS n FROM data GROUP BY g", epsilon=0.1,

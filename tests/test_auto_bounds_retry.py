@@ -583,7 +583,7 @@ def test_a_collapsed_clamp_is_set_aside_and_a_sound_one_is_kept(
     bound with probability e^-3 / 2, about 2.5% (seed 0 draws that: 76 against 65)."""
     frame = pd.DataFrame({"u": np.arange(3000), "x": np.linspace(0.01, 5.0, 3000)})
     sql = "SELECT AVG(x) AS m FROM data"
-    monkeypatch.setattr(_auto_bounds, "_choose_joint", _joint_at(_auto_plan.MAGNITUDES[0]))
+    monkeypatch.setattr(_auto_bounds, "choose_joint", _joint_at(_auto_plan.MAGNITUDES[0]))
     for seed in range(1, 4):
         curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100.0),
                                          source=SeededRandom(seed), cache=False)
@@ -599,7 +599,7 @@ def test_a_collapsed_clamp_is_set_aside_and_a_sound_one_is_kept(
                    for w in release.warnings), release.warnings
         low, high = release.interval("m", 1 - 1e-7)
         assert low[0] <= 2.5 <= high[0]  # the widest clamps' interval holds the truth
-    monkeypatch.setattr(_auto_bounds, "_choose_joint", _joint_at(8.0))
+    monkeypatch.setattr(_auto_bounds, "choose_joint", _joint_at(8.0))
     for seed in range(3):
         curator = dp.Curator.from_pandas(frame, privacy_unit="u", budget=dp.PureDP(100.0),
                                          source=SeededRandom(seed), cache=False)
@@ -664,7 +664,7 @@ def test_the_kept_count_passes_the_audit_and_a_noiseless_count_is_caught(
     1e-6; 320 releases."""
     from dpcurator.audit import audit_epsilon
 
-    monkeypatch.setattr(_auto_bounds, "_choose_joint", _joint_at(4.0))
+    monkeypatch.setattr(_auto_bounds, "choose_joint", _joint_at(4.0))
     probe = dp.Curator.from_pandas(_kept_frame(1000), privacy_unit="u", budget=dp.PureDP(1e9),
                                    cache=False)
     compiled = probe.prepare(probe.resolve(probe.parse(

@@ -73,8 +73,8 @@ from ._auto_joint import MEAN_CAP_FACTOR, MEAN_ROW_FACTOR, ROW_FACTOR_VALUES
 from ._auto_plan import MAGNITUDES, ROW_CANDIDATES, TAIL, VALUES, AutoPlan, FloatArray
 from ._profile import ROW_OCTAVES, Profile
 
-__all__ = ["Aim", "draw_aim", "factors_from", "tail_histogram", "tail_multipliers", "value_factors",
-           "value_histogram"]
+__all__ = ["Aim", "aimed_at", "draw_aim", "factors_from", "tail_histogram", "tail_multipliers",
+           "tail_said", "value_factors", "value_histogram"]
 
 #: A sum's row cap aims at f(M) G s k^a (per k, over k), f(M) = M / (the mean of min(mu, M)
 #: over the pairs that cut rows, mu a pair's mean |x|), from a noisy histogram of the pairs
@@ -233,7 +233,7 @@ def _mean_factors(heavy: FloatArray, light: FloatArray) -> FloatArray | None:
                               VALUES_MOST * MEAN_CAP_FACTOR), dtype=np.float64)
 
 
-def _aimed_at(auto_plan: AutoPlan, factors: FloatArray | None, magnitude: int | None,
+def aimed_at(auto_plan: AutoPlan, factors: FloatArray | None, magnitude: int | None,
               r: int) -> str:
     """What the release says of how the row cap was aimed (``value_factors``): the factor at
     the magnitude index and row cap chosen (a sum's factors are per magnitude, a mean's per
@@ -310,7 +310,7 @@ def tail_multipliers(histogram: FloatArray) -> FloatArray | None:
     return np.asarray(1.0 / np.sqrt(rho), dtype=np.float64)
 
 
-def _tail_said(tail: FloatArray | None, r: int) -> str:
+def tail_said(tail: FloatArray | None, r: int) -> str:
     """What the release says of the tail's multiplier at the row cap chosen."""
     if tail is None:
         return ("no bin of the pairs' rows stood above the histogram's noise: the row cap "

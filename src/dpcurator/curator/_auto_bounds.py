@@ -38,7 +38,7 @@ from dpcurator.query.plan import (
     Plan,
 )
 
-from ._auto_aims import Aim, _aimed_at, _tail_said, draw_aim
+from ._auto_aims import Aim, aimed_at, draw_aim, tail_said
 from ._auto_ends import (
     FLOOR_STEPS,
     SIGNS,
@@ -53,10 +53,10 @@ from ._auto_joint import (
     CAP,
     MAGNITUDE_BEYOND,
     MAGNITUDE_LAMBDA,
-    _choose_joint,
-    _penalties,
-    _release,
+    choose_joint,
     magnitude_cap,
+    ramp_penalties,
+    release_index,
 )
 from ._auto_plan import (
     KEPT,
@@ -77,7 +77,7 @@ from ._auto_thin import (
     thin_rule,
     widest_caps,
 )
-from ._auto_units import _with_outer
+from ._auto_units import with_outer
 from ._profile import Profile
 
 __all__ = ["choose_bounds", "chosen_again"]
@@ -92,7 +92,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
                   aim: Aim | None = None) -> tuple[Plan, dict[str, Any]]:
     """The plan with its bounds chosen from ``profile`` (the engine's rows for a
     ``BoundedQuery.profile`` of ``columns``, or their ``Profile``), and what the release says
-    about them; the caps among those ``rows_for`` allows (``_choose_joint``).
+    about them; the caps among those ``rows_for`` allows (``choose_joint``).
     ``defer_unit_caps`` (``defers_unit_caps``): ``bounding="unit"``'s caps are left at the
     widest (``widest_unit_caps``), to be chosen once the keys are selected
     (``choose_unit_caps``). ``again``: the choice made again (``plan_retry``;
@@ -103,7 +103,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
     eps = auto_plan.epsilons
     chosen: dict[str, Any] = {}
     if auto.choices == 0:
-        return _with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source,
+        return with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source,
                            defer_unit_caps)
     if aim is None:  # the row cap's factor per magnitude, from its own noisy histogram
         aim = draw_aim(auto_plan, stats, source)
@@ -111,15 +111,15 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
         raise InternalError("a row cap aimed by a histogram that was not drawn; this is a bug")
     factors = aim.factors if aim is not None else None
     tail = aim.tail if aim is not None else None
-    k, r, first = _choose_joint(auto_plan, plan, stats, source, rows_for, factors, tail=tail)
+    k, r, first = choose_joint(auto_plan, plan, stats, source, rows_for, factors, tail=tail)
     if aim is not None and values_choice(plan):
-        chosen["value_factors"] = _aimed_at(auto_plan, factors, first, r)
+        chosen["value_factors"] = aimed_at(auto_plan, factors, first, r)
     if TAIL in eps or (aim is not None and tail is not None):
-        chosen["row_tail"] = _tail_said(tail, r)
+        chosen["row_tail"] = tail_said(tail, r)
     # the signs: [0, M] costs the negative values, [-M, 0] the positive ones, [-M, M] a
     # fixed price (twice the width: twice the noise of a mean); adding a unit lowers or keeps
     # every score (monotonic). Drawn first: the thin-data count reads the sign kept
-    signs = [SIGNS[_release(*sign_scores(auto_plan, stats, index, column), source,
+    signs = [SIGNS[release_index(*sign_scores(auto_plan, stats, index, column), source,
                             monotonic=True)] for index, column in enumerate(columns)]
     # the least over the clamped columns (each moves by at most 1, so does their least): the
     # first alone let a sparse second column's clamp collapse unseen (a bug hunt found it in
@@ -149,11 +149,11 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
         else:
             choice = f"magnitude:{column}"
             cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
-            penalties = _penalties(stats.magnitudes(index, magnitude_cap(r)),
+            penalties = ramp_penalties(stats.magnitudes(index, magnitude_cap(r)),
                                    MAGNITUDES,
                                    [rate] * len(MAGNITUDES), cap, eps[choice],
                                    MAGNITUDE_LAMBDA, beyond=MAGNITUDE_BEYOND)
-            chosen_index = _release(-penalties, eps[choice], source)
+            chosen_index = release_index(-penalties, eps[choice], source)
         indexes.append(chosen_index)
         magnitude = MAGNITUDES[chosen_index]
         lo, hi = signs[index][0] * magnitude, signs[index][1] * magnitude
@@ -227,7 +227,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
                         "(Amin et al. 2019's bias-variance rule, penalties ramping above it); "
                         "epsilons " +
                         ", ".join(f"{name} {value:.3g}" for name, value in eps.items()))
-    return _with_outer(auto_plan, final, chosen, stats, source, defer_unit_caps)
+    return with_outer(auto_plan, final, chosen, stats, source, defer_unit_caps)
 
 
 def chosen_again(first: AutoPlan, retry: AutoPlan, before: dict[str, Any],

@@ -67,7 +67,7 @@ import numpy as np
 
 from dpcurator.noise import RandomSource
 
-from ._auto_joint import CAP, _penalties, _release, magnitude_cap
+from ._auto_joint import CAP, magnitude_cap, ramp_penalties, release_index
 from ._auto_plan import MAGNITUDES, AutoPlan, FloatArray
 from ._profile import Profile
 
@@ -127,7 +127,7 @@ def floor_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, m
 
     The candidates are the magnitudes up to ``FLOOR_STEPS`` steps below M, then 0, in
     increasing order of the clamp's width W = M - L; the penalties are those of the module
-    docstring (``_penalties``) over the widths, the statistic the values each floor raises
+    docstring (``ramp_penalties``) over the widths, the statistic the values each floor raises
     (``Profile.raised`` at the row cap ``magnitude_cap(r)``: it grows as L rises, as the
     magnitude's shrinks as M rises), the target the magnitude's (G s k^a: a mean's noise
     grows with W as a sum's with M), the ramp ``FLOOR_LAMBDA`` per octave of width above the
@@ -142,7 +142,7 @@ def floor_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, m
     series = [raised[j] for j in steps] + [0.0]  # the last's statistic is never read
     cap = CAP * auto_plan.floor(choice, len(floors))
     epsilon = auto_plan.epsilons[choice]
-    penalties = _penalties(series, widths, auto_plan.target(k, per_partition=False), cap,
+    penalties = ramp_penalties(series, widths, auto_plan.target(k, per_partition=False), cap,
                            epsilon, FLOOR_LAMBDA)
     return -penalties, floors, epsilon
 
@@ -154,7 +154,7 @@ def end_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, mag
 
     The candidates are [-L, M] and [-M, L] for L among 0 and the magnitudes up to
     ``FLOOR_STEPS`` steps below M, and [-M, M]: one side's end brought in. Each side is a
-    chain of the penalties of the module docstring (``_penalties``) over the widths M + L,
+    chain of the penalties of the module docstring (``ramp_penalties``) over the widths M + L,
     increasing, ending at [-M, M]: the statistic the values of that side beyond L (what the
     end cuts; ``Profile.side_magnitudes`` at the row cap ``magnitude_cap(r)``), the target
     the magnitude's (G s k^a: a mean's noise grows with the width), the ramp ``FLOOR_LAMBDA``
@@ -173,7 +173,7 @@ def end_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, mag
     for side in (-1, 1):
         every, beyond = stats.side_magnitudes(index, magnitude_cap(r), side)
         series = [every] + [beyond[j] for j in steps] + [0.0]  # the last is never read
-        chains.append(_penalties(series, widths, target, cap, epsilon, FLOOR_LAMBDA))
+        chains.append(ramp_penalties(series, widths, target, cap, epsilon, FLOOR_LAMBDA))
     penalties = np.concatenate([chains[0][:-1], chains[1][:-1],
                                 [max(chains[0][-1], chains[1][-1])]])
     clamps = [(-e, top) for e in ends] + [(-top, e) for e in ends] + [(-top, top)]
@@ -187,7 +187,7 @@ def choose_end(auto_plan: AutoPlan, stats: Profile, index: int, column: str, mag
     width, and values mostly of one sign (a fifth negative, say) need the other end only as
     far as their own values reach."""
     scores, clamps, epsilon = end_scores(auto_plan, stats, index, column, magnitude, r, k)
-    return clamps[_release(scores, epsilon, source)]
+    return clamps[release_index(scores, epsilon, source)]
 
 
 def end_gate(auto_plan: AutoPlan, column: str) -> float:
@@ -213,4 +213,4 @@ def choose_floor(auto_plan: AutoPlan, stats: Profile, index: int, column: str,
     years 1990 to 2030 was 88x the error with the data's own range, and of heights 3x."""
     scores, floors, epsilon = floor_scores(auto_plan, stats, index, column, magnitude, side,
                                            r, k)
-    return floors[_release(scores, epsilon, source)]
+    return floors[release_index(scores, epsilon, source)]

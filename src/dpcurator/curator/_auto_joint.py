@@ -22,7 +22,7 @@ units of the statistics below, are (``AutoPlan.target``):
 - a column's magnitude M: t = G s k^a units' worth of values beyond M (a unit's values
   weigh 1 / T below: a unit of r rows in one partition holds about r of them).
 
-With many partitions the row cap's rate is read per k (``_per_k_rows``): each pair weighs 1
+With many partitions the row cap's rate is read per k (``per_k_rows``): each pair weighs 1
 / max(P, k), the rows the cap k keeps of it (min(1, k / P)) over k, and the target is f G s
 k^a / k. This is Amin et al.'s point itself: the 1 / P statistic undercounts the rows that a
 unit in P > 1 partitions loses (up to min(P, k) times), and a tail of units in many
@@ -86,7 +86,7 @@ The penalties. For each candidate c_j (in increasing order, steps of 2^(1/4) for
 magnitudes, of 2 for partitions) with statistic stat_j (decreasing in j) and target t_j:
 
     p_j = max(0, stat_j - t_j, max_(i<j) h_ij - stat_i),
-    h_ij = max(t_i, min(2 F, t_i + 2 lambda log2(c_j / c_i) / epsilon))     (``_penalties``)
+    h_ij = max(t_i, min(2 F, t_i + 2 lambda log2(c_j / c_i) / epsilon))     (``ramp_penalties``)
 
 (stat_j - t_j left out for the last candidate, which has nothing above it). p_j is 0 at the
 crossing (the smallest candidate within its target) when the statistic below it grows by at
@@ -148,7 +148,7 @@ error theirs (the family's SUM, every candidate counted: median 35,598x the best
 bounds). A magnitude's penalties (and a unit's sum's cap's, ``_auto_units``) therefore go
 on rising past the cap at 2 ``MAGNITUDE_BEYOND`` / epsilon per octave, each octave e^-2
 times as likely, up to stat_0 - stat_i, the units' worth below the anchor c_i (the second
-term of ``_penalties``; sensitivity 1 still: a unit adds 0 to 1 to either statistic).
+term of ``ramp_penalties``; sensitivity 1 still: a unit adds 0 to 1 to either statistic).
 Below the data that worth is 0, so candidates counting every unit add nothing there (a
 rise from every candidate without it put the family's #42, values 90% zero with 3
 decimals, at 2^-7). The crossing's penalty can then exceed F where, more than the ramp's
@@ -188,13 +188,14 @@ from ._auto_plan import (
     ROW_CANDIDATES,
     AutoPlan,
     FloatArray,
-    _joint_parts,
-    _means,
+    joint_parts,
+    means_only,
     partition_candidates,
 )
 from ._profile import Profile
 
-__all__ = ["JointScores", "joint_scores", "magnitude_cap", "thin_floor"]
+__all__ = ["JointScores", "choose_joint", "joint_scores", "magnitude_cap", "per_k_rows",
+           "ramp_penalties", "release_index", "thin_floor"]
 
 #: Exact scores: statistics are summed exactly (``Fraction``, ``_profile``), capped at 2^36
 #: and rounded down to multiples of 2^-16 (so they and the penalties, capped at 2^35, are
@@ -260,7 +261,7 @@ ROW_LAMBDA_VALUES_PER_K = 3.0
 #: (``adult.py --exact``).
 MAGNITUDE_LAMBDA = 6.0
 #: A magnitude's penalties (and a unit's sum's cap's, ``_auto_units``) rise past the cap 2 F
-#: at this many per octave, up to the units' worth below the candidate (``_penalties``'
+#: at this many per octave, up to the units' worth below the candidate (``ramp_penalties``'
 #: ``beyond``): each octave e^-MAGNITUDE_BEYOND times as likely, where the noise's variance
 #: grows 4 times. Flat at 2 F, every magnitude on the plateau kept a chance of 1e-16 to 1e-10
 #: up to 2^50, 2^30 and more times the data's, and the expected squared error was theirs:
@@ -291,7 +292,7 @@ MEAN_CAP_FACTOR = 16.0
 MEAN_ROW_FACTOR = 8.0
 
 
-def _penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
+def ramp_penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
                targets: float | Sequence[float] | FloatArray, cap: float, epsilon: float,
                ramp: float, knee: float | None = None, far: float = 0.0,
                beyond: float = 0.0) -> FloatArray:
@@ -340,7 +341,7 @@ def _penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
 
 def _rise_beyond(stat: FloatArray, octaves: FloatArray, target: FloatArray, cap: float,
                  epsilon: float, ramp: float, beyond: float) -> FloatArray:
-    """``_penalties``' second term, max_(i<j) min(h'_ij - stat_i, stat_0 - stat_i), in
+    """``ramp_penalties``' second term, max_(i<j) min(h'_ij - stat_i, stat_0 - stat_i), in
     O(n log n) per series, for one target t per series. Past K = (cap - t)+ epsilon / (2
     ramp) octaves (the ramp's reach; within it h' is the flat cap's h), h'_ij = a_j - b_i
     with a_j = cap + 2 beyond (o_j - K) / epsilon and b_i = 2 beyond o_i / epsilon (the ramp
@@ -387,7 +388,7 @@ def _rise_beyond(stat: FloatArray, octaves: FloatArray, target: FloatArray, cap:
     return np.maximum(part, tail).reshape(stat.shape)
 
 
-def _release(scores: FloatArray | Sequence[float], epsilon: float,
+def release_index(scores: FloatArray | Sequence[float], epsilon: float,
              source: RandomSource | None, *, monotonic: bool = False) -> int:
     mechanism = PermuteAndFlip(epsilon=epsilon, sensitivity=SENSITIVITY, monotonic=monotonic,
                                source=source)
@@ -418,7 +419,7 @@ class JointScores:
         raise InternalError("the joint choice's index is out of range; this is a bug")
 
 
-def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
+def choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
                   source: RandomSource | None,
                   rows_for: Sequence[tuple[int, int]] | None = None,
                   factors: FloatArray | None = None, *, tail: FloatArray | None = None
@@ -429,21 +430,21 @@ def _choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     factor per magnitude (``value_factors``), or None for the fixed factors; ``tail`` the row
     cap's targets' multipliers (``tail_multipliers``), or None."""
     joint = joint_scores(auto_plan, plan, stats, rows_for, factors, tail=tail)
-    return joint.decode(_release(joint.scores, joint.epsilon, source))
+    return joint.decode(release_index(joint.scores, joint.epsilon, source))
 
 
 def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
                  rows_for: Sequence[tuple[int, int]] | None = None,
                  factors: FloatArray | None = None, *, tail: FloatArray | None = None
                  ) -> JointScores:
-    """The joint choice's scores (``_choose_joint``) over the allowed candidates; with
+    """The joint choice's scores (``choose_joint``) over the allowed candidates; with
     ``factors`` (``value_factors``: public, a noisy release's post-processing) a sum's row
     cap aims at factors[m] G s k^a at the magnitude m (per k, over k), not at the fixed
     ``ROW_FACTOR_VALUES`` G s k^a (``ROW_FACTOR`` G s k^a / k); with ``tail``
     (``tail_multipliers``: public too) the row cap's target at r is multiplied by tail[r]
     (the biases of the joint ramp and its reach read the targets without it)."""
     auto = auto_plan.auto
-    name = "+".join(_joint_parts(auto))
+    name = "+".join(joint_parts(auto))
     epsilon = auto_plan.epsilons[name]
     all_ks = partition_candidates(plan) if auto.max_partitions else [plan.max_partitions or 1]
     all_rs = list(ROW_CANDIDATES) if auto.max_rows_per_partition else \
@@ -456,7 +457,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     width = len(MAGNITUDES) if magnitude else 1
     cap = CAP * thin_floor(auto_plan, plan, rows_for)
     # a mean's caps cost it less bias per row they cut (``MEAN_CAP_FACTOR``)
-    means = _means(plan)
+    means = means_only(plan)
     weigh = MEAN_CAP_FACTOR if means else 1.0
     pk = np.zeros(len(ks))
     # alone (COUNT(DISTINCT)) the partition cap competes with nothing: the gentler ramp, with
@@ -466,7 +467,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
     if auto.max_partitions:
         targets = [weigh * auto_plan.target(k, per_partition=True) for k in ks]
         partition_stats = stats.partitions(ks)
-        pk = _penalties(partition_stats, ks, targets, cap, epsilon, k_ramp)
+        pk = ramp_penalties(partition_stats, ks, targets, cap, epsilon, k_ramp)
     # the magnitude's statistic per row cap (a row weighs 1 / max(T, r)): its penalties per r
     # and k (the target's rate depends on k)
     # (read at r' = ``magnitude_cap(r)``: a valid weight, 1 / max(T, r') <= 1 / T, on at most
@@ -476,7 +477,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         else {}
     values = any(not isinstance(agg, Count | CountUnits) for agg in plan.aggregates)
     factor = ROW_FACTOR_VALUES if values else ROW_FACTOR
-    per_k = _per_k_rows(auto_plan, factor, epsilon, max(ks))
+    per_k = per_k_rows(auto_plan, factor, epsilon, max(ks))
     # per k, a column's row cap is read as a count's (the module docstring)
     if per_k:
         factor = ROW_FACTOR
@@ -513,7 +514,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
             series = np.broadcast_to(kept, distinct.shape)
             if tail is not None:
                 distinct = distinct * tail[None, :len(rs)]
-            rows_by_magnitude = _penalties(series, rs, distinct, cap, epsilon,
+            rows_by_magnitude = ramp_penalties(series, rs, distinct, cap, epsilon,
                                            ramp, *knee)[where.ravel()].T
             over = np.maximum(over, kept[:, None] - targets2.T)
             targets_seen.append(float(targets2.max()))
@@ -521,12 +522,12 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
             aim = (MEAN_ROW_FACTOR if means else 1.0) * factor * rate
             stat, target = (stats.rows(rs, k), aim / k) if per_k else (row_stats[:len(rs)], aim)
             aimed = np.full(len(rs), target) if tail is None else target * tail[:len(rs)]
-            block = np.maximum(block, _penalties(stat, rs, aimed, cap, epsilon, ramp, *knee))
+            block = np.maximum(block, ramp_penalties(stat, rs, aimed, cap, epsilon, ramp, *knee))
             over = np.maximum(over, (np.asarray(stat, dtype=np.float64) - target)[:, None])
             targets_seen.append(target)
         if magnitude:
             lows = sorted({octave[r] for r in rs})
-            per = _penalties(np.array([value_stats[r] for r in lows]), MAGNITUDES, rate, cap,
+            per = ramp_penalties(np.array([value_stats[r] for r in lows]), MAGNITUDES, rate, cap,
                              epsilon, MAGNITUDE_LAMBDA, beyond=MAGNITUDE_BEYOND)
             pm = per[[lows.index(octave[r]) for r in rs]]
             if rows_by_magnitude is not None:
@@ -581,7 +582,7 @@ def _joint_ramp(bias: FloatArray, candidates: tuple[Sequence[float], ...],
     targets (``bias``, shape (k, r, magnitude), +inf where a candidate is not allowed).
     Within reach means rho_c(j) - rho_c(i) <= reach / (the coordinates that ramp) in each
     coordinate c, so the ramp summed over them stays within reach, the cap less the largest
-    target: where a coordinate's own ramp would reach its cap (``_penalties``) its own
+    target: where a coordinate's own ramp would reach its cap (``ramp_penalties``) its own
     penalty speaks, not this one.
 
     Why. The joint score is the maximum of the coordinates' penalties, so a candidate some
@@ -670,7 +671,7 @@ def magnitude_cap(r: int) -> int:
     return min(1 << (r.bit_length() - 1), MAGNITUDE_ROWS)
 
 
-def _per_k_rows(auto_plan: AutoPlan, factor: float, epsilon: float, k: int) -> bool:
+def per_k_rows(auto_plan: AutoPlan, factor: float, epsilon: float, k: int) -> bool:
     """Whether the row cap's statistic is read per k (the module docstring): where the
     target f G s k^(a-1) (f the 1 / P rule's ``factor``) is at least ``PER_K_MIN`` /
     epsilon at the largest candidate ``k`` (under Gaussian noise the smallest target, the
@@ -691,4 +692,4 @@ def thin_floor(auto_plan: AutoPlan, plan: Plan,
     rows = len(ROW_CANDIDATES) if auto.max_rows_per_partition else 1
     allowed = dict(rows_for) if rows_for is not None else {k: rows for k in ks}
     size = sum(allowed.get(k, 0) for k in ks) * (len(MAGNITUDES) if auto.columns else 1)
-    return auto_plan.floor("+".join(_joint_parts(auto)), max(size, 1))
+    return auto_plan.floor("+".join(joint_parts(auto)), max(size, 1))

@@ -67,8 +67,8 @@ from . import _privacy
 from ._privacy import PrivacyRequest
 
 __all__ = ["AutoPlan", "choice_names", "count_selects", "defers_unit_caps", "floor_columns",
-           "outer_names", "partition_candidates", "plan_auto", "plan_retry", "tail_weight",
-           "values_choice", "values_weight", "with_bounds"]
+           "joint_parts", "means_only", "outer_names", "partition_candidates", "plan_auto",
+           "plan_retry", "tail_weight", "values_choice", "values_weight", "with_bounds"]
 
 
 FloatArray = npt.NDArray[np.float64]
@@ -239,7 +239,7 @@ def _round_down(value: float) -> float:
     return math.nextafter(value, 0.0)
 
 
-def _joint_parts(auto: AutoBounds) -> list[str]:
+def joint_parts(auto: AutoBounds) -> list[str]:
     parts = [name for name in ("max_partitions", "max_rows_per_partition")
              if getattr(auto, name)]
     return parts + [f"magnitude:{column}" for column in auto.columns[:1]]
@@ -279,10 +279,10 @@ def values_choice(plan: Plan) -> bool:
     return (auto is not None and bool(auto.columns) and bool(auto.max_rows_per_partition)
             and plan.bounding != "unit" and bool(plan.aggregates)
             and (all(isinstance(agg, Sum) for agg in plan.aggregates)
-                 or _means(plan)))
+                 or means_only(plan)))
 
 
-def _means(plan: Plan) -> bool:
+def means_only(plan: Plan) -> bool:
     """Every aggregate a mean (AVG): its caps aim at ``MEAN_CAP_FACTOR`` times the targets,
     or, with the histogram of ``value_factors``, at the mean's own factors."""
     return bool(plan.aggregates) and all(isinstance(agg, Mean) for agg in plan.aggregates)
@@ -294,7 +294,7 @@ def values_weight(plan: Plan) -> float:
     sums; 0 where ``values_choice`` does not hold (no histogram)."""
     if not values_choice(plan):
         return 0.0
-    return MEAN_VALUES_WEIGHT if _means(plan) else WEIGHTS[VALUES]
+    return MEAN_VALUES_WEIGHT if means_only(plan) else WEIGHTS[VALUES]
 
 
 def tail_weight(plan: Plan) -> float:
@@ -320,7 +320,7 @@ def choice_names(auto: AutoBounds, floors: Sequence[str] = (), values: float = 0
     histogram of ``value_factors``, weighing ``values`` (on top of the share:
     ``plan_auto``); with ``tail`` (``tail_weight``) the row cap's tail histogram
     (``tail_histogram``), on top too."""
-    parts = _joint_parts(auto)
+    parts = joint_parts(auto)
     names = [(TAIL, tail)] if tail else []
     names += [(VALUES, values)] if values else []
     names += [("+".join(parts), sum(WEIGHTS[part.split(":")[0]] for part in parts))]
@@ -442,7 +442,7 @@ def plan_auto(plan: Plan, request: PrivacyRequest, outer: float | None = None,
     tail_share = share * remaining * tail / sum(weights) if tail else 0.0
     return AutoPlan(auto, epsilons, rest, partitions, noise, exponent, spent,
                     outer or 0.0, share=share * remaining, values_share=values_share,
-                    means=aimed > 0.0 and _means(plan), kept_share=kept_share,
+                    means=aimed > 0.0 and means_only(plan), kept_share=kept_share,
                     tail_share=tail_share), events
 
 

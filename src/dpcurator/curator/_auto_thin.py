@@ -62,8 +62,8 @@ from ._auto_joint import (
     MEAN_ROW_FACTOR,
     ROW_FACTOR,
     ROW_FACTOR_VALUES,
-    _per_k_rows,
     magnitude_cap,
+    per_k_rows,
     thin_floor,
 )
 from ._auto_plan import (
@@ -72,16 +72,16 @@ from ._auto_plan import (
     UNITS,
     WIDEST_CLAMPS,
     AutoPlan,
-    _joint_parts,
-    _means,
+    joint_parts,
+    means_only,
     partition_candidates,
 )
 from ._profile import Profile
 
 __all__ = ["caps_cut_bound", "caps_statistic", "caps_target", "caps_thin_rule",
-           "caps_thin_threshold", "kept_bound", "kept_check", "kept_statistic", "needs_retry",
-           "noisy_count",
-           "thin_rule", "thin_threshold", "widest_caps"]
+           "caps_thin_threshold", "count_threshold", "kept_bound", "kept_check",
+           "kept_statistic", "needs_retry", "noisy_count", "thin_rule", "thin_threshold",
+           "widest_caps"]
 
 #: The data is too thin to choose a clamp from when a noisy count of its units is below
 #: THIN times the joint choice's floor F (every unit within F of the best score: the scores
@@ -127,11 +127,11 @@ def thin_threshold(auto_plan: AutoPlan, plan: Plan,
     near 1e-6 on values of 40 to 60, and answered about zero with a tight interval (12 of 20
     releases). Above t the lowest magnitudes pay N - t, and at t + F / 2 each is at most (beta
     / C)^(1/2) times as likely as the data's, the first term's margin."""
-    return _threshold(thin_floor(auto_plan, plan, rows_for),
+    return count_threshold(thin_floor(auto_plan, plan, rows_for),
                       auto_plan.target(k, per_partition=False))
 
 
-def _threshold(floor: float, target: float) -> float:
+def count_threshold(floor: float, target: float) -> float:
     """The thin-data rule's threshold for a choice of floor F and target t
     (``thin_threshold``): max(``THIN`` F + t / 2, t + ``THIN_ABOVE_TARGET`` F)."""
     return max(THIN * floor + target / 2.0, target + THIN_ABOVE_TARGET * floor)
@@ -258,15 +258,15 @@ def caps_target(auto_plan: AutoPlan, plan: Plan, k: int) -> float:
     auto = auto_plan.auto
     targets = [0.0]
     if auto.max_partitions:
-        weigh = MEAN_CAP_FACTOR if _means(plan) else 1.0
+        weigh = MEAN_CAP_FACTOR if means_only(plan) else 1.0
         targets.append(weigh * auto_plan.target(k, per_partition=True))
     if auto.max_rows_per_partition:
         values = any(not isinstance(agg, Count | CountUnits) for agg in plan.aggregates)
         factor = ROW_FACTOR_VALUES if values else ROW_FACTOR
-        name = "+".join(_joint_parts(auto))
+        name = "+".join(joint_parts(auto))
         ks = partition_candidates(plan) if auto.max_partitions else [plan.max_partitions or 1]
-        per_k = _per_k_rows(auto_plan, factor, auto_plan.epsilons[name], max(ks))
-        aim = (MEAN_ROW_FACTOR if _means(plan) else 1.0) * \
+        per_k = per_k_rows(auto_plan, factor, auto_plan.epsilons[name], max(ks))
+        aim = (MEAN_ROW_FACTOR if means_only(plan) else 1.0) * \
             (ROW_FACTOR if per_k else factor) * auto_plan.target(k, per_partition=False)
         targets.append(aim / k if per_k else aim)
     return max(targets)
@@ -278,7 +278,7 @@ def caps_thin_threshold(auto_plan: AutoPlan, plan: Plan,
     widest (``caps_thin_rule``): ``THIN`` F plus half the caps' target t at ``k``
     (``caps_target``), and at least t plus ``THIN_ABOVE_TARGET`` F, as the clamps'
     (``thin_threshold``). Public numbers only."""
-    return _threshold(thin_floor(auto_plan, plan, rows_for), caps_target(auto_plan, plan, k))
+    return count_threshold(thin_floor(auto_plan, plan, rows_for), caps_target(auto_plan, plan, k))
 
 
 def widest_caps(plan: Plan, rows_for: Sequence[tuple[int, int]] | None) -> tuple[int, int]:

@@ -28,7 +28,7 @@ from dpcurator.query.plan import (
     Sum,
 )
 
-from ._auto_joint import CAP, LAMBDA, MAGNITUDE_BEYOND, ROW_FACTOR, _penalties, _release
+from ._auto_joint import CAP, LAMBDA, MAGNITUDE_BEYOND, ROW_FACTOR, ramp_penalties, release_index
 from ._auto_plan import (
     MAGNITUDES,
     OUTER,
@@ -38,13 +38,14 @@ from ._auto_plan import (
     AutoPlan,
     outer_names,
 )
-from ._auto_thin import THIN_WARN, _threshold, noisy_count
+from ._auto_thin import THIN_WARN, count_threshold, noisy_count
 from ._profile import Profile
 from ._total import inner_unit_rows, inner_unit_sum
 
 __all__ = ["choose_outer", "choose_outer_sum", "choose_unit_caps", "choose_unit_rows",
            "choose_unit_sum", "unit_row_scores", "unit_rows_threshold", "unit_sum_scores",
-           "unit_thin", "unit_thin_statistic", "unit_thin_threshold", "widest_unit_caps"]
+           "unit_thin", "unit_thin_statistic", "unit_thin_threshold", "widest_unit_caps",
+           "with_outer"]
 
 #: ``bounding="unit"``'s cap on a unit's rows in all ramps at 2.5 per octave, not ``LAMBDA``:
 #: its one choice (eight steps an octave) has no joint partner, and with 4 a tail of a few
@@ -126,21 +127,21 @@ def _outer_index(stats: Sequence[float], octaves: npt.NDArray[np.float64], epsil
     the candidates from ``first`` on (an index into all of them)."""
     prior = OUTER_PRIOR * (octaves - octaves[0]) / epsilon
     scores = -(np.asarray(stats, dtype=np.float64) + prior)
-    return first + _release(scores[first:], epsilon, source, monotonic=True)
+    return first + release_index(scores[first:], epsilon, source, monotonic=True)
 
 
 def choose_unit_rows(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
                      ) -> int:
     """``bounding="unit"``'s cap M on a unit's rows in all: permute-and-flip over
     ``UNIT_ROW_CANDIDATES`` (eight steps an octave) with the penalties of the module
-    docstring (``_penalties``, ramp ``UNIT_ROW_LAMBDA``, capped at ``CAP`` times the floor),
+    docstring (``ramp_penalties``, ramp ``UNIT_ROW_LAMBDA``, capped at ``CAP`` times the floor),
     the statistic U(M) the units with more than M rows (``Profile.unit_rows``, exact on the
     grid), the target ``ROW_FACTOR`` G s: Amin et al.'s point, where the rows the cap
     removes per unit of M (the U(M) units beyond it lose one each) meet the noise's rate (G
     partitions, each with noise of standard deviation s M). One unit moves U by at most 1,
     so each penalty too."""
     scores, epsilon = unit_row_scores(auto_plan, stats)
-    return int(UNIT_ROW_CANDIDATES[_release(scores, epsilon, source)])
+    return int(UNIT_ROW_CANDIDATES[release_index(scores, epsilon, source)])
 
 
 def unit_row_scores(auto_plan: AutoPlan, stats: Profile
@@ -152,7 +153,7 @@ def unit_row_scores(auto_plan: AutoPlan, stats: Profile
     caps = UNIT_ROW_CANDIDATES
     target = ROW_FACTOR * auto_plan.target(1, per_partition=False)
     cap = CAP * auto_plan.floor(OUTER, len(caps))
-    penalties = _penalties(stats.unit_rows(caps), caps, target, cap, epsilon, UNIT_ROW_LAMBDA)
+    penalties = ramp_penalties(stats.unit_rows(caps), caps, target, cap, epsilon, UNIT_ROW_LAMBDA)
     return -penalties, epsilon
 
 
@@ -165,7 +166,7 @@ def choose_unit_sum(auto_plan: AutoPlan, stats: Profile, column: int, name: str,
     (``dpcurator.query.bounding``), losing at least half of its sum, more than the linear
     loss Amin et al.'s rule assumes, so V aims higher than M does."""
     scores, epsilon = unit_sum_scores(auto_plan, stats, column, name)
-    return float(MAGNITUDES[_release(scores, epsilon, source)])
+    return float(MAGNITUDES[release_index(scores, epsilon, source)])
 
 
 def unit_sum_scores(auto_plan: AutoPlan, stats: Profile, column: int, name: str
@@ -178,7 +179,7 @@ def unit_sum_scores(auto_plan: AutoPlan, stats: Profile, column: int, name: str
     epsilon = auto_plan.epsilons[choice]
     target = UNIT_SUM_FACTOR * auto_plan.target(1, per_partition=False)
     cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
-    penalties = _penalties(stats.unit_sums(column), MAGNITUDES, target, cap, epsilon, LAMBDA,
+    penalties = ramp_penalties(stats.unit_sums(column), MAGNITUDES, target, cap, epsilon, LAMBDA,
                            beyond=MAGNITUDE_BEYOND)
     return -penalties, epsilon
 
@@ -191,7 +192,7 @@ def unit_thin_threshold(auto_plan: AutoPlan) -> tuple[float, float]:
     if name is None:
         return unit_rows_threshold(auto_plan), auto_plan.floor(OUTER, len(UNIT_ROW_CANDIDATES))
     floor = auto_plan.floor(name, len(MAGNITUDES))
-    return _threshold(floor, UNIT_SUM_FACTOR * auto_plan.target(1, per_partition=False)), floor
+    return count_threshold(floor, UNIT_SUM_FACTOR * auto_plan.target(1, per_partition=False)), floor
 
 
 def unit_rows_threshold(auto_plan: AutoPlan) -> float:
@@ -201,7 +202,7 @@ def unit_rows_threshold(auto_plan: AutoPlan) -> float:
     rows at epsilon 0.3: M of 1 to 12, a count of 296 to 3,600 against 3,000 with an
     interval about the capped count). Public numbers only; ``unit_thin``'s count checks it."""
     floor = auto_plan.floor(OUTER, len(UNIT_ROW_CANDIDATES))
-    return _threshold(floor, ROW_FACTOR * auto_plan.target(1, per_partition=False))
+    return count_threshold(floor, ROW_FACTOR * auto_plan.target(1, per_partition=False))
 
 
 def unit_thin(auto_plan: AutoPlan, stats: Profile, source: RandomSource | None
@@ -378,7 +379,7 @@ def choose_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any],
     return plan, chosen
 
 
-def _with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
+def with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
                 source: RandomSource | None, defer_unit_caps: bool = False
                 ) -> tuple[Plan, dict[str, Any]]:
     """The plan with a total interval's outer cap chosen, when asked (``choose_outer``), or
