@@ -769,7 +769,7 @@ def test_the_penalties_rise_past_the_cap_up_to_the_units_below() -> None:
         stats = [units if c < 5 else 0.0 for c in caps]
         flat = ramp_penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA)
         risen = ramp_penalties(stats, caps, [target] * len(caps), cap, epsilon, LAMBDA,
-                           beyond=beyond)
+                               beyond=beyond)
         assert risen[five] == 0.0 and np.array_equal(risen[:five], flat[:five])
         expected = np.minimum(np.minimum(target + 2 * LAMBDA * octaves / epsilon,
                                          cap + 2 * beyond * np.maximum(octaves - reach, 0.0)
@@ -826,12 +826,12 @@ def test_the_rise_past_the_cap_is_its_definition_term_by_term() -> None:
         # several series at once (the joint choice's, one per row cap read), each its own
         other = stat[::-1].copy() * 0.3  # rising: a series no statistic gives, all the same
         both = ramp_penalties(np.stack([stat, np.sort(other)[::-1]]), candidates,
-                          np.array([[target], [2.0 * target]]), cap, epsilon, ramp,
-                          beyond=beyond)
+                              np.array([[target], [2.0 * target]]), cap, epsilon, ramp,
+                              beyond=beyond)
         assert np.array_equal(both[0], got)
         assert np.array_equal(both[1], ramp_penalties(np.sort(other)[::-1], candidates,
-                                                  2.0 * target, cap, epsilon, ramp,
-                                                  beyond=beyond))
+                                                      2.0 * target, cap, epsilon, ramp,
+                                                      beyond=beyond))
 
 
 def test_the_range_minima_are_the_windows_minima() -> None:
@@ -882,7 +882,7 @@ def test_the_per_k_row_ramp_steepens_past_its_knee_and_leaves_the_crossing() -> 
     target, cap, epsilon = 10.0, 5000.0, 0.1
     plain = ramp_penalties(stats, caps, [target] * len(caps), cap, epsilon, ROW_LAMBDA_COUNTS)
     kneed = ramp_penalties(stats, caps, [target] * len(caps), cap, epsilon, ROW_LAMBDA_COUNTS,
-                       ROW_KNEE, ROW_FAR_LAMBDA)
+                           ROW_KNEE, ROW_FAR_LAMBDA)
     five = caps.index(5)
     octaves = np.log2(np.array(caps, dtype=float) / 5)
     near = octaves <= ROW_KNEE

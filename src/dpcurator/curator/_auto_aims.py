@@ -234,7 +234,7 @@ def _mean_factors(heavy: FloatArray, light: FloatArray) -> FloatArray | None:
 
 
 def aimed_at(auto_plan: AutoPlan, factors: FloatArray | None, magnitude: int | None,
-              r: int) -> str:
+             r: int) -> str:
     """What the release says of how the row cap was aimed (``value_factors``): the factor at
     the magnitude index and row cap chosen (a sum's factors are per magnitude, a mean's per
     magnitude and row cap), or that the histogram was empty."""

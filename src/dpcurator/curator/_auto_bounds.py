@@ -104,7 +104,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
     chosen: dict[str, Any] = {}
     if auto.choices == 0:
         return with_outer(auto_plan, plan.replace(auto=None), chosen, stats, source,
-                           defer_unit_caps)
+                          defer_unit_caps)
     if aim is None:  # the row cap's factor per magnitude, from its own noisy histogram
         aim = draw_aim(auto_plan, stats, source)
     if aim is None and values_choice(plan):
@@ -120,7 +120,7 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
     # fixed price (twice the width: twice the noise of a mean); adding a unit lowers or keeps
     # every score (monotonic). Drawn first: the thin-data count reads the sign kept
     signs = [SIGNS[release_index(*sign_scores(auto_plan, stats, index, column), source,
-                            monotonic=True)] for index, column in enumerate(columns)]
+                                 monotonic=True)] for index, column in enumerate(columns)]
     # the least over the clamped columns (each moves by at most 1, so does their least): the
     # first alone let a sparse second column's clamp collapse unseen (a bug hunt found it in
     # the caps on each unit's total: ``unit_thin``)
@@ -150,9 +150,9 @@ def choose_bounds(auto_plan: AutoPlan, plan: Plan,
             choice = f"magnitude:{column}"
             cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
             penalties = ramp_penalties(stats.magnitudes(index, magnitude_cap(r)),
-                                   MAGNITUDES,
-                                   [rate] * len(MAGNITUDES), cap, eps[choice],
-                                   MAGNITUDE_LAMBDA, beyond=MAGNITUDE_BEYOND)
+                                       MAGNITUDES,
+                                       [rate] * len(MAGNITUDES), cap, eps[choice],
+                                       MAGNITUDE_LAMBDA, beyond=MAGNITUDE_BEYOND)
             chosen_index = release_index(-penalties, eps[choice], source)
         indexes.append(chosen_index)
         magnitude = MAGNITUDES[chosen_index]

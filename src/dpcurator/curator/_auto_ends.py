@@ -143,7 +143,7 @@ def floor_scores(auto_plan: AutoPlan, stats: Profile, index: int, column: str, m
     cap = CAP * auto_plan.floor(choice, len(floors))
     epsilon = auto_plan.epsilons[choice]
     penalties = ramp_penalties(series, widths, auto_plan.target(k, per_partition=False), cap,
-                           epsilon, FLOOR_LAMBDA)
+                               epsilon, FLOOR_LAMBDA)
     return -penalties, floors, epsilon
 
 

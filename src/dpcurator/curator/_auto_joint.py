@@ -293,9 +293,9 @@ MEAN_ROW_FACTOR = 8.0
 
 
 def ramp_penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[float],
-               targets: float | Sequence[float] | FloatArray, cap: float, epsilon: float,
-               ramp: float, knee: float | None = None, far: float = 0.0,
-               beyond: float = 0.0) -> FloatArray:
+                   targets: float | Sequence[float] | FloatArray, cap: float, epsilon: float,
+                   ramp: float, knee: float | None = None, far: float = 0.0,
+                   beyond: float = 0.0) -> FloatArray:
     """The penalties p_j of the module docstring: max(0, stat_j - t_j, max_(i<j) h_ij -
     stat_i), the first term left out at the last candidate, h_ij = t_i + 2 ``ramp``
     log2(c_j / c_i) / epsilon (``far`` instead of ``ramp`` per octave beyond ``knee``
@@ -311,9 +311,8 @@ def ramp_penalties(stats: Sequence[float] | FloatArray, candidates: Sequence[flo
     stat_i is the units' worth between c_0 and c_i: adding a unit adds its weight at c_0 less
     its weight at c_i, both within [0, 1], so the difference moves by at most 1 (and by 0 to
     1 where a unit's weight falls as c rises, as the statistics' do), and every term still
-    moves by at most 1. Below the data (stat_i = stat_0) it adds nothing;
-    above it each octave is e^-``beyond`` times as likely, up to the units' worth
-    (``MAGNITUDE_BEYOND``)."""
+    moves by at most 1. Below the data (stat_i = stat_0) it adds nothing; above it each
+    octave is e^-``beyond`` times as likely, up to the units' worth (``MAGNITUDE_BEYOND``)."""
     stat = np.asarray(stats, dtype=np.float64)
     target = np.broadcast_to(np.asarray(targets, dtype=np.float64), stat.shape)
     octaves = np.log2(np.asarray(candidates, dtype=np.float64))
@@ -389,7 +388,7 @@ def _rise_beyond(stat: FloatArray, octaves: FloatArray, target: FloatArray, cap:
 
 
 def release_index(scores: FloatArray | Sequence[float], epsilon: float,
-             source: RandomSource | None, *, monotonic: bool = False) -> int:
+                  source: RandomSource | None, *, monotonic: bool = False) -> int:
     mechanism = PermuteAndFlip(epsilon=epsilon, sensitivity=SENSITIVITY, monotonic=monotonic,
                                source=source)
     capped = np.maximum(np.asarray(scores, dtype=np.float64), -PENALTY_CAP)
@@ -420,10 +419,10 @@ class JointScores:
 
 
 def choose_joint(auto_plan: AutoPlan, plan: Plan, stats: Profile,
-                  source: RandomSource | None,
-                  rows_for: Sequence[tuple[int, int]] | None = None,
-                  factors: FloatArray | None = None, *, tail: FloatArray | None = None
-                  ) -> tuple[int, int, int | None]:
+                 source: RandomSource | None,
+                 rows_for: Sequence[tuple[int, int]] | None = None,
+                 factors: FloatArray | None = None, *, tail: FloatArray | None = None
+                 ) -> tuple[int, int, int | None]:
     """The joint choice: (k, r, the first column's magnitude index or None), over the
     candidates ``rows_for`` allows ((k, how many row candidates at k): those proven to compile
     before the charge, ``_candidates``; all of them when None); ``factors`` the row cap's
@@ -515,7 +514,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
             if tail is not None:
                 distinct = distinct * tail[None, :len(rs)]
             rows_by_magnitude = ramp_penalties(series, rs, distinct, cap, epsilon,
-                                           ramp, *knee)[where.ravel()].T
+                                               ramp, *knee)[where.ravel()].T
             over = np.maximum(over, kept[:, None] - targets2.T)
             targets_seen.append(float(targets2.max()))
         elif auto.max_rows_per_partition:
@@ -528,7 +527,7 @@ def joint_scores(auto_plan: AutoPlan, plan: Plan, stats: Profile,
         if magnitude:
             lows = sorted({octave[r] for r in rs})
             per = ramp_penalties(np.array([value_stats[r] for r in lows]), MAGNITUDES, rate, cap,
-                             epsilon, MAGNITUDE_LAMBDA, beyond=MAGNITUDE_BEYOND)
+                                 epsilon, MAGNITUDE_LAMBDA, beyond=MAGNITUDE_BEYOND)
             pm = per[[lows.index(octave[r]) for r in rs]]
             if rows_by_magnitude is not None:
                 pm = np.maximum(pm, rows_by_magnitude)

@@ -128,7 +128,7 @@ def thin_threshold(auto_plan: AutoPlan, plan: Plan,
     releases). Above t the lowest magnitudes pay N - t, and at t + F / 2 each is at most (beta
     / C)^(1/2) times as likely as the data's, the first term's margin."""
     return count_threshold(thin_floor(auto_plan, plan, rows_for),
-                      auto_plan.target(k, per_partition=False))
+                           auto_plan.target(k, per_partition=False))
 
 
 def count_threshold(floor: float, target: float) -> float:

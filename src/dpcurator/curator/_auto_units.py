@@ -180,7 +180,7 @@ def unit_sum_scores(auto_plan: AutoPlan, stats: Profile, column: int, name: str
     target = UNIT_SUM_FACTOR * auto_plan.target(1, per_partition=False)
     cap = CAP * auto_plan.floor(choice, len(MAGNITUDES))
     penalties = ramp_penalties(stats.unit_sums(column), MAGNITUDES, target, cap, epsilon, LAMBDA,
-                           beyond=MAGNITUDE_BEYOND)
+                               beyond=MAGNITUDE_BEYOND)
     return -penalties, epsilon
 
 
@@ -380,8 +380,8 @@ def choose_unit_caps(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any],
 
 
 def with_outer(auto_plan: AutoPlan, plan: Plan, chosen: dict[str, Any], stats: Profile,
-                source: RandomSource | None, defer_unit_caps: bool = False
-                ) -> tuple[Plan, dict[str, Any]]:
+               source: RandomSource | None, defer_unit_caps: bool = False
+               ) -> tuple[Plan, dict[str, Any]]:
     """The plan with a total interval's outer cap chosen, when asked (``choose_outer``), or
     ``bounding="unit"``'s caps (``_with_unit_caps``; the widest, for now, where they are
     chosen after the keys: ``defer_unit_caps``)."""
