@@ -834,6 +834,43 @@ def test_the_rise_past_the_cap_is_its_definition_term_by_term() -> None:
                                                       beyond=beyond))
 
 
+def test_the_rise_past_the_cap_keeps_its_sensitivity_in_floating_point() -> None:
+    """The rise's term a_j - (b_i + stat_i) adds and subtracts numbers up to 2^39 where
+    epsilon is tiny (b_i = 2 beyond o_i / epsilon; the term is used only where the cap is
+    below stat_0 <= 2^36, so epsilon above about 9e-10): its roundings must stay within the
+    slack the mechanisms are told (``SENSITIVITY``, 1 + 2^-12). Statistics on the profile's
+    grid (multiples of 2^-16, at most 2^36) near 2^36 below a random crossing, one unit's
+    weights added (each at most 1, falling), caps of 2^33 to 2^36 (epsilon 7e-9 to 9e-10):
+    the scores, clipped as the mechanisms clip them, move by at most ``SENSITIVITY``."""
+    from dpcurator.curator._auto_joint import (
+        CAP,
+        MAGNITUDE_BEYOND,
+        MAGNITUDE_LAMBDA,
+        PENALTY_CAP,
+        SENSITIVITY,
+        ramp_penalties,
+    )
+
+    rng = np.random.default_rng(4)
+    n = len(MAGNITUDES)
+    grid = 2.0**16
+    for epsilon in (7e-9, 2e-9, 1.2e-9, 1e-9, 9e-10):
+        cap = CAP * 2 * math.log(n / 1e-4) / epsilon
+        for _ in range(100):
+            top = float(2**36 - rng.integers(0, 2**20))
+            crossing = int(rng.integers(1, n))
+            stat = np.where(np.arange(n) < crossing,
+                            top - np.arange(n) * rng.uniform(0, 2**28), rng.uniform(0, 2**20, n))
+            stat = np.floor(np.maximum(np.sort(stat)[::-1], 0.0) * grid) / grid
+            unit = np.floor(np.sort(rng.random(n))[::-1] * grid) / grid
+            target = float(rng.uniform(0, cap))
+            scores = [np.maximum(-ramp_penalties(s, MAGNITUDES, target, cap, epsilon,
+                                                 MAGNITUDE_LAMBDA, beyond=MAGNITUDE_BEYOND),
+                                 -PENALTY_CAP)
+                      for s in (stat, np.minimum(stat + unit, 2.0**36))]
+            assert np.abs(scores[0] - scores[1]).max() <= SENSITIVITY
+
+
 def test_the_range_minima_are_the_windows_minima() -> None:
     """``_range_min``: min(values[starts[j] .. j - gap]) along an axis, +inf where empty,
     equal to a loop over the windows, exactly, on 600 random arrays (with +inf entries):

@@ -161,7 +161,11 @@ the rise stops short and the plateau beyond it is left (the family's #42 under
 Exactness. The statistics are summed exactly (fractions), capped at 2^36 and rounded down to
 multiples of 2^-16, and the penalties capped at 2^35, so that the floating-point scores move
 by at most 1 + 2^-14 between neighbours; the mechanisms are told a sensitivity of 1 + 2^-12
-(``SENSITIVITY``), never less than the scores' true one.
+(``SENSITIVITY``), never less than the scores' true one. The rise past the cap sums a
+public b_i of up to 2^39 with a statistic (only where the cap is below stat_0 <= 2^36, so
+b_i < 319 / epsilon < 2^39): two roundings of at most 2^-15 and 2^-17 on each side, 1 +
+2^-13.7 in all, within it too
+(``test_the_rise_past_the_cap_keeps_its_sensitivity_in_floating_point``).
 """
 
 from __future__ import annotations
