@@ -732,6 +732,11 @@ def test_the_joint_choice_scores_move_by_at_most_one_when_a_unit_is_added(
         change = np.abs(neighbour - scores[0])
         assert change.max() <= auto_joint.SENSITIVITY  # what the mechanism is told
         assert change.max() > 0.0
+    if epsilon == 1e3:  # here the magnitudes' rise past the cap is in the scores checked
+        monkeypatch.setattr(auto_joint, "MAGNITUDE_BEYOND", 0.0)
+        flat = auto_joint.joint_scores(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
+                                       profile_of(base), None, factors, tail=tail).scores
+        assert np.any(flat != scores[0])
 
 
 def test_the_penalties_ramp_above_a_clean_step_up_to_the_cap() -> None:

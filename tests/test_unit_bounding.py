@@ -1019,6 +1019,53 @@ def test_the_cap_on_a_units_sum_makes_far_caps_vanishing_not_merely_rare(
     assert float(np.dot(risen, caps**2)) < 1.001 * typical
 
 
+@pytest.mark.parametrize(("units", "epsilon"), [(20_000, 0.3), (1_500, 1.0)])
+def test_the_cap_on_a_units_sum_scores_move_by_at_most_one_with_the_rise(
+        monkeypatch: Any, units: int, epsilon: float) -> None:
+    """``choose_unit_sum``'s scores, the rise past the cap included (here it moves them:
+    checked against ``MAGNITUDE_BEYOND`` at 0; with 1,500 units it reaches its ceiling, the
+    units' worth, before the last candidate), from the engine's profiles of neighbouring
+    data (one unit more: a few rows, thousands of rows, values far above the rest, or all
+    zero, which moves nothing), move by at most ``SENSITIVITY``, what the mechanism is
+    told."""
+    rng = np.random.default_rng(22)
+    user = np.repeat(np.arange(units), rng.integers(1, 4, units))
+    base = pd.DataFrame({"user": user, "g": rng.choice(["a", "b", "c", "d"], user.size),
+                         "x": rng.uniform(0.0, 100.0, user.size)})
+    extra = [pd.DataFrame({"user": units, "g": "a", "x": [5.0, 7.0]}),
+             pd.DataFrame({"user": units, "g": rng.choice(["a", "b"], 3000),
+                           "x": rng.uniform(0.0, 100.0, 3000)}),
+             pd.DataFrame({"user": units, "g": "c", "x": [1e12]}),
+             pd.DataFrame({"user": units, "g": "d", "x": [0.0] * 40})]
+    seen: list[tuple[Any, Any]] = []
+    real_with = _auto_units._with_unit_caps
+
+    def spy_with(auto_plan: Any, plan: Any, chosen: Any, stats: Any, source: Any) -> Any:
+        seen.append((auto_plan, stats))
+        return real_with(auto_plan, plan, chosen, stats, source)
+
+    monkeypatch.setattr(_auto_units, "_with_unit_caps", spy_with)
+    for frame in [base] + [pd.concat([base, e], ignore_index=True) for e in extra]:
+        cur = dp.Curator.from_pandas(frame, privacy_unit="user", budget=dp.PureDP(100),
+                                     source=SeededRandom(8), cache=False)
+        cur.sql("SELECT g, SUM(x) AS s FROM data GROUP BY g", keys=list("abcd"),
+                epsilon=epsilon, bounding="unit")
+    auto_plan = seen[0][0]
+    scores = [_auto_units.unit_sum_scores(auto_plan, stats, 0, "x")[0] for _, stats in seen]
+    # the penalty at the last candidate: the ceiling, stat_0, where the rise reaches it
+    assert (scores[0][-1] == -seen[0][1].unit_sums(0)[0]) == (units == 1_500)
+    changes = [np.abs(np.maximum(neighbour, -auto_joint.PENALTY_CAP)
+                      - np.maximum(scores[0], -auto_joint.PENALTY_CAP)).max()
+               for neighbour in scores[1:]]
+    assert max(changes) <= auto_joint.SENSITIVITY
+    # each unit with a nonzero sum is seen (the test can fail); the unit of zeros adds
+    # nothing to a sum of |value|, so nothing moves
+    assert min(changes[:3]) > 0.0 and changes[3] == 0.0
+    monkeypatch.setattr(_auto_units, "MAGNITUDE_BEYOND", 0.0)
+    flat = _auto_units.unit_sum_scores(auto_plan, seen[0][1], 0, "x")[0]
+    assert np.any(flat != scores[0])  # the rise is in the scores checked
+
+
 def test_the_unit_benchmarks_answers_are_the_curators(monkeypatch: Any) -> None:
     """``benchmarks/auto_bounds_unit.UnitAnswers``, whose caps the exact measure scores,
     bounds as the curator does: at epsilon 1e7 with the caps given, the release per group
