@@ -143,9 +143,6 @@ def capture_unit(table: pd.DataFrame, shape: Shape, question: str) -> dict[str, 
     return captured
 
 
-_UNITS = "units"  # the thin-data count's choice (``_auto_plan.UNITS``)
-
-
 def _below(threshold: float, count: int, epsilon: float) -> float:
     """P[count + Z < threshold], Z discrete Laplace of parameter q = e^-epsilon."""
     q = math.exp(-epsilon)
@@ -210,7 +207,8 @@ def exact_unit(table: pd.DataFrame, shape: Shape, question: str, best: float,
             floor = ap.floor(f"{_auto_plan.OUTER_SUM}:x", len(caps))
             scores, eps = _auto_units.unit_sum_scores(ap, stats, 0, "x")
         widest = _below(threshold, _auto_units.unit_thin_statistic(ap, stats),
-                        ap.epsilons[_UNITS]) if _UNITS in ap.epsilons else 0.0
+                        ap.epsilons[_auto_plan.UNITS]) if _auto_plan.UNITS in ap.epsilons \
+            else 0.0
         law = _law(np.maximum(scores, -_auto_joint.PENALTY_CAP), eps, _auto_joint.SENSITIVITY)
         plateau = scores <= -_auto_joint.CAP * floor * (1.0 - 1e-12)
         return widest, [(float(p), caps[i], bool(plateau[i])) for i, p in enumerate(law)
