@@ -1936,6 +1936,103 @@ def test_the_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatch) -
     assert rmses[1] < 0.85 * rmses[0]
 
 
+def _second_groups_like_the_rest(seed: int) -> tuple[pd.DataFrame, list[str]]:
+    """400 heavy units of 60 rows among 19,600 light ones of 1 to 3, unit i in group i mod 8;
+    1% of the light units alternate their rows with the next group; every value uniform on
+    [0, 100], whatever its unit: a pair a partition cap of 1 cuts is like the rows kept."""
+    rng = np.random.default_rng(seed)
+    units = 20_000
+    rows = np.where(np.arange(units) < 400, 60, rng.integers(1, 4, units))
+    user = np.repeat(np.arange(units), rows)
+    second = (rng.random(units) < 0.01) & (np.arange(units) >= 400)
+    position = np.concatenate([np.arange(n) for n in rows])
+    group = (user % 8 + np.where(second[user], position % 2, 0)) % 8
+    keys = [f"g{i}" for i in range(8)]
+    return pd.DataFrame({"u": user, "g": np.array(keys)[group],
+                         "x": rng.uniform(0.0, 100.0, user.size)}), keys
+
+
+def _mean_choice(monkeypatch: pytest.MonkeyPatch, frame: pd.DataFrame, keys: list[str],
+                 seed: int) -> tuple[Any, Any, Profile, np.ndarray | None]:
+    """What the choice of AVG(x) per group at rho 0.5 is given, the exact profile, and a
+    mean's row cap factors from its exact histogram (``factors_from`` with ``means``)."""
+    captured = capture_choice_inputs(monkeypatch)
+    curator = per_group(frame, privacy_unit="u", budget=dp.ZCDP(10), source=SeededRandom(seed))
+    curator.sql("SELECT g, AVG(x) AS a FROM data GROUP BY g", rho=0.5, keys=keys)
+    stats = profile_of(frame)
+    halves = np.asarray([*stats.mean_octaves(auto_aims.VALUES_CAP),
+                         *stats.light_octaves(auto_aims.VALUES_CAP)])
+    return captured["auto_plan"], captured["plan"], stats, factors_from(halves, means=True)
+
+
+@pytest.mark.parametrize("seed", [14, 15])
+def test_a_means_partition_cap_is_aimed_by_its_row_caps_factors(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mean's partition cap aims at the larger of ``MEAN_CAP_FACTOR`` and its row cap's
+    factor (``_mean_partition_penalties``). Here about 140 light units have a second group
+    whose rows are like every other row: a cap of 1 moves no group's mean by more than a
+    fortieth of its noise's sd, and halves the noise's variance (zCDP, rho 0.5, 8 groups). At
+    the fixed factor k = 2 holds 98% to 99.9% of the joint choice's exact law; aimed by the
+    factors, k = 1 holds most of it. Deterministic: the exact law (permute-and-flip's
+    probabilities) and the factors from the exact histogram."""
+    (permute_and_flip_probabilities,) = from_benchmarks("auto_bounds",
+                                                        "permute_and_flip_probabilities")
+    (Pairs,) = from_benchmarks("auto_bounds_family", "Pairs")
+    frame, keys = _second_groups_like_the_rest(seed)
+    auto_plan, plan, stats, factors = _mean_choice(monkeypatch, frame, keys, seed)
+    assert factors is not None and 100.0 <= stats.partitions([1])[0] <= 160.0
+    p_one = []
+    for aimed in (False, True):
+        monkeypatch.setattr(auto_joint, "MEAN_K_AIMED", aimed)
+        joint = auto_joint.joint_scores(auto_plan, plan, stats, None, factors)  # type: ignore[arg-type]
+        law = permute_and_flip_probabilities(joint.scores, joint.epsilon,
+                                             auto_joint.SENSITIVITY)
+        law = law / law.sum()
+        p_one.append(sum(float(law[i]) for i in range(law.size) if joint.decode(i)[0] == 1))
+    assert p_one[0] < 0.03 and p_one[1] > 0.8
+    # and k = 1 costs the means nothing their noise would show: at a row cap of 64 and the
+    # clamp [0, 128], each group's mean moves by 0.02 (its noise's sd at k = 1: about 0.77)
+    pairs = Pairs(frame.rename(columns={"u": "user"}), 8)
+    r = np.asarray([64.0])
+    means = [pairs.answers(pairs.class_sums(0.0, 128.0), k, r)[:, 0] /
+             pairs.answers(pairs.class_sums(None, None), k, r)[:, 0] for k in (1, 2)]
+    assert np.abs(means[0] - means[1]).max() < 0.03
+
+
+def test_a_means_aimed_partition_cap_scores_move_by_at_most_one() -> None:
+    """The joint scores of a mean (AVG) whose partition cap is aimed by its row cap's
+    factors (public: here from a fixed histogram), from the engine's profiles of neighbouring
+    data: each moves by at most ``SENSITIVITY``, and the aimed targets are in the scores
+    (they differ from the fixed factor's)."""
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        captured = capture_choice_inputs(monkeypatch)
+        base = random_frame(5)
+        curator = per_group(base, privacy_unit="u", budget=dp.PureDP(1e4),
+                            source=SeededRandom(5))
+        curator.sql("SELECT g, AVG(x) AS a FROM data GROUP BY g", epsilon=1.0,
+                    keys=[f"g{i}" for i in range(8)], bounds="auto")
+        heavy, light = np.zeros(len(MEAN_OCTAVES)), np.zeros(len(MEAN_OCTAVES))
+        heavy[MEAN_OCTAVES.index(3)], light[MEAN_OCTAVES.index(3)] = 30.0, 900.0
+        factors = factors_from(np.concatenate([heavy, light]), means=True)
+        assert factors is not None and factors.max() > 10 * auto_joint.MEAN_CAP_FACTOR
+        wide = pd.DataFrame({"u": 10_001, "g": [f"g{i % 8}" for i in range(900)],
+                             "x": np.linspace(-1e4, 1e4, 900)})
+        scores = [auto_joint.joint_scores(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
+                                          profile_of(frame), None, factors).scores
+                  for frame in (base, pd.concat([base, one_unit(5, 10_000)]),
+                                pd.concat([base, wide]))]
+        for neighbour in scores[1:]:
+            change = np.abs(neighbour - scores[0])
+            assert 0.0 < change.max() <= auto_joint.SENSITIVITY
+        monkeypatch.setattr(auto_joint, "MEAN_K_AIMED", False)
+        fixed = auto_joint.joint_scores(captured["auto_plan"], captured["plan"],  # type: ignore[arg-type]
+                                        profile_of(base), None, factors).scores
+        assert np.any(fixed != scores[0])
+    finally:
+        monkeypatch.undo()
+
+
 def test_the_exact_measure_prices_a_means_floor_only_where_the_gate_opens() -> None:
     """``benchmarks/auto_bounds_family.evaluate`` drew a mean's floor wherever the clamp was
     one-sided, but ``choose_bounds`` draws one only where the thin-data rule's noisy count
