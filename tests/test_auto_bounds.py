@@ -460,9 +460,11 @@ def test_curator_defaults_builder_rho_and_private_keys() -> None:
     query = Query().group_by("g", keys=["g0", "g1", "g2", "g3"]).mean("x")
     release = curator.run(query, rho=0.5)
     chosen = release.bounds_chosen
-    # a mean's histogram (``value_factors``, ``MEAN_VALUES_WEIGHT``) on top of the share too
+    # a mean's histograms (``value_factors``, ``MEAN_VALUES_WEIGHT``, and the row cap's
+    # tail's, ``TAIL_WEIGHT``) on top of the share too
     assert chosen is not None
-    assert chosen["rho"] == pytest.approx(0.05 * (ON_TOP_MEANS + MEAN_VALUES_WEIGHT / 5.25))
+    assert chosen["rho"] == pytest.approx(
+        0.05 * (ON_TOP_MEANS + (MEAN_VALUES_WEIGHT + TAIL_WEIGHT) / 5.25))
     assert isinstance(release.privacy, dp.ZCDP)  # the events' rhos, exactly summed
     assert release.privacy.rho <= 0.5 and release.privacy.rho == pytest.approx(0.5)
     assert curator.spent.rho == pytest.approx(0.5)
@@ -1725,8 +1727,10 @@ def test_a_means_histogram_spends_its_charged_share_at_its_sensitivity(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A mean's row cap is aimed by the same kind of histogram, with the light pairs beside
     the cut ones (``value_histogram``): one Laplace release with the ``values`` epsilon and
-    the sensitivity the two halves keep together; the release costs exactly its request. An
-    AVG beside a COUNT draws none (every aggregate must be a mean)."""
+    the sensitivity the two halves keep together; the row cap's tail's histogram beside it
+    (``tail_histogram``, ``TAIL_WEIGHT`` on top of the share, drawn first); the release costs
+    exactly its request. An AVG beside a COUNT draws neither (every aggregate must be a
+    mean)."""
     drawn = spy_on_mechanism(monkeypatch, "Laplace")
     rng = np.random.default_rng(8)
     # 3,000 heavy units among 27,000 light ones: each histogram bin of the heavy pairs holds
@@ -1739,25 +1743,26 @@ def test_a_means_histogram_spends_its_charged_share_at_its_sensitivity(
                                      source=SeededRandom(6))
     release = curator.sql("SELECT g, AVG(x) AS m FROM data GROUP BY g", epsilon=2.0,
                           keys=["g0", "g1", "g2", "g3"])
-    assert len(drawn) == 1
-    epsilon, sensitivity = drawn[0]
-    assert sensitivity == VALUES_SENSITIVITY
+    assert len(drawn) == 2
+    (tail_epsilon, tail_sensitivity), (epsilon, sensitivity) = drawn
+    assert sensitivity == tail_sensitivity == VALUES_SENSITIVITY
     chosen = release.bounds_chosen
-    # the histogram's weight over the choices' 5.25 of the share, on top of it
+    # each histogram's weight over the choices' 5.25 of the share, on top of it
     assert chosen is not None
     assert chosen["values_share"] == pytest.approx(0.1 * MEAN_VALUES_WEIGHT / 5.25)
     assert epsilon == pytest.approx(2.0 * chosen["values_share"], rel=1e-9)
     assert epsilon <= 2.0 * 0.1 * MEAN_VALUES_WEIGHT / 5.25 * (1 + 1e-12)
+    assert chosen["tail_share"] == pytest.approx(0.1 * TAIL_WEIGHT / 5.25)
+    assert tail_epsilon == pytest.approx(2.0 * chosen["tail_share"], rel=1e-9)
     assert "for a mean: the clamp over the gap" in chosen["value_factors"]
     assert release.privacy == dp.PureDP(2.0) and curator.spent.epsilon == pytest.approx(2.0)
     drawn.clear()
     both = curator.sql("SELECT g, COUNT(*) AS n, AVG(x) AS m FROM data GROUP BY g",
                        epsilon=2.0, keys=["g0", "g1", "g2", "g3"])
     # a COUNT beside the mean: no histogram of values, and no tail's either (drawn for
-    # COUNT(*)s and SUMs alone: ``tail_weight``)
+    # COUNT(*)s and SUMs alone, or means alone: ``tail_weight``)
     assert drawn == []
     assert both.bounds_chosen is not None and "tail_share" not in both.bounds_chosen
-    assert "tail_share" not in chosen
 
 
 def test_the_values_histogram_spends_its_charged_share_at_its_sensitivity(
@@ -1953,12 +1958,12 @@ def _second_groups_like_the_rest(seed: int) -> tuple[pd.DataFrame, list[str]]:
 
 
 def _mean_choice(monkeypatch: pytest.MonkeyPatch, frame: pd.DataFrame, keys: list[str],
-                 seed: int) -> tuple[Any, Any, Profile, np.ndarray | None]:
-    """What the choice of AVG(x) per group at rho 0.5 is given, the exact profile, and a
+                 seed: int, rho: float = 0.5) -> tuple[Any, Any, Profile, np.ndarray | None]:
+    """What the choice of AVG(x) per group at ``rho`` is given, the exact profile, and a
     mean's row cap factors from its exact histogram (``factors_from`` with ``means``)."""
     captured = capture_choice_inputs(monkeypatch)
     curator = per_group(frame, privacy_unit="u", budget=dp.ZCDP(10), source=SeededRandom(seed))
-    curator.sql("SELECT g, AVG(x) AS a FROM data GROUP BY g", rho=0.5, keys=keys)
+    curator.sql("SELECT g, AVG(x) AS a FROM data GROUP BY g", rho=rho, keys=keys)
     stats = profile_of(frame)
     halves = np.asarray([*stats.mean_octaves(auto_aims.VALUES_CAP),
                          *stats.light_octaves(auto_aims.VALUES_CAP)])
@@ -1997,6 +2002,54 @@ def test_a_means_partition_cap_is_aimed_by_its_row_caps_factors(
     means = [pairs.answers(pairs.class_sums(0.0, 128.0), k, r)[:, 0] /
              pairs.answers(pairs.class_sums(None, None), k, r)[:, 0] for k in (1, 2)]
     assert np.abs(means[0] - means[1]).max() < 0.03
+
+
+def test_a_means_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query of means draws the row cap's tail histogram too (``tail_weight``): 400 heavy
+    units of 60 rows, their values three times the others', among 19,600 of 1 or 2 rows, 8
+    groups, AVG at rho 0.02. Every heavy pair lies far beyond the caps the mean's factors
+    aim at; the multipliers (from the exact histogram: deterministic) raise the expected
+    octave of the row cap from about 3.4 to 4.6 (the joint choice's exact law), and the
+    expected RMSE of the means (each candidate's exact bias, the noise at about the
+    release's scale over 400 seeded draws, as ``benchmarks/auto_bounds_family``'s AVG) falls
+    from about 33 to 25 (on means of about 95)."""
+    (permute_and_flip_probabilities,) = from_benchmarks("auto_bounds",
+                                                        "permute_and_flip_probabilities")
+    pairs_type, noise_type, avg_errors, sensitivity = from_benchmarks(
+        "auto_bounds_family", "Pairs", "Noise", "_avg_errors", "_sensitivity")
+    rng = np.random.default_rng(13)
+    units, heavy = 20_000, 400
+    frame, keys = heavy_and_light(
+        np.where(np.arange(units) < heavy, 60, rng.integers(1, 3, units)),
+        lambda size: rng.uniform(0.0, 100.0, size))
+    frame["x"] *= np.where(frame.u < heavy, 3.0, 1.0)
+    auto_plan, plan, stats, factors = _mean_choice(monkeypatch, frame, keys, 13, rho=0.02)
+    assert planning.TAIL in auto_plan.epsilons and factors is not None
+    pairs = pairs_type(frame.rename(columns={"u": "user"}), 8)
+    truth = pairs.truth_sum / pairs.truth_rows
+    noise = noise_type(8, 400, True, 1)
+    scale = 1.0 / math.sqrt(0.02 * 0.9)  # each half of 90% of rho: sigma per sensitivity
+    octaves, rmses = [], []
+    for tail in (None, tail_multipliers(np.asarray(stats.row_octaves()))):
+        joint = auto_joint.joint_scores(auto_plan, plan, stats, None, factors, tail=tail)  # type: ignore[arg-type]
+        law = permute_and_flip_probabilities(joint.scores, joint.epsilon,
+                                             auto_joint.SENSITIVITY)
+        law = law / law.sum()
+        octaves.append(sum(float(law[i]) * math.log2(joint.decode(i)[1])
+                           for i in range(law.size)))
+        mse = mass = 0.0
+        for i in np.flatnonzero(law > 1e-5):
+            k, r, m = joint.decode(int(i))
+            top, rs = float(planning.MAGNITUDES[m]), np.asarray([float(r)])
+            errors = avg_errors(pairs.answers(pairs.class_sums(None, None), k, rs)[:, 0],
+                                pairs.answers(pairs.class_sums(0.0, top), k, rs)[:, 0],
+                                truth, 0.0, top, scale * sensitivity(k, r, 1.0, True),
+                                scale * sensitivity(k, r, top / 2.0, True), noise,
+                                np.ones(8, dtype=bool))
+            mse, mass = mse + float(law[i]) * float(errors.mean()), mass + float(law[i])
+        rmses.append(math.sqrt(mse / mass))
+    assert octaves[1] > octaves[0] + 1.0
+    assert rmses[1] < 0.85 * rmses[0]
 
 
 def test_a_means_aimed_partition_cap_scores_move_by_at_most_one() -> None:

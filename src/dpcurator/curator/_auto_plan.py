@@ -300,12 +300,16 @@ def values_weight(plan: Plan) -> float:
 def tail_weight(plan: Plan) -> float:
     """The weight of the row cap's tail histogram (``tail_multipliers``; on top of the
     bounds' share): ``TAIL_WEIGHT`` where the row cap is chosen per partition for COUNT(*)s
-    and SUMs only (a row cut costs them the same wherever the cap stands: the argument of
-    ``tail_multipliers``; not a mean's, a variance's or a quantile's), else 0."""
+    and SUMs only, or for means only, else 0 (a variance's or a quantile's row cap keeps its
+    rule). A row cut costs a COUNT(*) or a SUM the same wherever the cap stands (the
+    argument of ``tail_multipliers``); a mean's cost per row cut is its factor's gap times
+    the light rows' share lambda(r), and to first order in lambda the least of its squared
+    error lies at the same 1 / sqrt(rho(r)) times its target."""
     auto = plan.auto
     return TAIL_WEIGHT if auto is not None and bool(auto.max_rows_per_partition) and \
         plan.bounding != "unit" and bool(plan.aggregates) and \
-        all(isinstance(agg, Count | Sum) for agg in plan.aggregates) else 0.0
+        (all(isinstance(agg, Count | Sum) for agg in plan.aggregates) or means_only(plan)) \
+        else 0.0
 
 
 def choice_names(auto: AutoBounds, floors: Sequence[str] = (), values: float = 0.0,
