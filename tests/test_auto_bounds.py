@@ -1896,6 +1896,21 @@ def test_the_tail_multipliers_follow_the_squared_errors_least() -> None:
     assert exact[2] == pytest.approx(1.0 / math.sqrt(3.0)) and exact[8] == 1.0
 
 
+def _laws_without_and_with_the_tail(auto_plan: Any, plan: Any, stats: Profile,
+                                    factors: np.ndarray | None) -> list[tuple[Any, np.ndarray]]:
+    """The joint choice's scores and exact law (normalized), without the row cap's tail
+    multipliers and with those of the exact histogram (``tail_multipliers``)."""
+    (permute_and_flip_probabilities,) = from_benchmarks("auto_bounds",
+                                                        "permute_and_flip_probabilities")
+    out = []
+    for tail in (None, tail_multipliers(np.asarray(stats.row_octaves()))):
+        joint = auto_joint.joint_scores(auto_plan, plan, stats, None, factors, tail=tail)
+        law = permute_and_flip_probabilities(joint.scores, joint.epsilon,
+                                             auto_joint.SENSITIVITY)
+        out.append((joint, law / law.sum()))
+    return out
+
+
 def test_the_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatch) -> None:
     """The joint choice's exact law with and without the tail's multipliers (from the exact
     histogram: deterministic) on 400 heavy units of 60 rows (uniform values in [0, 100])
@@ -1908,8 +1923,6 @@ def test_the_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatch) -
     (``auto_bounds.py --family``) such flat tails were the SUM misses #13 and #47 (2.1x and
     2.0x the best fixed bounds)."""
 
-    (permute_and_flip_probabilities,) = from_benchmarks("auto_bounds",
-                                                        "permute_and_flip_probabilities")
     (Pairs,) = from_benchmarks("auto_bounds_family", "Pairs")
     rng = np.random.default_rng(13)
     units, heavy = 20_000, 400
@@ -1922,11 +1935,7 @@ def test_the_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatch) -
     pairs = Pairs(frame, 8)
     truth = frame.groupby("g").x.sum().reindex(keys).to_numpy()
     octaves, rmses = [], []
-    for tail in (None, tail_multipliers(np.asarray(stats.row_octaves()))):
-        joint = auto_joint.joint_scores(auto_plan, plan, stats, None, factors, tail=tail)  # type: ignore[arg-type]
-        law = permute_and_flip_probabilities(joint.scores, joint.epsilon,
-                                             auto_joint.SENSITIVITY)
-        law = law / law.sum()
+    for joint, law in _laws_without_and_with_the_tail(auto_plan, plan, stats, factors):
         mse = 0.0
         for i in np.flatnonzero(law > 1e-9):
             k, r, m = joint.decode(int(i))
@@ -2013,8 +2022,6 @@ def test_a_means_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatc
     expected RMSE of the means (each candidate's exact bias, the noise at about the
     release's scale over 400 seeded draws, as ``benchmarks/auto_bounds_family``'s AVG) falls
     from about 33 to 25 (on means of about 95)."""
-    (permute_and_flip_probabilities,) = from_benchmarks("auto_bounds",
-                                                        "permute_and_flip_probabilities")
     pairs_type, noise_type, avg_errors, sensitivity = from_benchmarks(
         "auto_bounds_family", "Pairs", "Noise", "_avg_errors", "_sensitivity")
     rng = np.random.default_rng(13)
@@ -2030,11 +2037,7 @@ def test_a_means_row_cap_reaches_into_a_flat_tail(monkeypatch: pytest.MonkeyPatc
     noise = noise_type(8, 400, True, 1)
     scale = 1.0 / math.sqrt(0.02 * 0.9)  # each half of 90% of rho: sigma per sensitivity
     octaves, rmses = [], []
-    for tail in (None, tail_multipliers(np.asarray(stats.row_octaves()))):
-        joint = auto_joint.joint_scores(auto_plan, plan, stats, None, factors, tail=tail)  # type: ignore[arg-type]
-        law = permute_and_flip_probabilities(joint.scores, joint.epsilon,
-                                             auto_joint.SENSITIVITY)
-        law = law / law.sum()
+    for joint, law in _laws_without_and_with_the_tail(auto_plan, plan, stats, factors):
         octaves.append(sum(float(law[i]) * math.log2(joint.decode(i)[1])
                            for i in range(law.size)))
         mse = mass = 0.0
