@@ -41,29 +41,29 @@ tail: 30 to 300 rows each, where light units have 1 to 3) have rho >> 1, and the
 point leaves a bias several times the noise it saves (the family's mostly-zero SUMs #13 and
 #47: r 3 where 128 and 16 are best, about 2x the best fixed bounds). Where the row cap is
 chosen and every aggregate is a COUNT(*) or a SUM, or every one a mean (below), one more
-release comes first: the pairs by their rows' bin (1 to 8 rows each their own, then
-octaves; ``Profile.row_octaves``, each pair weighing 1 / P, L1 sensitivity 1) by the
-Laplace mechanism with weight ``TAIL_WEIGHT``
-(1/4, on top of the share), bins below ``TAIL_PRUNE`` (8) / epsilon set to 0 (none drawn
-where epsilon is so small that the noise is past the samplers' range: ``_noisy_histogram``). From
-it, per row cap, the target is multiplied by 1 / sqrt(rho(r)), rho within ``TAIL_RATIO`` [1,
-32]: it is lowered where the histogram shows the tail going on far beyond r, never raised
-(rho < 1, a tail ending just beyond the cap, would raise it; but at the histogram's epsilon
-its far bins are pruned and read as the tail's end: COUNT on the family's #3 1.06x -> 1.9x
-the best fixed bounds, #48 3.0x -> 5.4x with a phantom bin of the pruned mass).
-Post-processing, public to the joint choice, whose scores keep their sensitivity; the retry
-reads the first choice's (``Aim``). A query of means draws it too (since the twenty-ninth
-session): a mean's cost per row cut is its factor's gap times lambda(r) (``_mean_factors``),
-and to first order in lambda the least of its squared error lies at the same 1 / sqrt(rho)
-times its target. On the family (``auto_bounds.py --family --questions AVG``, with the
-partition cap aimed by the factors, ``_auto_joint._mean_partition_penalties``): within
-1.25x 32 -> 35 of 56 shapes, geometric mean 1.357x -> 1.345x (#47 1.56x -> 1.19x, #27 1.61x
--> 1.28x, #16 1.51x -> 1.20x; #44 1.39x -> 1.79x, P[>3x] 0.4% -> 2.0%; #22 1.75x -> 1.84x).
-Its epsilon is on top of the share, so one row per person pays for it and gains nothing:
-UCI Adult's AVG(age) 0.458 -> 0.461 (``adult.py --exact``), COMPAS's means 0.2% to 0.6%
-higher, one 3.3% (``compas.py``). Taken from the mean's own histogram instead (weights 3/4 and 1/4)
-it cost more than it gave (#6 2.29x -> 2.78x, #22 -> 2.16x). A variance or a quantile draws
-none. Measured below (``tail_multipliers``).
+release comes first: the pairs by their rows' bin (1 to 8 rows each their own, then octaves;
+``Profile.row_octaves``, each pair weighing 1 / P, L1 sensitivity 1) by the Laplace
+mechanism with weight ``TAIL_WEIGHT`` (1/4, on top of the share), bins below ``TAIL_PRUNE``
+(8) / epsilon set to 0 (none drawn where epsilon is so small that the noise is past the
+samplers' range: ``_noisy_histogram``). From it, per row cap, the target is multiplied by 1
+/ sqrt(rho(r)), rho within ``TAIL_RATIO`` [1, 32]: it is lowered where the histogram shows
+the tail going on far beyond r, never raised (rho < 1, a tail ending just beyond the cap,
+would raise it; but at the histogram's epsilon its far bins are pruned and read as the
+tail's end: COUNT on the family's #3 1.06x -> 1.9x the best fixed bounds, #48 3.0x -> 5.4x
+with a phantom bin of the pruned mass). Post-processing, public to the joint choice, whose
+scores keep their sensitivity; the retry reads the first choice's (``Aim``). A query of
+means draws it too (since the twenty-ninth session): a mean's cost per row cut is its
+factor's gap times lambda(r) (``_mean_factors``), and to first order in lambda the least of
+its squared error lies at the same 1 / sqrt(rho) times its target. On the family
+(``auto_bounds.py --family --questions AVG``, with the partition cap aimed by the factors,
+``_auto_joint._mean_partition_penalties``): within 1.25x 32 -> 35 of 56 shapes, geometric
+mean 1.357x -> 1.345x (#47 1.56x -> 1.19x, #27 1.61x -> 1.28x, #16 1.51x -> 1.20x; #44 1.39x
+-> 1.79x, P[>3x] 0.4% -> 2.0%; #22 1.75x -> 1.84x). Its epsilon is on top of the share, so
+one row per person pays for it and gains nothing: UCI Adult's AVG(age) 0.458 -> 0.461
+(``adult.py --exact``), COMPAS's means 0.2% to 0.6% higher, one 3.3% (``compas.py``). Taken
+from the mean's own histogram instead (weights 3/4 and 1/4) it cost more than it gave (#6
+2.29x -> 2.78x, #22 -> 2.16x). A variance or a quantile draws none. Measured below
+(``tail_multipliers``).
 """
 
 from __future__ import annotations

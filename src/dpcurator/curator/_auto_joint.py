@@ -84,7 +84,7 @@ cap aims at ``MEAN_ROW_FACTOR`` (8) times its fixed target. Where it is not, the
 reads it too: a pair cut beyond k moves a mean by its rows' distance from the rows kept, as
 a row cut does, so its target at (r, M) is the larger of the fixed factor and the row cap's
 factor there (``_mean_partition_penalties``; the family's AVG: geometric mean 1.38x -> 1.36x,
-#44 1.94x -> 1.39x, #40 1.36x -> 0.83x, none worse).
+#44 1.94x -> 1.39x, #40 1.36x -> 0.83x, none worse by over 0.01x).
 
 The penalties. For each candidate c_j (in increasing order, steps of 2^(1/4) for rows and
 magnitudes, of 2 for partitions) with statistic stat_j (decreasing in j) and target t_j:
@@ -589,9 +589,9 @@ def _mean_partition_penalties(stats: Sequence[float], ks: Sequence[int], targets
     factor stays the floor: the pairs beyond k are not the longest pairs only, and where
     the gap is wide the fixed factor's k keeps them. The factors are read on steps of 2^(1 /
     ``MEAN_K_STEPS``), rounded down: a few dozen series to ramp instead of one per (r, M)
-    (about 20 ms a release). The statistic is the counts' (``Profile.partitions``), the
-    targets public (a noisy histogram's post-processing), so every penalty still moves by at
-    most 1. On the family (``auto_bounds.py --family
+    (about 2 ms a release instead of 20). The statistic is the counts'
+    (``Profile.partitions``), the targets public (a noisy histogram's post-processing), so
+    every penalty still moves by at most 1. On the family (``auto_bounds.py --family
     --questions AVG``, 56 shapes): geometric mean 1.382x -> 1.357x the best fixed bounds,
     median 1.222x -> 1.194x, P[>3x] <= 1% on 40 -> 41, #40 1.36x -> 0.83x, #44 1.94x ->
     1.39x, #16 1.67x -> 1.51x, no shape worse by more than 0.01x. The factors alone,
